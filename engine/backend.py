@@ -1,0 +1,97 @@
+"""The interface one model backend implements (DESIGN §2).
+
+A backend owns one loaded model. Everything but `iter_token_ids` is cheap and may be called
+from any thread; `iter_token_ids` runs only on the model's worker thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from engine.detokenizer import Detokenizer
+from engine.types import SamplingParams
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelInfo:
+    """What `doctor` and the status request report about a loaded model."""
+
+    name: str
+    path: str
+    backend: str
+    device: str
+    context_size: int
+    vocab_size: int
+    eog_tokens: tuple[tuple[int, str], ...]  # (id, text) of each end-of-generation token
+    has_chat_template: bool
+    load_seconds: float
+
+
+class Backend(abc.ABC):
+    """One loaded model: tokenizer, special tokens, chat template and a token generator."""
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> ModelInfo: ...
+
+    @property
+    def context_size(self) -> int:
+        return self.info.context_size
+
+    @property
+    def eog_token_ids(self) -> frozenset[int]:
+        """End-of-generation ids the model declares (tokenizer, GGUF metadata, config)."""
+        return frozenset(token_id for token_id, _ in self.info.eog_tokens)
+
+    @property
+    @abc.abstractmethod
+    def adds_bos(self) -> bool:
+        """Whether the model wants its BOS token before a prompt (Gemma does, or it babbles)."""
+
+    @property
+    @abc.abstractmethod
+    def bos_token(self) -> str | None: ...
+
+    @property
+    @abc.abstractmethod
+    def eos_token(self) -> str | None: ...
+
+    @property
+    @abc.abstractmethod
+    def chat_template(self) -> str | None:
+        """The model's own Jinja chat template, if it ships one."""
+
+    @abc.abstractmethod
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        """Token ids of `text`. With `special`, special-token text (`<fim_prefix>`, ...) in it
+        becomes those tokens; without, it is plain text (use that for the user's code)."""
+
+    @abc.abstractmethod
+    def special_token_id(self, text: str) -> int | None:
+        """The id of the special token written `text`, or None if the model has no such token."""
+
+    @abc.abstractmethod
+    def new_detokenizer(self) -> Detokenizer:
+        """A fresh incremental detokenizer for one choice (special tokens are not shown)."""
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """The full decode of `token_ids`: what the joined deltas of a detokenizer equal."""
+        detokenizer = self.new_detokenizer()
+        return "".join(detokenizer.step(t) for t in token_ids) + detokenizer.finish()
+
+    @abc.abstractmethod
+    def iter_token_ids(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+    ) -> Iterator[int]:
+        """Sampled token ids, one at a time, until the caller stops or `cancelled` is set.
+
+        `cancelled` is checked before every step, so a cancel stops the model within one token.
+        Implementations reuse whatever they can of the previous prompt (KV cache prefix).
+        """
+
+    def close(self) -> None:
+        """Free the model."""
+        return None

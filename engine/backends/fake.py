@@ -1,0 +1,150 @@
+"""A scripted backend with a tiny byte-level tokenizer, for testing the layers above the engine.
+
+Token ids: 0-15 are special tokens (named in `SPECIAL_TOKENS`), 16-271 are the 256 bytes,
+and ids from 1000 up are extra multi-byte pieces a test may add (`pieces=`). Each call of
+`iter_token_ids` plays the next script entry (text, or a list of ids and texts), then ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from engine.backend import Backend, ModelInfo
+from engine.detokenizer import ByteDetokenizer, Detokenizer
+from engine.types import SamplingParams
+
+SPECIAL_TOKENS: dict[str, int] = {
+    "<bos>": 0,
+    "<eos>": 1,
+    "<fim_prefix>": 2,
+    "<fim_suffix>": 3,
+    "<fim_middle>": 4,
+    "<|endoftext|>": 5,
+    "<end_of_turn>": 6,
+}
+BYTE_OFFSET = 16
+
+#: One script entry: what the "model" produces for one choice.
+ScriptEntry = str | Sequence[int | str]
+
+
+def byte_ids(text: str) -> list[int]:
+    return [BYTE_OFFSET + b for b in text.encode("utf-8")]
+
+
+@dataclass(slots=True)
+class FakeCall:
+    """What one `iter_token_ids` call saw and did."""
+
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams
+    yielded: int = 0
+    cancelled_seen: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class FakeBackend(Backend):
+    script: list[ScriptEntry] = field(default_factory=list)
+    repeat_last: bool = True
+    eog_ids: tuple[int, ...] = (1, 6)
+    context: int = 4096
+    pieces: dict[int, bytes] = field(default_factory=dict)
+    template: str | None = None
+    step_seconds: float = 0.0
+    fail_after: int | None = None  # raise RuntimeError after this many tokens
+    name: str = "fake"
+    calls: list[FakeCall] = field(default_factory=list)
+    on_step: Callable[[FakeCall], None] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def info(self) -> ModelInfo:
+        names = {v: k for k, v in SPECIAL_TOKENS.items()}
+        return ModelInfo(
+            name=self.name,
+            path="<fake>",
+            backend="fake",
+            device="cpu",
+            context_size=self.context,
+            vocab_size=BYTE_OFFSET + 256 + len(self.pieces),
+            eog_tokens=tuple((i, names.get(i, str(i))) for i in self.eog_ids),
+            has_chat_template=self.template is not None,
+            load_seconds=0.0,
+        )
+
+    @property
+    def adds_bos(self) -> bool:
+        return True
+
+    @property
+    def bos_token(self) -> str | None:
+        return "<bos>"
+
+    @property
+    def eos_token(self) -> str | None:
+        return "<eos>"
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.template
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        ids = [SPECIAL_TOKENS["<bos>"]] if add_bos else []
+        i = 0
+        while i < len(text):
+            if special:
+                match = next((t for t in SPECIAL_TOKENS if text.startswith(t, i)), None)
+                if match is not None:
+                    ids.append(SPECIAL_TOKENS[match])
+                    i += len(match)
+                    continue
+            ids.extend(byte_ids(text[i]))
+            i += 1
+        return ids
+
+    def special_token_id(self, text: str) -> int | None:
+        return SPECIAL_TOKENS.get(text)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        if token_id in self.pieces:
+            return self.pieces[token_id]
+        if BYTE_OFFSET <= token_id < BYTE_OFFSET + 256:
+            return bytes([token_id - BYTE_OFFSET])
+        if 0 <= token_id < BYTE_OFFSET:
+            return b""  # special tokens are not shown
+        raise ValueError(f"token id {token_id} is not in the vocabulary")
+
+    def new_detokenizer(self) -> Detokenizer:
+        return ByteDetokenizer(self.token_bytes)
+
+    def _next_entry(self) -> ScriptEntry:
+        with self._lock:
+            if not self.script:
+                return ""
+            if len(self.script) == 1 and self.repeat_last:
+                return self.script[0]
+            return self.script.pop(0)
+
+    def iter_token_ids(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+    ) -> Iterator[int]:
+        call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling)
+        self.calls.append(call)
+        entry = self._next_entry()
+        items: Sequence[int | str] = [entry] if isinstance(entry, str) else entry
+        ids = [i for item in items for i in (byte_ids(item) if isinstance(item, str) else [item])]
+        for token_id in ids:
+            if cancelled.is_set():
+                call.cancelled_seen = True
+                return
+            if self.fail_after is not None and call.yielded >= self.fail_after:
+                raise RuntimeError("simulated backend failure")
+            if self.step_seconds:
+                time.sleep(self.step_seconds)
+            call.yielded += 1
+            if self.on_step is not None:
+                self.on_step(call)
+            yield token_id

@@ -1,0 +1,231 @@
+"""The llama.cpp backend (llama-cpp-python), for GGUF models on the CPU or with CUDA offload.
+
+Generation goes token by token through `Llama.generate()`, which keeps the KV cache of the
+previous prompt and re-evaluates only what differs after the longest shared token prefix:
+while the user types, each request costs a few new tokens instead of the whole prompt.
+
+We tokenize and build prompts ourselves: llama-cpp-python's own `suffix=` FIM path is broken
+(it inserts token 0 as every FIM marker), and its helpers allocate a context-sized buffer per
+call, which per-line token counting cannot afford.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.backend import Backend, ModelInfo
+from engine.detokenizer import ByteDetokenizer, Detokenizer
+from engine.errors import BackendUnavailableError, ModelLoadError
+from engine.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def default_threads() -> int:
+    """Half the cores, at most 8. On a 2-core machine that is 1: with 2 threads, generation
+    collapses (115 to 3 tokens/s) whenever another process takes a core, while 1 thread holds
+    70-76 tokens/s (shared/data/README.md). Configurable with `threads`."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlamaCppOptions:
+    context_size: int = 4096
+    threads: int | None = None  # None: default_threads()
+    batch_threads: int | None = None  # None: all cores, prompt processing is parallel
+    gpu_layers: int = 0  # -1: all layers on the GPU (needs a CUDA build of llama-cpp-python)
+    batch_size: int = 512
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as e:
+        raise BackendUnavailableError(
+            "the llama.cpp backend needs llama-cpp-python: pip install 'infill-lsp[llama]'"
+        ) from e
+    return llama_cpp
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model loaded with llama.cpp."""
+
+    def __init__(self, path: str | Path, options: LlamaCppOptions | None = None) -> None:
+        options = options or LlamaCppOptions()
+        path = Path(path).expanduser()
+        _check_readable(path)
+        lib = _import_llama_cpp()
+        self._lib = lib
+        started = time.perf_counter()
+        try:
+            self._llm = lib.Llama(
+                model_path=str(path),
+                n_ctx=options.context_size,
+                n_batch=min(options.batch_size, options.context_size),
+                n_threads=options.threads or default_threads(),
+                n_threads_batch=options.batch_threads or os.cpu_count() or 1,
+                n_gpu_layers=options.gpu_layers,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as e:
+            raise ModelLoadError(f"cannot load model {path}: {e}") from e
+        self._vocab = self._llm._model.vocab
+        self._pieces: dict[int, bytes] = {}
+        self._special_ids: dict[str, int | None] = {}
+        self._lock = threading.Lock()
+        metadata: dict[str, str] = dict(self._llm.metadata)
+        self._chat_template = metadata.get("tokenizer.chat_template") or None
+        n_vocab = lib.llama_vocab_n_tokens(self._vocab)
+        eog = tuple(
+            (i, self._piece(i, special=True).decode("utf-8", "replace"))
+            for i in range(n_vocab)
+            if lib.llama_vocab_is_eog(self._vocab, i)
+        )
+        bos = lib.llama_vocab_bos(self._vocab)
+        eos = lib.llama_vocab_eos(self._vocab)
+        self._bos = self._piece(bos, special=True).decode("utf-8", "replace") if bos >= 0 else None
+        self._eos = self._piece(eos, special=True).decode("utf-8", "replace") if eos >= 0 else None
+        self._adds_bos = bool(lib.llama_vocab_get_add_bos(self._vocab)) and bos >= 0
+        offload = options.gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
+        self._info = ModelInfo(
+            name=metadata.get("general.name") or path.stem,
+            path=str(path),
+            backend="llama.cpp",
+            device=f"cuda ({_layers(options.gpu_layers)} layers offloaded)" if offload else "cpu",
+            context_size=self._llm.n_ctx(),
+            vocab_size=n_vocab,
+            eog_tokens=eog,
+            has_chat_template=self._chat_template is not None,
+            load_seconds=time.perf_counter() - started,
+        )
+        if options.gpu_layers != 0 and not offload:
+            log.warning("gpu_layers=%d asked, but llama-cpp-python has no GPU support: using the CPU",
+                        options.gpu_layers)
+
+    # --- tokenizer ---------------------------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def adds_bos(self) -> bool:
+        return self._adds_bos
+
+    @property
+    def bos_token(self) -> str | None:
+        return self._bos
+
+    @property
+    def eos_token(self) -> str | None:
+        return self._eos
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        # At most one token per byte, plus BOS/EOS the vocabulary may add.
+        capacity = len(data) + 4
+        buf = (self._lib.llama_token * capacity)()
+        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, special)
+        if n < 0:  # never expected with this capacity; the library says how many it needs
+            capacity = -n
+            buf = (self._lib.llama_token * capacity)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, special)
+        return list(buf[:n])
+
+    def special_token_id(self, text: str) -> int | None:
+        with self._lock:
+            if text in self._special_ids:
+                return self._special_ids[text]
+        found: int | None = None
+        ids = self.tokenize(text, add_bos=False, special=True)
+        if len(ids) == 1:
+            attr = self._lib.llama_vocab_get_attr(self._vocab, ids[0])
+            special = self._lib.LLAMA_TOKEN_ATTR_CONTROL | self._lib.LLAMA_TOKEN_ATTR_USER_DEFINED
+            if attr & special and self._piece(ids[0], special=True) == text.encode("utf-8"):
+                found = ids[0]
+        with self._lock:
+            self._special_ids[text] = found
+        return found
+
+    def _piece(self, token_id: int, *, special: bool = False) -> bytes:
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, size, 0, special)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes token `token_id` adds to the text (nothing for control tokens)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            if not 0 <= token_id < self._info.vocab_size:
+                raise ValueError(f"token id {token_id} is outside the vocabulary")
+            piece = self._piece(token_id)
+            self._pieces[token_id] = piece
+        return piece
+
+    def new_detokenizer(self) -> Detokenizer:
+        return ByteDetokenizer(self.token_bytes)
+
+    # --- generation --------------------------------------------------------------------------
+
+    def iter_token_ids(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+    ) -> Iterator[int]:
+        if cancelled.is_set():
+            return
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+        self._llm.set_seed(seed)
+        tokens = self._llm.generate(
+            list(prompt_ids),
+            temp=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=0.0,
+            typical_p=1.0,
+            repeat_penalty=sampling.repetition_penalty,
+            reset=True,  # with reset, generate() keeps the longest shared prefix of the KV cache
+        )
+        try:
+            for token_id in tokens:
+                yield int(token_id)
+                if cancelled.is_set():
+                    return
+        finally:
+            tokens.close()
+
+    def close(self) -> None:
+        self._llm.close()
+
+
+def _layers(gpu_layers: int) -> str:
+    return "all" if gpu_layers < 0 else str(gpu_layers)
+
+
+def _check_readable(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a folder; the llama.cpp backend needs a .gguf file")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelLoadError(f"cannot read model file {path}: {e.strerror or e}") from e
+    if magic != b"GGUF":
+        raise ModelLoadError(f"{path} is not a GGUF file")

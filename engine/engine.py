@@ -1,0 +1,126 @@
+"""The engine facade: `async generate(request)` yields text deltas (DESIGN §2).
+
+Usage:
+
+    async with contextlib.aclosing(engine.generate(request)) as deltas:
+        async for delta in deltas:
+            ...
+
+If the consumer stops early (it is cancelled, or it closes the generator), the job is aborted
+and the worker stops within one token, then serves the next job as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from engine.backend import Backend, ModelInfo
+from engine.types import FinishReason, GenerationRequest, TextDelta
+from engine.worker import END, Job, JobStats, Worker
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChoiceResult:
+    """A whole choice, collected from its deltas."""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None
+    stop_reason: str | int | None
+    error: str | None = None
+
+
+class Engine:
+    """One loaded model and its worker thread."""
+
+    def __init__(self, backend: Backend, *, name: str | None = None) -> None:
+        self.backend = backend
+        self._worker = Worker(backend, name or backend.info.name)
+        self._active: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.backend.info
+
+    @property
+    def recent_stats(self) -> tuple[JobStats, ...]:
+        return tuple(self._worker.recent_stats)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TextDelta]:
+        """Stream the request's deltas; raises `EngineError` subclasses for bad requests."""
+        loop = asyncio.get_running_loop()
+        channel: asyncio.Queue[object] = asyncio.Queue()
+
+        def emit(item: object) -> None:
+            # The consumer's loop may be gone (interpreter shutdown); nothing is waiting then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(channel.put_nowait, item)
+
+        job = Job(request=request, emit=emit)
+        with self._lock:
+            self._active[request.request_id] = job
+        self._worker.submit(job)
+        finished = False
+        try:
+            while True:
+                item = await channel.get()
+                if item is END:
+                    finished = True
+                    return
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                assert isinstance(item, TextDelta)
+                yield item
+        finally:
+            # Reached with the job still running when the consumer was cancelled or closed
+            # the stream early: abort the job so the model stops within one token.
+            if not finished:
+                job.cancelled.set()
+            with self._lock:
+                self._active.pop(request.request_id, None)
+
+    def cancel(self, request_id: str) -> bool:
+        """Stop a running request; its stream ends with CANCELLED deltas. False if unknown."""
+        with self._lock:
+            job = self._active.get(request_id)
+        if job is None:
+            return False
+        job.cancelled.set()
+        return True
+
+    async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
+        """Run a request to the end and return each choice whole."""
+        n = request.sampling.n
+        texts: list[list[str]] = [[] for _ in range(n)]
+        ids: list[list[int]] = [[] for _ in range(n)]
+        last: list[TextDelta | None] = [None] * n
+        async with contextlib.aclosing(self.generate(request)) as deltas:
+            async for delta in deltas:
+                texts[delta.index].append(delta.text)
+                ids[delta.index].extend(delta.token_ids)
+                last[delta.index] = delta
+        results = []
+        for i in range(n):
+            end = last[i]
+            results.append(
+                ChoiceResult(
+                    index=i,
+                    text="".join(texts[i]),
+                    token_ids=tuple(ids[i]),
+                    finish_reason=end.finish_reason if end else None,
+                    stop_reason=end.stop_reason if end else None,
+                    error=end.error if end else None,
+                )
+            )
+        return results
+
+    def close(self) -> None:
+        self._worker.close()
+        self.backend.close()

@@ -1,0 +1,367 @@
+"""Prompts: fill-in-the-middle templates, token-budgeted context windows, chat rendering (§4).
+
+FIM templates are data: one entry per model family, chosen from the special tokens the
+tokenizer actually has (never from the model's name); configuration may name a family.
+
+Models without FIM tokens (both default models) get the documented fallback: the prompt is
+the prefix window alone, and the LSP layer fits the continuation to the suffix afterwards.
+On HumanEval single-line, a base model continuing the prefix beats a chat "fill the hole"
+prompt by far (37 against 2 of 100 tasks with the default models, shared/data/README.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import functools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ChatTemplateError
+
+if TYPE_CHECKING:
+    from engine.backend import Backend
+    from engine.types import ChatMessage
+
+
+class FimOrder(enum.StrEnum):
+    """PSM: prefix, suffix, then the middle is generated. SPM: suffix first, which keeps the
+    part of the prompt that does not change while typing (the suffix) in front."""
+
+    PSM = "psm"
+    SPM = "spm"
+
+
+class _Slot(enum.Enum):
+    PREFIX = "prefix"
+    SUFFIX = "suffix"
+
+
+_P, _S = _Slot.PREFIX, _Slot.SUFFIX
+
+#: One part of a template: special-token text, plain literal text (`str` in a 1-tuple), or a slot.
+_Part = str | tuple[str] | _Slot
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FimTemplate:
+    """A family's fill-in-the-middle format.
+
+    `required` are the special tokens the tokenizer must have for this family to be chosen;
+    `stop_tokens` end a fill (those the tokenizer has are used); `repo_tokens` are the
+    family's repository-level markers, for multi-file context.
+    """
+
+    family: str
+    required: tuple[str, ...]
+    psm: tuple[_Part, ...]
+    spm: tuple[_Part, ...] | None
+    stop_tokens: tuple[str, ...]
+    repo_tokens: tuple[str, ...] = ()
+    default_order: FimOrder = FimOrder.PSM
+
+    def parts(self, order: FimOrder | None = None) -> tuple[_Part, ...]:
+        order = order or self.default_order
+        if order is FimOrder.SPM and self.spm is not None:
+            return self.spm
+        return self.psm
+
+
+def _fim(pre: str, suf: str, mid: str) -> tuple[tuple[_Part, ...], tuple[_Part, ...]]:
+    """The common shape: PSM `pre P suf S mid`, SPM `pre suf S mid P` (as in the FIM paper)."""
+    return (pre, _P, suf, _S, mid), (pre, suf, _S, mid, _P)
+
+
+_STAR_PSM, _STAR_SPM = _fim("<fim_prefix>", "<fim_suffix>", "<fim_middle>")
+_SANTA_PSM, _SANTA_SPM = _fim("<fim-prefix>", "<fim-suffix>", "<fim-middle>")
+_QWEN_PSM, _QWEN_SPM = _fim("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+_DEEPSEEK_PSM, _DEEPSEEK_SPM = _fim("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")
+
+#: Most specific first: Qwen2.5-Coder and CodeGemma share their FIM tokens and differ in the
+#: file separator; the generic `<|fim_prefix|>` entry catches the rest of that shape.
+FIM_TEMPLATES: tuple[FimTemplate, ...] = (
+    FimTemplate(
+        family="qwen",
+        required=("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>"),
+        psm=_QWEN_PSM,
+        spm=_QWEN_SPM,
+        stop_tokens=("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|im_end|>"),
+        repo_tokens=("<|repo_name|>", "<|file_sep|>"),
+    ),
+    FimTemplate(
+        family="codegemma",
+        required=("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_separator|>"),
+        psm=_QWEN_PSM,
+        spm=_QWEN_SPM,
+        stop_tokens=("<|file_separator|>", "<eos>", "<end_of_turn>"),
+        repo_tokens=("<|file_separator|>",),
+    ),
+    FimTemplate(
+        family="fim-pipes",
+        required=("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+        psm=_QWEN_PSM,
+        spm=_QWEN_SPM,
+        stop_tokens=("<|endoftext|>", "<|file_sep|>", "<|fim_pad|>", "<|eot_id|>"),
+    ),
+    FimTemplate(
+        family="starcoder",
+        required=("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+        psm=_STAR_PSM,
+        spm=_STAR_SPM,
+        stop_tokens=("<|endoftext|>", "<file_sep>", "<fim_pad>", "<fim_prefix>"),
+        repo_tokens=("<repo_name>", "<file_sep>", "<reponame>", "<filename>"),
+    ),
+    FimTemplate(
+        family="santacoder",
+        required=("<fim-prefix>", "<fim-suffix>", "<fim-middle>"),
+        psm=_SANTA_PSM,
+        spm=_SANTA_SPM,
+        stop_tokens=("<|endoftext|>", "<fim-pad>"),
+    ),
+    FimTemplate(
+        family="codellama",
+        required=("<PRE>", "<SUF>", "<MID>"),
+        # Meta's reference format puts a space after <PRE> and before <SUF> and <MID>.
+        psm=("<PRE>", (" ",), _P, (" ",), "<SUF>", _S, (" ",), "<MID>"),
+        spm=("<PRE>", (" ",), "<SUF>", _S, (" ",), "<MID>", _P),
+        stop_tokens=("<EOT>", "</s>"),
+    ),
+    FimTemplate(
+        family="deepseek",
+        required=("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+        psm=_DEEPSEEK_PSM,
+        spm=None,
+        stop_tokens=("<|EOT|>", "<｜end▁of▁sentence｜>"),
+    ),
+    FimTemplate(
+        family="codestral",
+        required=("[PREFIX]", "[SUFFIX]"),
+        # Codestral is trained suffix-first and has no middle token.
+        psm=("[SUFFIX]", _S, "[PREFIX]", _P),
+        spm=None,
+        stop_tokens=("</s>",),
+        default_order=FimOrder.SPM,
+    ),
+)
+
+FIM_FAMILIES: dict[str, FimTemplate] = {t.family: t for t in FIM_TEMPLATES}
+
+
+def detect_fim_template(special_token_id: Callable[[str], int | None]) -> FimTemplate | None:
+    """The first family whose required special tokens the tokenizer has, or None."""
+    for template in FIM_TEMPLATES:
+        if all(special_token_id(token) is not None for token in template.required):
+            return template
+    return None
+
+
+def fim_stop_token_ids(
+    template: FimTemplate, special_token_id: Callable[[str], int | None]
+) -> tuple[int, ...]:
+    """Ids of the family's fill-ending tokens that this tokenizer has."""
+    ids = (special_token_id(token) for token in template.stop_tokens)
+    return tuple(dict.fromkeys(i for i in ids if i is not None))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextWindow:
+    """The part of the document around the cursor that fits the token budget.
+
+    `prefix` ends at the cursor and starts at a line boundary (`first_line`, 0-based, counted
+    in the text given); `suffix` starts at the cursor and ends at a line boundary.
+    """
+
+    prefix: str
+    suffix: str
+    first_line: int
+    prefix_tokens: int
+    suffix_tokens: int
+
+
+def context_window(
+    prefix: str,
+    suffix: str,
+    count_tokens: Callable[[str], int],
+    *,
+    prefix_budget: int,
+    suffix_budget: int,
+    align_lines: int = 32,
+) -> ContextWindow:
+    """Cut the text before and after the cursor to token budgets, at line boundaries.
+
+    The cursor's own line (its part before and after the cursor) is always kept. The prefix
+    window's first line is moved forward to a multiple of `align_lines`: while the user types
+    on one line the window then starts at the same place request after request, so the
+    prompts share their token prefix and the model's KV cache is reused.
+    """
+    # 1. Prefix: whole lines backwards from the cursor's line while they fit.
+    lines = prefix.splitlines(keepends=True)
+    if prefix.endswith(("\n", "\r")):
+        lines.append("")  # the cursor starts a new, empty line
+    last = len(lines) - 1
+    used = count_tokens(lines[last]) if lines else 0
+    start = max(last, 0)
+    while start > 0:
+        cost = count_tokens(lines[start - 1])
+        if used + cost > prefix_budget:
+            break
+        used += cost
+        start -= 1
+    # 2. Align the start for KV reuse, unless everything fits or nothing but the cursor line.
+    if start > 0 and align_lines > 1:
+        aligned = -(-start // align_lines) * align_lines
+        if aligned < last:
+            used -= sum(count_tokens(line) for line in lines[start:aligned])
+            start = aligned
+    prefix_text = "".join(lines[start:])
+
+    # 3. Suffix: the rest of the cursor's line, then whole lines while they fit.
+    suffix_lines = suffix.splitlines(keepends=True)
+    kept: list[str] = []
+    suffix_used = 0
+    for i, line in enumerate(suffix_lines):
+        cost = count_tokens(line)
+        if i > 0 and suffix_used + cost > suffix_budget:
+            break
+        kept.append(line)
+        suffix_used += cost
+    return ContextWindow(
+        prefix=prefix_text,
+        suffix="".join(kept),
+        first_line=start,
+        prefix_tokens=used,
+        suffix_tokens=suffix_used,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FimPrompt:
+    """A prompt as token ids (user text is never parsed for special tokens), with the extra
+    stop ids of its family, and its text for logs and debugging."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    family: str | None
+    stop_token_ids: tuple[int, ...]
+
+
+def build_fim_prompt(
+    backend: Backend,
+    prefix: str,
+    suffix: str,
+    *,
+    template: FimTemplate | None,
+    order: FimOrder | None = None,
+) -> FimPrompt:
+    """The prompt for filling the text between `prefix` and `suffix`.
+
+    With a template: the family's special tokens by id and the code tokenized as plain text.
+    Without one (no FIM tokens): the prefix alone, continued by the model (the documented
+    fallback; the suffix is used afterwards, in post-processing).
+    """
+    ids: list[int] = []
+    text: list[str] = []
+    if backend.adds_bos and backend.bos_token is not None:
+        bos = backend.special_token_id(backend.bos_token)
+        if bos is not None:
+            ids.append(bos)
+            text.append(backend.bos_token)
+    if template is None:
+        ids.extend(backend.tokenize(prefix, add_bos=False, special=False))
+        text.append(prefix)
+        return FimPrompt(token_ids=tuple(ids), text="".join(text), family=None, stop_token_ids=())
+
+    for part in template.parts(order):
+        if part is _Slot.PREFIX or part is _Slot.SUFFIX:
+            code = prefix if part is _Slot.PREFIX else suffix
+            if code:
+                ids.extend(backend.tokenize(code, add_bos=False, special=False))
+                text.append(code)
+        elif isinstance(part, tuple):
+            ids.extend(backend.tokenize(part[0], add_bos=False, special=False))
+            text.append(part[0])
+        else:
+            token_id = backend.special_token_id(part)
+            if token_id is None:
+                raise ValueError(f"the tokenizer has no {part!r} token for FIM family {template.family}")
+            ids.append(token_id)
+            text.append(part)
+    return FimPrompt(
+        token_ids=tuple(ids),
+        text="".join(text),
+        family=template.family,
+        stop_token_ids=fim_stop_token_ids(template, backend.special_token_id),
+    )
+
+
+# --- chat -------------------------------------------------------------------------------------
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(f"the chat template refused the messages: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    # Templates expect non-ASCII kept as is (Jinja's own filter escapes it for HTML).
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str) -> Any:
+    from jinja2 import TemplateError
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
+    try:
+        return env.from_string(source)
+    except TemplateError as e:
+        raise ChatTemplateError(f"the model's chat template does not compile: {e}") from e
+
+
+def render_chat_template(
+    source: str,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str | None,
+    eos_token: str | None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does."""
+    from jinja2 import TemplateError
+
+    template = _compile(source)
+    try:
+        rendered: str = template.render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            bos_token=bos_token or "",
+            eos_token=eos_token or "",
+            add_generation_prompt=add_generation_prompt,
+        )
+    except TemplateError as e:
+        raise ChatTemplateError(f"the model's chat template failed: {e}") from e
+    return rendered
+
+
+def render_chat(backend: Backend, messages: Sequence[ChatMessage]) -> str:
+    """The chat prompt for `messages`, with the model's own template."""
+    source = backend.chat_template
+    if not source:
+        raise ChatTemplateError(
+            f"model {backend.info.name} has no chat template; use it for completion, or pick a "
+            "chat model (--chat-model)"
+        )
+    return render_chat_template(
+        source, messages, bos_token=backend.bos_token, eos_token=backend.eos_token
+    )

@@ -1,0 +1,180 @@
+"""The stop-condition processor: where one choice's text ends, and what is withheld (DESIGN §3).
+
+One `StopChecker` per choice. It is fed each token id with the text the detokenizer made of
+it, and answers with the text that may be shown now and, at the end, why generation stopped.
+
+The behaviour follows the backend stage of a serious serving engine (seed `001`):
+
+- Token stops are checked first: a visible stop id ends generation and keeps its text; a hidden
+  one (the model's end-of-generation ids, and the user's stop ids) ends it and drops its text.
+  Only the user's ids are reported as `stop_reason`.
+- Stop strings: the earliest match in the text wins. Hidden ones are cut with what follows;
+  visible ones (`include_stop_str_in_output`) are kept and what follows is cut.
+- While streaming, the longest tail of the text that could still grow into a hidden stop string
+  is withheld, and only that. It is released as soon as it can no longer match, or flushed when
+  the stream ends without the match completing.
+- No stop applies before `min_tokens` tokens; `max_tokens` ends the choice with `LENGTH`.
+
+Per-token work is proportional to the new text: only a window as long as the longest stop
+string is kept from earlier tokens, and withheld prefixes are looked up in a precomputed set,
+so fifty stop strings cost about what one does.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from engine.types import FinishReason, StopConditions
+
+
+class StopKind(enum.Enum):
+    """What ended a choice. Only user-requested stops report a `stop_reason`."""
+
+    MAX_TOKENS = enum.auto()
+    EOS_TOKEN = enum.auto()  # the model's own end-of-generation token: hidden, no stop_reason
+    USER_TOKEN = enum.auto()  # a stop id the user asked for: hidden
+    VISIBLE_TOKEN = enum.auto()  # a stop id kept in the output
+    HIDDEN_STRING = enum.auto()
+    VISIBLE_STRING = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class StopTrigger:
+    kind: StopKind
+    value: str | int | None = None
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        return FinishReason.LENGTH if self.kind is StopKind.MAX_TOKENS else FinishReason.STOP
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        """The user's stop that matched (string or token id); None for EOS and max_tokens."""
+        if self.kind in (StopKind.MAX_TOKENS, StopKind.EOS_TOKEN):
+            return None
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """`text` may be shown now (it can hold earlier withheld text); `trigger` ends the choice."""
+
+    text: str
+    trigger: StopTrigger | None = None
+
+
+class StopChecker:
+    """Stop state of one choice. Not thread-safe: one choice, one thread."""
+
+    def __init__(self, stops: StopConditions, *, max_tokens: int, min_tokens: int = 0) -> None:
+        self._max_tokens = max_tokens
+        self._min_tokens = min_tokens
+        self._generated = 0
+
+        self._visible_ids = frozenset(stops.stop_token_ids_visible)
+        self._user_ids = frozenset(stops.stop_token_ids)
+        system_ids = frozenset() if stops.ignore_eos else frozenset(stops.stop_token_ids_hidden)
+        self._hidden_ids = self._user_ids | system_ids
+
+        # Stop strings are all hidden or all visible, as the request says.
+        strings = tuple(dict.fromkeys(stops.stop))
+        self._strings = strings
+        self._visible_strings = stops.include_stop_str_in_output
+        self._window = max((len(s) for s in strings), default=0)
+        hidden = () if self._visible_strings else strings
+        self._hidden_prefixes = frozenset(s[:k] for s in hidden for k in range(1, len(s)))
+        self._longest_prefix = max((len(p) for p in self._hidden_prefixes), default=0)
+
+        # `_tail` holds the last `_window` characters seen (at least), and its last `_withheld`
+        # characters have not been released yet.
+        self._tail = ""
+        self._withheld = 0
+
+    @property
+    def withheld(self) -> str:
+        """The text currently held back as a possible start of a hidden stop string."""
+        return self._tail[len(self._tail) - self._withheld :] if self._withheld else ""
+
+    @property
+    def generated_tokens(self) -> int:
+        return self._generated
+
+    def flush(self) -> str:
+        """Release whatever is withheld: no more tokens are coming, so it can never match."""
+        text = self.withheld
+        self._withheld = 0
+        return text
+
+    def step(self, token_id: int, text: str) -> StepResult:
+        """Take one generated token and its text; say what to show and whether to stop."""
+        result = self._check(token_id, text)
+        if result.trigger is None and self._generated >= self._max_tokens:
+            return StepResult(result.text + self.flush(), StopTrigger(StopKind.MAX_TOKENS))
+        return result
+
+    def _check(self, token_id: int, text: str) -> StepResult:
+        below_min = self._generated < self._min_tokens
+        self._generated += 1
+        if below_min:
+            return StepResult(text)
+
+        if token_id in self._visible_ids:
+            # Withheld text can never complete now; it is older than this token's text.
+            return StepResult(self.flush() + text, StopTrigger(StopKind.VISIBLE_TOKEN, token_id))
+        if token_id in self._hidden_ids:
+            kind = StopKind.USER_TOKEN if token_id in self._user_ids else StopKind.EOS_TOKEN
+            return StepResult(self.flush(), StopTrigger(kind, token_id))
+
+        if not self._window or not text:
+            return StepResult(text)
+        return self._check_strings(text)
+
+    def _check_strings(self, text: str) -> StepResult:
+        old_len = len(self._tail)
+        release_start = old_len - self._withheld
+        self._tail += text
+        tail = self._tail
+
+        # A match that ended inside the old tail would have been found already.
+        match = self._earliest_match(max(0, old_len - self._window + 1))
+        if match is not None:
+            start, stop = match
+            self._withheld = 0
+            if self._visible_strings:
+                end = start + len(stop)
+                shown = tail[release_start:end] if end > release_start else ""
+                return StepResult(shown, StopTrigger(StopKind.VISIBLE_STRING, stop))
+            # Text before `release_start` was shown already; a hidden stop that began there
+            # (possible only across `min_tokens`) cannot be taken back.
+            shown = tail[release_start:start] if start > release_start else ""
+            return StepResult(shown, StopTrigger(StopKind.HIDDEN_STRING, stop))
+
+        self._withheld = self._withheld_length()
+        release_end = len(tail) - self._withheld
+        shown = tail[release_start:release_end] if release_end > release_start else ""
+        # Keep only what a later match or withheld prefix could still need.
+        keep = max(self._window, self._withheld)
+        if len(tail) > keep:
+            self._tail = tail[len(tail) - keep :]
+        return StepResult(shown)
+
+    def _earliest_match(self, search_from: int) -> tuple[int, str] | None:
+        """The match that starts first; at the same start the shorter one, which a stream
+        completes first."""
+        best: tuple[int, str] | None = None
+        for stop in self._strings:
+            start = self._tail.find(stop, search_from)
+            if start < 0:
+                continue
+            if best is None or start < best[0] or (start == best[0] and len(stop) < len(best[1])):
+                best = (start, stop)
+        return best
+
+    def _withheld_length(self) -> int:
+        """Length of the longest suffix of the tail that is a proper prefix of a hidden stop."""
+        tail = self._tail
+        for k in range(min(self._longest_prefix, len(tail)), 0, -1):
+            if tail[len(tail) - k :] in self._hidden_prefixes:
+                return k
+        return 0

@@ -1,0 +1,152 @@
+"""Data that crosses the engine's thread and module boundaries (DESIGN §2).
+
+Everything here is frozen: a request is built on the event loop, read on the worker thread,
+and its deltas travel back; nobody may change them on the way.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field, replace
+
+
+class FinishReason(enum.StrEnum):
+    """Why a choice ended. The values are the strings the CLI and the LSP layer print."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class Role(enum.StrEnum):
+    """What a model is used for. Each role has its own model (they may be the same one)."""
+
+    COMPLETION = "completion"
+    CHAT = "chat"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """How tokens are picked. Temperature 0 is greedy decoding; `seed` makes sampling repeatable."""
+
+    max_tokens: int = 64
+    min_tokens: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_tokens < 1:
+            problems.append(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            problems.append(f"min_tokens must not be negative, got {self.min_tokens}")
+        if self.temperature < 0:
+            problems.append(f"temperature must not be negative, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            problems.append(f"top_k must not be negative (0 turns it off), got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            problems.append(f"repetition_penalty must be positive, got {self.repetition_penalty}")
+        if self.n < 1:
+            problems.append(f"n must be at least 1, got {self.n}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def for_choice(self, index: int) -> SamplingParams:
+        """The parameters of choice `index`: each sampled choice gets its own seed."""
+        if self.seed is None or index == 0:
+            return self
+        return replace(self, seed=self.seed + index)
+
+
+#: Completion (inline suggestions): greedy, short. The LSP layer picks max_tokens per mode.
+COMPLETION_SAMPLING = SamplingParams(max_tokens=64, temperature=0.0)
+#: Chat (explain, rewrite): the seed `000` settles on 512 tokens and repetition penalty 1.1;
+#: a low temperature keeps code answers close to the most likely one.
+CHAT_SAMPLING = SamplingParams(
+    max_tokens=512, temperature=0.2, top_p=0.95, top_k=40, repetition_penalty=1.1
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopConditions:
+    """Where generation ends (DESIGN §3).
+
+    - `stop`: stop strings, hidden unless `include_stop_str_in_output`.
+    - `stop_token_ids`: the user's stop tokens; hidden, and reported as `stop_reason`.
+    - `stop_token_ids_hidden`: end-of-generation tokens of the model; hidden, no `stop_reason`.
+    - `stop_token_ids_visible`: stop tokens whose text is kept in the output.
+    - `ignore_eos`: do not stop at the model's end-of-generation tokens (benchmarks).
+    """
+
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    stop_token_ids_hidden: tuple[int, ...] = ()
+    stop_token_ids_visible: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if any(not s for s in self.stop):
+            raise ValueError("a stop string must not be empty")
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+_request_ids = itertools.count(1)
+
+
+def next_request_id() -> str:
+    return f"req-{next(_request_ids)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationRequest:
+    """One generation: a prompt (text, token ids, or chat messages), how to sample, where to stop.
+
+    Text prompts are tokenized with the model's special tokens and its BOS rule; chat messages
+    are rendered with the model's own chat template first.
+    """
+
+    prompt: str | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    role: Role = Role.COMPLETION
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stops: StopConditions = field(default_factory=StopConditions)
+    request_id: str = field(default_factory=next_request_id)
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.prompt, self.prompt_token_ids, self.messages)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of prompt, prompt_token_ids or messages")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A piece of one choice's output. The last delta of a choice has a `finish_reason`.
+
+    `"".join(d.text for d in deltas of a choice)` is the choice's whole output.
+    """
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...] = ()
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+    error: str | None = None

@@ -1,0 +1,260 @@
+"""The `infill-lsp` command: `generate` and `doctor` for people debugging a model.
+
+`generate` prints one JSON object per line for each delta, stable for scripts:
+`{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta).
+`doctor` tells, for each role, which model is used and how it loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from engine.errors import EngineError
+from engine.models import BACKENDS, ModelSet, ModelSpec, resolve_model_path
+from engine.prompts import detect_fim_template
+from engine.types import (
+    CHAT_SAMPLING,
+    COMPLETION_SAMPLING,
+    ChatMessage,
+    GenerationRequest,
+    Role,
+    SamplingParams,
+    StopConditions,
+)
+
+log = logging.getLogger("infill_lsp")
+
+
+def _model_options() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("model")
+    group.add_argument("--backend", choices=BACKENDS, default="auto",
+                       help="auto: llama.cpp for a .gguf file, transformers for a folder")
+    group.add_argument("--context-size", type=int, default=4096, metavar="N")
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="generation threads (llama.cpp; default: half the cores, at most 8)")
+    group.add_argument("--gpu-layers", type=int, default=0, metavar="N",
+                       help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)")
+    group.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda, cuda:N")
+    group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
+    return parent
+
+
+def _spec(args: argparse.Namespace, role: Role, explicit: str | None) -> ModelSpec:
+    return ModelSpec(
+        path=resolve_model_path(role, explicit),
+        backend=args.backend,
+        context_size=args.context_size,
+        threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        device=args.device,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infill-lsp",
+        description="A local Copilot for any editor: a language server backed by a local model.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    model = _model_options()
+
+    gen = sub.add_parser("generate", parents=[model],
+                         help="stream a completion as JSON lines (one per delta)")
+    source = gen.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="the prompt text (default: read stdin)")
+    source.add_argument("--prompt-file", metavar="PATH")
+    gen.add_argument("--chat", action="store_true",
+                     help="the prompt is a user message, rendered with the model's chat template")
+    gen.add_argument("--model", help="model of the role in use (completion, or chat with --chat)")
+    gen.add_argument("--max-tokens", type=int)
+    gen.add_argument("--min-tokens", type=int)
+    gen.add_argument("--temperature", type=float)
+    gen.add_argument("--top-p", type=float)
+    gen.add_argument("--top-k", type=int)
+    gen.add_argument("--repetition-penalty", type=float)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--n", type=int, help="number of choices")
+    gen.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                     help="stop string (repeatable; taken literally)")
+    gen.add_argument("--stop-json", action="append", default=[], metavar="JSON",
+                     help='stop strings as a JSON string or list, for escapes: \'["\\n\\n"]\'')
+    gen.add_argument("--stop-token-id", action="append", type=int, default=[], metavar="ID")
+    gen.add_argument("--include-stop-str", action="store_true",
+                     help="keep a matched stop string in the output")
+    gen.add_argument("--ignore-eos", action="store_true",
+                     help="do not stop at the model's end-of-generation tokens")
+
+    doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
+    doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
+    doctor.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _stop_strings(args: argparse.Namespace) -> tuple[str, ...]:
+    stops = list(args.stop)
+    for raw in args.stop_json:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"infill-lsp: error: --stop-json is not JSON: {e}") from e
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(s, str) for s in items):
+            raise SystemExit("infill-lsp: error: --stop-json takes a string or a list of strings")
+        stops.extend(items)
+    return tuple(stops)
+
+
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    base = CHAT_SAMPLING if args.chat else COMPLETION_SAMPLING
+    given = {
+        "max_tokens": args.max_tokens,
+        "min_tokens": args.min_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "repetition_penalty": args.repetition_penalty,
+        "seed": args.seed,
+        "n": args.n,
+    }
+    return replace(base, **{k: v for k, v in given.items() if v is not None})
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return str(args.prompt)
+    if args.prompt_file is not None:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SystemExit(f"infill-lsp: error: cannot read {args.prompt_file}: {e}") from e
+    return sys.stdin.read()
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    role = Role.CHAT if args.chat else Role.COMPLETION
+    try:
+        sampling = _sampling(args)
+        stops = StopConditions(
+            stop=_stop_strings(args),
+            stop_token_ids=tuple(args.stop_token_id),
+            include_stop_str_in_output=args.include_stop_str,
+            ignore_eos=args.ignore_eos,
+        )
+    except ValueError as e:
+        raise SystemExit(f"infill-lsp: error: {e}") from e
+    prompt = _read_prompt(args)
+    request = GenerationRequest(
+        prompt=None if args.chat else prompt,
+        messages=(ChatMessage("user", prompt),) if args.chat else None,
+        role=role,
+        sampling=sampling,
+        stops=stops,
+    )
+    models = ModelSet({role: _spec(args, role, args.model)})
+    engine = await asyncio.to_thread(models.engine, role)
+    loop = asyncio.get_running_loop()
+    # Ctrl-C cancels the request: the stream ends with "cancelled" deltas, then we exit.
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, engine.cancel, request.request_id)
+    status = 0
+    try:
+        async with contextlib.aclosing(engine.generate(request)) as deltas:
+            async for delta in deltas:
+                if not delta.text and delta.finish_reason is None:
+                    continue
+                line: dict[str, Any] = {
+                    "index": delta.index,
+                    "text": delta.text,
+                    "finish_reason": delta.finish_reason,
+                    "stop_reason": delta.stop_reason,
+                }
+                if delta.error:
+                    line["error"] = delta.error
+                    status = 1
+                print(json.dumps(line, ensure_ascii=False), flush=True)
+    finally:
+        models.close()
+    return status
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report: dict[str, Any] = {}
+    failed = False
+    specs: dict[Role, ModelSpec] = {}
+    for role, explicit in ((Role.COMPLETION, args.model), (Role.CHAT, args.chat_model)):
+        try:
+            specs[role] = _spec(args, role, explicit)
+        except EngineError as e:
+            report[role.value] = {"ok": False, "error": str(e)}
+            failed = True
+    models = ModelSet(specs)
+    for role in specs:
+        try:
+            engine = models.engine(role)
+        except EngineError as e:
+            report[role.value] = {"ok": False, "model_path": str(specs[role].path), "error": str(e)}
+            failed = True
+            continue
+        backend = engine.backend
+        fim = detect_fim_template(backend.special_token_id)
+        info = asdict(engine.info)
+        report[role.value] = {
+            "ok": True,
+            "backend": info["backend"],
+            "model_path": info["path"],
+            "model_name": info["name"],
+            "device": info["device"],
+            "context_size": info["context_size"],
+            "fim_family": fim.family if fim else None,
+            "chat_template": info["has_chat_template"],
+            "eog_tokens": [{"id": i, "text": t} for i, t in engine.info.eog_tokens],
+            "load_seconds": round(info["load_seconds"], 3),
+            "shared_with_other_role": models.shared(),
+        }
+    models.close()
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        for role_name, entry in report.items():
+            print(f"{role_name}:")
+            for key, value in entry.items():
+                if key == "eog_tokens":
+                    value = ", ".join(f"{t['text']} ({t['id']})" for t in value)
+                print(f"  {key:24} {value}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "generate":
+            return asyncio.run(_generate(args))
+        return _doctor(args)
+    except EngineError as e:
+        print(f"infill-lsp: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
