@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.errors import DetokenizeError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 class Detokenizer(Protocol):
@@ -53,7 +56,7 @@ class DecodeStreamDetokenizer:
     """For Hugging Face `tokenizers`: their `DecodeStream` applies the tokenizer's own decoder
     (byte fallback, metaspace, cleanup) incrementally and withholds incomplete characters."""
 
-    def __init__(self, tokenizer: object, *, skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, skip_special_tokens: bool = True) -> None:
         from tokenizers.decoders import DecodeStream
 
         self._tokenizer = tokenizer

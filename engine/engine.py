@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from engine.backend import Backend, ModelInfo
@@ -52,7 +52,7 @@ class Engine:
     def recent_stats(self) -> tuple[JobStats, ...]:
         return tuple(self._worker.recent_stats)
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[TextDelta]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
         """Stream the request's deltas; raises `EngineError` subclasses for bad requests."""
         loop = asyncio.get_running_loop()
         channel: asyncio.Queue[object] = asyncio.Queue()

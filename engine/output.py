@@ -119,9 +119,7 @@ class OutputProcessor:
 
     def end(self, index: int | None = None) -> list[TextDelta]:
         """The token stream ended (for one choice, or all) without a stop: flush, finish STOP."""
-        return [
-            delta for i in self._indices(index) for delta in self.finish(i, FinishReason.STOP)
-        ]
+        return [delta for i in self._indices(index) for delta in self.finish(i, FinishReason.STOP)]
 
     def error(self, message: str, index: int | None = None) -> list[TextDelta]:
         """A failure ends the open choices (or one): no flush, no synthetic STOP afterwards."""

@@ -285,7 +285,9 @@ def build_fim_prompt(
         else:
             token_id = backend.special_token_id(part)
             if token_id is None:
-                raise ValueError(f"the tokenizer has no {part!r} token for FIM family {template.family}")
+                raise ValueError(
+                    f"the tokenizer has no {part!r} token for FIM family {template.family}"
+                )
             ids.append(token_id)
             text.append(part)
     return FimPrompt(
@@ -339,8 +341,6 @@ def render_chat_template(
     add_generation_prompt: bool = True,
 ) -> str:
     """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does."""
-    from jinja2 import TemplateError
-
     template = _compile(source)
     try:
         rendered: str = template.render(
@@ -349,7 +349,12 @@ def render_chat_template(
             eos_token=eos_token or "",
             add_generation_prompt=add_generation_prompt,
         )
-    except TemplateError as e:
+    except ChatTemplateError:
+        raise  # raise_exception(): the template's own refusal
+    except Exception as e:
+        # The template is the model's code, run in the sandbox: besides Jinja's own errors
+        # (unsafe access, undefined names) it fails with plain Python ones (`1/0`, `'a' + 1`,
+        # a `range` over the sandbox's limit), and callers catch only the engine's errors.
         raise ChatTemplateError(f"the model's chat template failed: {e}") from e
     return rendered
 

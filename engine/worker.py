@@ -130,7 +130,9 @@ class Worker:
         first_token: float | None = None
         try:
             for index in range(sampling.n):
-                tokens = backend.iter_token_ids(prompt_ids, sampling.for_choice(index), job.cancelled)
+                tokens = backend.iter_token_ids(
+                    prompt_ids, sampling.for_choice(index), job.cancelled
+                )
                 try:
                     for token_id in tokens:
                         if first_token is None:
@@ -167,13 +169,14 @@ class Worker:
             finish_reasons=tuple(processor.finish_reason(i) for i in range(sampling.n)),
         )
         self.recent_stats.append(stats)
+        first = stats.first_token_seconds
         log.info(
             "%s %s: prompt %d tokens, generated %d, first token %s, total %.0f ms, finish %s",
             self.name,
             request.request_id,
             stats.prompt_tokens,
             stats.generated_tokens,
-            "-" if first_token is None else f"{stats.first_token_seconds * 1000:.0f} ms",
+            "-" if first is None else f"{first * 1000:.0f} ms",
             stats.total_seconds * 1000,
             ",".join(str(r) for r in stats.finish_reasons),
         )

@@ -37,13 +37,27 @@ log = logging.getLogger("infill_lsp")
 def _model_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("model")
-    group.add_argument("--backend", choices=BACKENDS, default="auto",
-                       help="auto: llama.cpp for a .gguf file, transformers for a folder")
+    group.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto: llama.cpp for a .gguf file, transformers for a folder",
+    )
     group.add_argument("--context-size", type=int, default=4096, metavar="N")
-    group.add_argument("--threads", type=int, default=None, metavar="N",
-                       help="generation threads (llama.cpp; default: half the cores, at most 8)")
-    group.add_argument("--gpu-layers", type=int, default=0, metavar="N",
-                       help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)")
+    group.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="generation threads (llama.cpp; default: half the cores, at most 8)",
+    )
+    group.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)",
+    )
     group.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda, cuda:N")
     group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
     return parent
@@ -68,13 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     model = _model_options()
 
-    gen = sub.add_parser("generate", parents=[model],
-                         help="stream a completion as JSON lines (one per delta)")
+    gen = sub.add_parser(
+        "generate", parents=[model], help="stream a completion as JSON lines (one per delta)"
+    )
     source = gen.add_mutually_exclusive_group()
     source.add_argument("--prompt", help="the prompt text (default: read stdin)")
     source.add_argument("--prompt-file", metavar="PATH")
-    gen.add_argument("--chat", action="store_true",
-                     help="the prompt is a user message, rendered with the model's chat template")
+    gen.add_argument(
+        "--chat",
+        action="store_true",
+        help="the prompt is a user message, rendered with the model's chat template",
+    )
     gen.add_argument("--model", help="model of the role in use (completion, or chat with --chat)")
     gen.add_argument("--max-tokens", type=int)
     gen.add_argument("--min-tokens", type=int)
@@ -84,15 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float)
     gen.add_argument("--seed", type=int)
     gen.add_argument("--n", type=int, help="number of choices")
-    gen.add_argument("--stop", action="append", default=[], metavar="TEXT",
-                     help="stop string (repeatable; taken literally)")
-    gen.add_argument("--stop-json", action="append", default=[], metavar="JSON",
-                     help='stop strings as a JSON string or list, for escapes: \'["\\n\\n"]\'')
+    gen.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop string (repeatable; taken literally)",
+    )
+    gen.add_argument(
+        "--stop-json",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="stop strings as a JSON string or list, for escapes: '[\"\\n\\n\"]'",
+    )
     gen.add_argument("--stop-token-id", action="append", type=int, default=[], metavar="ID")
-    gen.add_argument("--include-stop-str", action="store_true",
-                     help="keep a matched stop string in the output")
-    gen.add_argument("--ignore-eos", action="store_true",
-                     help="do not stop at the model's end-of-generation tokens")
+    gen.add_argument(
+        "--include-stop-str", action="store_true", help="keep a matched stop string in the output"
+    )
+    gen.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="do not stop at the model's end-of-generation tokens",
+    )
 
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
     doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")

@@ -101,15 +101,19 @@ class LlamaCppBackend(Backend):
             path=str(path),
             backend="llama.cpp",
             device=f"cuda ({_layers(options.gpu_layers)} layers offloaded)" if offload else "cpu",
-            context_size=self._llm.n_ctx(),
+            # llama.cpp may round the context up (to 256); llama-cpp-python's buffers keep the
+            # size asked for, so that is the real limit.
+            context_size=min(self._llm.n_ctx(), options.context_size),
             vocab_size=n_vocab,
             eog_tokens=eog,
             has_chat_template=self._chat_template is not None,
             load_seconds=time.perf_counter() - started,
         )
         if options.gpu_layers != 0 and not offload:
-            log.warning("gpu_layers=%d asked, but llama-cpp-python has no GPU support: using the CPU",
-                        options.gpu_layers)
+            log.warning(
+                "gpu_layers=%d asked, but llama-cpp-python has no GPU support: using the CPU",
+                options.gpu_layers,
+            )
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -142,7 +146,9 @@ class LlamaCppBackend(Backend):
         if n < 0:  # never expected with this capacity; the library says how many it needs
             capacity = -n
             buf = (self._lib.llama_token * capacity)()
-            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, special)
+            n = self._lib.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_bos, special
+            )
         return list(buf[:n])
 
     def special_token_id(self, text: str) -> int | None:

@@ -1,0 +1,339 @@
+"""Our engine against raw llama-cpp-python, side by side in one run (DESIGN §6).
+
+Run from the repository root (the Makefile's `make bench` runs exactly this):
+
+    .venv/bin/python bench/engine.py [--tokens 64] [--repeats 5] [--json PATH]
+
+Both sides drive the same loaded `Llama` object (the backend's `_llm`), so model, context and
+threads are identical. Raw is `Llama.generate()` on the prompt's token ids; ours is
+`Engine.generate()` on the prompt text, through the worker thread, the detokenizer, the stop
+processor and the asyncio hand-off, measured where a consumer (the LSP layer) sees the deltas.
+Both decode greedily, and ours has `ignore_eos=True`, so both make exactly `--tokens` tokens;
+the counts and the token ids are checked to match.
+
+Prints a table to stdout and writes JSON to bench/results/engine.json; logs go to stderr.
+Target: ours/raw within 1.05 for time to first token and for time per token.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `python bench/engine.py` puts bench/ first on sys.path, where this very file would shadow the
+# `engine` package; the repository root goes in front of it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engine.backends.llama_cpp import LlamaCppBackend
+from engine.engine import Engine
+from engine.models import ModelSpec, load_backend, resolve_model_path
+from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
+
+log = logging.getLogger("bench.engine")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+HUMAN_EVAL = (
+    ROOT.parent
+    / "shared"
+    / "data"
+    / "human-eval-infilling"
+    / "HumanEval-SingleLineInfilling.jsonl.gz"
+)
+#: A real FIM prefix (the code before a single-line hole) of about 370 tokens with Gemma's
+#: tokenizer: long enough that prompt processing dominates the time to first token.
+DEFAULT_TASK = "SingleLineInfilling/HumanEval/81/L10"
+TARGET_RATIO = 1.05
+
+#: Exactly what `LlamaCppBackend.iter_token_ids` passes for greedy decoding, so that both sides
+#: build the same sampler chain.
+GREEDY = {
+    "temp": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One timed generation. Times are seconds from the request to the consumer's loop."""
+
+    side: str  # "raw" or "ours"
+    repeat: int
+    first_token_s: float
+    total_s: float
+    tokens: int
+    token_ids: tuple[int, ...]
+    worker_first_token_s: float | None = None  # ours only: as the worker thread saw it
+
+    @property
+    def decode_s_per_token(self) -> float:
+        """Time per token after the first: the decode loop alone, without the prompt."""
+        return (self.total_s - self.first_token_s) / max(1, self.tokens - 1)
+
+
+def load_prompt(task_id: str) -> str:
+    """The text before the hole of one HumanEval single-line infilling task."""
+    if not HUMAN_EVAL.is_file():
+        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
+    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row["task_id"] == task_id:
+                return str(row["prompt"])
+    raise SystemExit(f"no task {task_id!r} in {HUMAN_EVAL}")
+
+
+def raw_once(backend: LlamaCppBackend, prompt: str, n: int, repeat: int) -> Run:
+    """Plain llama-cpp-python: tokenize, then `generate()` until `n` tokens came out."""
+    llm = backend._llm
+    # A cold KV cache for both sides: `reset()` sets the cached token count to 0, so the next
+    # `generate()` finds no shared prefix and evaluates the whole prompt again (`eval` drops
+    # the cache cells from position 0 on). We reset rather than vary the prompt so that both
+    # sides evaluate exactly the same tokens every time.
+    llm.reset()
+    started = time.perf_counter()
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.adds_bos, special=True)
+    out: list[int] = []
+    first: float | None = None
+    tokens = llm.generate(ids, reset=True, **GREEDY)
+    try:
+        for token_id in tokens:
+            if first is None:
+                first = time.perf_counter()
+            out.append(int(token_id))
+            if len(out) >= n:
+                break
+    finally:
+        tokens.close()
+    done = time.perf_counter()
+    assert first is not None
+    return Run(
+        side="raw",
+        repeat=repeat,
+        first_token_s=first - started,
+        total_s=done - started,
+        tokens=len(out),
+        token_ids=tuple(out),
+    )
+
+
+async def ours_once(
+    engine: Engine, backend: LlamaCppBackend, prompt: str, n: int, repeat: int
+) -> Run:
+    """Our engine, timed as its consumer sees it: from `generate()` to the last delta."""
+    backend._llm.reset()  # cold KV cache, as for raw; the worker is idle between jobs
+    started = time.perf_counter()
+    request = GenerationRequest(
+        prompt=prompt,
+        sampling=SamplingParams(max_tokens=n, temperature=0.0),
+        stops=StopConditions(ignore_eos=True),
+    )
+    out: list[int] = []
+    first: float | None = None
+    finish: FinishReason | None = None
+    async with contextlib.aclosing(engine.generate(request)) as deltas:
+        async for delta in deltas:
+            if delta.token_ids and first is None:
+                first = time.perf_counter()
+            out.extend(delta.token_ids)
+            if delta.finish_reason is not None:
+                finish = delta.finish_reason
+    done = time.perf_counter()
+    assert first is not None
+    if finish is not FinishReason.LENGTH:
+        log.warning("ours finished with %s, expected %s", finish, FinishReason.LENGTH)
+    stats = next(
+        (s for s in reversed(engine.recent_stats) if s.request_id == request.request_id), None
+    )
+    return Run(
+        side="ours",
+        repeat=repeat,
+        first_token_s=first - started,
+        total_s=done - started,
+        tokens=len(out),
+        token_ids=tuple(out),
+        worker_first_token_s=None if stats is None else stats.first_token_seconds,
+    )
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def summarize(runs: Sequence[Run]) -> dict[str, Any]:
+    """Medians per side, ratios of the medians, and the median of the per-repeat ratios (each
+    pair ran back to back, so that ratio cancels most of the machine's drift)."""
+    raw = [r for r in runs if r.side == "raw"]
+    ours = [r for r in runs if r.side == "ours"]
+    metrics: dict[str, Callable[[Run], float]] = {
+        "first_token_ms": lambda r: r.first_token_s * 1000,
+        "decode_ms_per_token": lambda r: r.decode_s_per_token * 1000,
+        "decode_tokens_per_s": lambda r: 1 / r.decode_s_per_token,
+        "total_ms": lambda r: r.total_s * 1000,
+    }
+    summary: dict[str, Any] = {}
+    for name, value in metrics.items():
+        raw_values = [value(r) for r in raw]
+        ours_values = [value(r) for r in ours]
+        paired = [o / r for o, r in zip(ours_values, raw_values, strict=True)]
+        summary[name] = {
+            "raw": median(raw_values),
+            "ours": median(ours_values),
+            "ratio_of_medians": median(ours_values) / median(raw_values),
+            "median_paired_ratio": median(paired),
+            "raw_runs": raw_values,
+            "ours_runs": ours_values,
+        }
+    worker = [r.worker_first_token_s for r in ours if r.worker_first_token_s is not None]
+    if worker:
+        summary["ours_worker_first_token_ms"] = median(worker) * 1000
+    return summary
+
+
+def print_table(summary: dict[str, Any], config: dict[str, Any]) -> None:
+    print(
+        f"engine vs raw llama-cpp-python: {config['model']} ({config['device']}), "
+        f"prompt {config['prompt_tokens']} tokens ({config['task']}), "
+        f"{config['tokens']} tokens generated x {config['repeats']} repeats, "
+        f"threads {config['threads']}/{config['threads_batch']} (decode/prompt)"
+    )
+    header = f"{'metric':<24} {'raw':>10} {'ours':>10} {'ours/raw':>9} {'paired':>8}"
+    print(header)
+    print("-" * len(header))
+    labels = {
+        "first_token_ms": "time to first token, ms",
+        "decode_ms_per_token": "decode, ms/token",
+        "decode_tokens_per_s": "decode, tokens/s",
+        "total_ms": "total, ms",
+    }
+    for key, label in labels.items():
+        row = summary[key]
+        print(
+            f"{label:<24} {row['raw']:>10.2f} {row['ours']:>10.2f} "
+            f"{row['ratio_of_medians']:>9.3f} {row['median_paired_ratio']:>8.3f}"
+        )
+    print(
+        "ours/raw: ratio of the medians; paired: median of the per-repeat ratios. "
+        f"Target for time rows: <= {TARGET_RATIO} (tokens/s: >= {1 / TARGET_RATIO:.3f})."
+    )
+    if "ours_worker_first_token_ms" in summary:
+        print(
+            "ours, first token as the worker thread saw it: "
+            f"{summary['ours_worker_first_token_ms']:.2f} ms (the rest is the hand-off)"
+        )
+    print(
+        f"tokens per run: raw {config['raw_token_counts']}, ours {config['ours_token_counts']}; "
+        f"same token ids on both sides: {config['same_token_ids']}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per run (default 64)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per side (default 5)")
+    parser.add_argument("--task", default=DEFAULT_TASK, help="HumanEval single-line task id")
+    parser.add_argument("--json", type=Path, default=RESULTS / "engine.json", help="output file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    logging.getLogger("engine").setLevel(logging.WARNING)  # one line per job is noise here
+
+    prompt = load_prompt(args.task)
+    path = resolve_model_path(Role.COMPLETION)
+    log.info("loading %s", path)
+    backend = load_backend(ModelSpec(path=path))
+    assert isinstance(backend, LlamaCppBackend)
+    engine = Engine(backend, name="bench")
+    llm = backend._llm
+    prompt_ids = backend.tokenize(prompt, add_bos=backend.adds_bos)
+    raw_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.adds_bos, special=True)
+    if list(raw_ids) != prompt_ids:
+        raise SystemExit("raw and our tokenizer disagree on the prompt: the comparison is unfair")
+
+    runs: list[Run] = []
+    try:
+        with asyncio.Runner() as runner:
+            log.info("warming up (one untimed run per side)")
+            raw_once(backend, prompt, args.tokens, -1)
+            runner.run(ours_once(engine, backend, prompt, args.tokens, -1))
+            for repeat in range(args.repeats):
+                # Interleaved, and the order flips every repeat (raw, ours, ours, raw, ...): a
+                # steady drift of the machine then hits both sides alike, and neither always
+                # runs right after the other.
+                order = ("raw", "ours") if repeat % 2 == 0 else ("ours", "raw")
+                for side in order:
+                    if side == "raw":
+                        run = raw_once(backend, prompt, args.tokens, repeat)
+                    else:
+                        run = runner.run(ours_once(engine, backend, prompt, args.tokens, repeat))
+                    runs.append(run)
+                    log.info(
+                        "repeat %d %-4s: first token %.1f ms, total %.1f ms, %d tokens",
+                        repeat,
+                        side,
+                        run.first_token_s * 1000,
+                        run.total_s * 1000,
+                        run.tokens,
+                    )
+    finally:
+        engine.close()
+
+    raw_runs = [r for r in runs if r.side == "raw"]
+    ours_runs = [r for r in runs if r.side == "ours"]
+    same_ids = all(r.token_ids == raw_runs[0].token_ids for r in runs)
+    counts_ok = all(r.tokens == args.tokens for r in runs)
+    if not counts_ok:
+        log.error("token counts differ from --tokens %d", args.tokens)
+    if not same_ids:
+        log.warning("greedy runs produced different token ids")
+    context = llm.context_params
+    config: dict[str, Any] = {
+        "model": backend.info.name,
+        "model_path": str(path),
+        "device": backend.info.device,
+        "task": args.task,
+        "prompt_tokens": len(prompt_ids),
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "threads": context.n_threads,
+        "threads_batch": context.n_threads_batch,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "raw_token_counts": sorted({r.tokens for r in raw_runs}),
+        "ours_token_counts": sorted({r.tokens for r in ours_runs}),
+        "same_token_ids": same_ids,
+    }
+    summary = summarize(runs)
+    print_table(summary, config)
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "benchmark": "engine",
+        "config": config,
+        "summary": summary,
+        "runs": [asdict(r) for r in runs],
+    }
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    log.info("wrote %s", args.json)
+    return 0 if counts_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

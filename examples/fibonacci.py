@@ -1,0 +1,2 @@
+def fibonacci(n: int) -> int:
+    """Return the n-th Fibonacci number (fibonacci(0) == 0, fibonacci(1) == 1)."""

@@ -1,0 +1,50 @@
+"""Shared fixtures: the real default models, loaded once per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.backends.llama_cpp import LlamaCppBackend
+from engine.engine import Engine
+from engine.models import ModelSpec, load_backend, resolve_model_path
+from engine.types import Role
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"the shared data folder is missing: {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def completion_backend() -> Iterator[LlamaCppBackend]:
+    backend = load_backend(ModelSpec(path=resolve_model_path(Role.COMPLETION, environ={})))
+    assert isinstance(backend, LlamaCppBackend)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def chat_backend() -> Iterator[LlamaCppBackend]:
+    backend = load_backend(ModelSpec(path=resolve_model_path(Role.CHAT, environ={})))
+    assert isinstance(backend, LlamaCppBackend)
+    return backend
+
+
+@pytest.fixture(scope="session")
+def completion_engine(completion_backend: LlamaCppBackend) -> Iterator[Engine]:
+    engine = Engine(completion_backend, name="completion")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def chat_engine(chat_backend: LlamaCppBackend) -> Iterator[Engine]:
+    engine = Engine(chat_backend, name="chat")
+    yield engine
+    engine.close()

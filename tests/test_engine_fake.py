@@ -1,0 +1,207 @@
+"""The engine facade and its worker, on the scripted backend: streaming, cancel, errors, queues."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from engine.backends.fake import FakeBackend, FakeCall, byte_ids
+from engine.engine import Engine
+from engine.errors import PromptTooLongError
+from engine.types import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    StopConditions,
+    TextDelta,
+)
+
+
+@pytest.fixture
+def make_engine():
+    engines: list[Engine] = []
+
+    def make(**kw: object) -> tuple[Engine, FakeBackend]:
+        backend = FakeBackend(**kw)  # type: ignore[arg-type]
+        engine = Engine(backend)
+        engines.append(engine)
+        return engine, backend
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+def request(prompt: str = "x", **kw: object) -> GenerationRequest:
+    sampling = kw.pop("sampling", SamplingParams(max_tokens=100))
+    return GenerationRequest(prompt=prompt, sampling=sampling, **kw)  # type: ignore[arg-type]
+
+
+async def stream(engine: Engine, req: GenerationRequest) -> list[TextDelta]:
+    return [d async for d in engine.generate(req)]
+
+
+async def test_streamed_deltas_join_to_the_collected_text(make_engine) -> None:
+    engine, _ = make_engine(script=["héllo 😀 wörld"])
+    deltas = await stream(engine, request())
+    assert "".join(d.text for d in deltas) == "héllo 😀 wörld"
+    assert [d.finish_reason for d in deltas][-1] is FinishReason.STOP
+    assert all(d.finish_reason is None for d in deltas[:-1])
+    (result,) = await engine.collect(request())
+    assert result.text == "héllo 😀 wörld"
+
+
+async def test_the_models_end_token_stops_and_is_not_shown(make_engine) -> None:
+    engine, _ = make_engine(script=[["ab", 1, "cd"]])
+    (result,) = await engine.collect(request())
+    assert (result.text, result.finish_reason, result.stop_reason) == (
+        "ab",
+        FinishReason.STOP,
+        None,
+    )
+
+
+async def test_hidden_stop_string_is_cut_and_reported(make_engine) -> None:
+    engine, _ = make_engine(script=["x = 1\n\ny = 2"])
+    (result,) = await engine.collect(request(stops=StopConditions(stop=("\n\n",))))
+    assert (result.text, result.stop_reason) == ("x = 1", "\n\n")
+
+
+async def test_max_tokens_ends_with_length(make_engine) -> None:
+    engine, _ = make_engine(script=["abcdefgh"])
+    (result,) = await engine.collect(request(sampling=SamplingParams(max_tokens=3)))
+    assert (result.text, result.finish_reason) == ("abc", FinishReason.LENGTH)
+
+
+async def test_generation_is_capped_by_the_room_left_in_the_context(make_engine) -> None:
+    engine, _ = make_engine(script=["abcdefgh"], context=6)
+    # "<bos>" + "xy" take 3 of 6 positions: 3 tokens are left.
+    (result,) = await engine.collect(request("xy", sampling=SamplingParams(max_tokens=100)))
+    assert (result.text, result.finish_reason) == ("abc", FinishReason.LENGTH)
+
+
+async def test_a_prompt_longer_than_the_context_is_a_clear_error(make_engine) -> None:
+    engine, _ = make_engine(script=["a"], context=8)
+    with pytest.raises(
+        PromptTooLongError, match="the prompt has 21 tokens but the model's context holds 8"
+    ):
+        await stream(engine, request("x" * 20))
+    # The engine serves the next request normally.
+    (result,) = await engine.collect(request("x"))
+    assert result.text == "a"
+
+
+async def test_closing_the_stream_stops_the_model_within_one_token(make_engine) -> None:
+    engine, backend = make_engine(script=["a" * 200, "ok"], repeat_last=False, step_seconds=0.002)
+    async with contextlib.aclosing(engine.generate(request())) as deltas:
+        async for _ in deltas:
+            break  # the consumer goes away after the first delta
+    await wait_until(lambda: len(backend.calls) == 1 and is_done(engine, backend))
+    cancelled_call = backend.calls[0]
+    assert cancelled_call.yielded < 200
+    # Next request is served normally.
+    (result,) = await engine.collect(request())
+    assert result.text == "ok"
+
+
+async def test_cancel_is_seen_before_the_next_token(make_engine) -> None:
+    seen: dict[str, int] = {}
+
+    def cancel_at_five(call: FakeCall) -> None:
+        if call.yielded == 5:
+            seen["at"] = call.yielded
+            engine.cancel(req.request_id)
+
+    engine, backend = make_engine(script=["a" * 50], on_step=cancel_at_five)
+    req = request()
+    deltas = await stream(engine, req)
+    assert backend.calls[0].yielded == seen["at"]  # not one token more
+    assert deltas[-1].finish_reason is FinishReason.CANCELLED
+    assert "".join(d.text for d in deltas) == "a" * 5
+
+
+async def test_a_cancelled_consumer_task_aborts_the_job(make_engine) -> None:
+    engine, backend = make_engine(script=["a" * 500, "next"], repeat_last=False, step_seconds=0.002)
+
+    async def consume() -> None:
+        async for _ in engine.generate(request()):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (result,) = await engine.collect(request())
+    assert result.text == "next"
+    assert backend.calls[0].yielded < 500
+
+
+async def test_n_choices_have_independent_stop_state(make_engine) -> None:
+    engine, backend = make_engine(script=["ab\n\ncd", "abc\nd"], repeat_last=False)
+    req = request(
+        sampling=SamplingParams(max_tokens=100, n=2, seed=7, temperature=0.5),
+        stops=StopConditions(stop=("\n\n",)),
+    )
+    results = await engine.collect(req)
+    assert [r.text for r in results] == ["ab", "abc\nd"]
+    assert [r.stop_reason for r in results] == ["\n\n", None]
+    assert [c.sampling.seed for c in backend.calls] == [7, 8]  # each choice its own seed
+
+
+async def test_a_backend_failure_ends_with_error_and_no_stop(make_engine) -> None:
+    engine, backend = make_engine(script=["abcdef"], fail_after=3)
+    deltas = await stream(engine, request(stops=StopConditions(stop=("cdX",))))
+    assert deltas[-1].finish_reason is FinishReason.ERROR
+    assert "simulated backend failure" in (deltas[-1].error or "")
+    assert not [d for d in deltas if d.finish_reason is FinishReason.STOP]
+    assert "".join(d.text for d in deltas) == "ab"  # the withheld "c" is not flushed
+    backend.fail_after = None
+    (result,) = await engine.collect(request())
+    assert result.text == "abcdef"
+
+
+async def test_chat_messages_are_rendered_with_the_models_template(make_engine) -> None:
+    template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    engine, backend = make_engine(script=["hi"], template=template)
+    req = GenerationRequest(messages=(ChatMessage("user", "hello"),))
+    (result,) = await engine.collect(req)
+    assert result.text == "hi"
+    assert backend.calls[0].prompt_ids == (0, *byte_ids("<user>hello<assistant>"))
+
+
+async def test_requests_to_one_model_queue_in_order(make_engine) -> None:
+    engine, _ = make_engine(script=["first", "second"], repeat_last=False, step_seconds=0.001)
+    a, b = await asyncio.gather(engine.collect(request()), engine.collect(request()))
+    assert (a[0].text, b[0].text) == ("first", "second")
+
+
+async def test_a_long_job_on_one_model_never_delays_another_model(make_engine) -> None:
+    slow, _ = make_engine(script=["x" * 2000], step_seconds=0.001, name="chat")
+    fast, _ = make_engine(script=["quick"], name="completion")
+    long_job = asyncio.create_task(slow.collect(request(sampling=SamplingParams(max_tokens=5000))))
+    await asyncio.sleep(0.05)
+    (result,) = await fast.collect(request())
+    assert result.text == "quick"
+    assert not long_job.done()  # answered while the other model was still busy
+    slow_results = await long_job
+    assert slow_results[0].text == "x" * 2000
+
+
+def is_done(engine: Engine, backend: FakeBackend) -> bool:
+    return len(engine.recent_stats) == len(backend.calls)
+
+
+async def wait_until(condition, limit_seconds: float = 5.0) -> None:
+    deadline = time.perf_counter() + limit_seconds
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)

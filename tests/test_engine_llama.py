@@ -1,0 +1,149 @@
+"""The engine on the real default models (llama.cpp): what a user of `generate` relies on."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import pytest
+
+from engine.backends.llama_cpp import LlamaCppBackend
+from engine.engine import Engine
+from engine.errors import PromptTooLongError
+from engine.types import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    Role,
+    SamplingParams,
+    StopConditions,
+)
+
+PROMPT = (
+    'def is_palindrome(s: str) -> bool:\n    """Return True if s reads the same backwards."""\n'
+)
+
+
+def greedy(prompt: str = PROMPT, max_tokens: int = 24, **kw: object) -> GenerationRequest:
+    return GenerationRequest(
+        prompt=prompt,
+        sampling=SamplingParams(max_tokens=max_tokens),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_greedy_output_is_deterministic_and_equals_raw_llama_cpp(
+    completion_engine: Engine, completion_backend: LlamaCppBackend
+) -> None:
+    (first,) = await completion_engine.collect(greedy())
+    (second,) = await completion_engine.collect(greedy())
+    assert first.text == second.text
+    assert first.text.strip()
+    # The engine is idle now, so the test thread may use the model directly.
+    raw = completion_backend._llm.create_completion(PROMPT, max_tokens=24, temperature=0.0)
+    assert first.text == raw["choices"][0]["text"]
+
+
+async def test_streamed_deltas_join_to_the_full_decode(
+    completion_engine: Engine, completion_backend: LlamaCppBackend
+) -> None:
+    deltas = [d async for d in completion_engine.generate(greedy(max_tokens=32))]
+    ids = [i for d in deltas for i in d.token_ids]
+    text = "".join(d.text for d in deltas)
+    (collected,) = await completion_engine.collect(greedy(max_tokens=32))
+    assert text == collected.text
+    assert text == completion_backend.detokenize(ids)
+    assert deltas[-1].finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+
+
+async def test_a_hidden_stop_string_cut_mid_output_gives_the_text_before_it(
+    completion_engine: Engine,
+) -> None:
+    (full,) = await completion_engine.collect(greedy(max_tokens=40))
+    # A stop string that starts in the middle of the output and spans several characters.
+    start = len(full.text) // 2
+    stop = full.text[start : start + 4]
+    assert len(stop) == 4
+    expected = full.text[: full.text.find(stop)]
+    (cut,) = await completion_engine.collect(
+        greedy(max_tokens=40, stops=StopConditions(stop=(stop,)))
+    )
+    assert cut.text == expected
+    assert (cut.finish_reason, cut.stop_reason) == (FinishReason.STOP, stop)
+
+    (kept,) = await completion_engine.collect(
+        greedy(max_tokens=40, stops=StopConditions(stop=(stop,), include_stop_str_in_output=True))
+    )
+    assert kept.text == expected + stop
+
+
+async def test_cancel_mid_stream_stops_and_the_next_request_is_unaffected(
+    completion_engine: Engine,
+) -> None:
+    (reference,) = await completion_engine.collect(greedy(max_tokens=30))
+    received = 0
+    async with contextlib.aclosing(completion_engine.generate(greedy(max_tokens=200))) as deltas:
+        async for delta in deltas:
+            received += len(delta.token_ids)
+            if received >= 3:
+                break
+    (after,) = await completion_engine.collect(greedy(max_tokens=30))
+    assert after.text == reference.text  # the aborted job left the KV cache consistent
+    cancelled = completion_engine.recent_stats[-2]
+    assert cancelled.generated_tokens < 200
+
+
+def test_the_backend_checks_cancel_before_every_token(completion_backend: LlamaCppBackend) -> None:
+    cancelled = threading.Event()
+    ids = completion_backend.tokenize(PROMPT, add_bos=True)
+    produced = []
+    for token_id in completion_backend.iter_token_ids(ids, SamplingParams(), cancelled):
+        produced.append(token_id)
+        if len(produced) == 3:
+            cancelled.set()
+    assert len(produced) == 3
+
+
+async def test_two_choices_each_finish_and_sampling_is_seeded(completion_engine: Engine) -> None:
+    sampling = SamplingParams(max_tokens=12, n=2, temperature=0.9, top_p=0.95, seed=1234)
+    first = await completion_engine.collect(GenerationRequest(prompt=PROMPT, sampling=sampling))
+    again = await completion_engine.collect(GenerationRequest(prompt=PROMPT, sampling=sampling))
+    assert [r.index for r in first] == [0, 1]
+    assert all(r.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) for r in first)
+    assert [r.text for r in first] == [r.text for r in again]  # same seed, same samples
+    greedy_two = await completion_engine.collect(
+        GenerationRequest(prompt=PROMPT, sampling=SamplingParams(max_tokens=12, n=2))
+    )
+    assert greedy_two[0].text == greedy_two[1].text
+
+
+async def test_a_prompt_longer_than_the_context_is_a_clear_error(completion_engine: Engine) -> None:
+    long_prompt = "x = 1\n" * 3000
+    with pytest.raises(
+        PromptTooLongError, match=r"the prompt has \d+ tokens but the model's context holds 4096"
+    ):
+        await completion_engine.collect(greedy(long_prompt))
+    (ok,) = await completion_engine.collect(greedy(max_tokens=4))
+    assert ok.finish_reason is not None
+
+
+async def test_chat_uses_the_models_template_and_stops_at_its_end_token(
+    chat_engine: Engine, chat_backend: LlamaCppBackend
+) -> None:
+    request = GenerationRequest(
+        messages=(ChatMessage("user", "Say hello."),),
+        role=Role.CHAT,
+        sampling=SamplingParams(max_tokens=60),
+    )
+    (answer,) = await chat_engine.collect(request)
+    assert answer.text.strip()
+    assert "<|im_end|>" not in answer.text
+    assert "<|im_start|>" not in answer.text
+    if answer.finish_reason is FinishReason.STOP:
+        assert answer.stop_reason is None  # the model's own end token, not a user stop
+    assert {0, 2} <= chat_backend.eog_token_ids  # <|endoftext|>, <|im_end|> from the GGUF
+
+
+def test_end_of_generation_tokens_come_from_the_model(completion_backend: LlamaCppBackend) -> None:
+    assert {1, 106} <= completion_backend.eog_token_ids  # <eos>, <end_of_turn>
+    assert completion_backend.adds_bos  # Gemma needs its BOS

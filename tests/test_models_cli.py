@@ -1,0 +1,173 @@
+"""Model resolution per role, and the `generate` / `doctor` commands as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ModelLoadError
+from engine.models import (
+    GEMMA_FILE,
+    SMOLLM2_FILE,
+    ModelSet,
+    ModelSpec,
+    default_completion_model,
+    load_backend,
+    resolve_model_path,
+)
+from engine.types import Role
+
+CLI = [sys.executable, "-m", "lsp_server.cli"]
+
+
+def run_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [*CLI, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def json_lines(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def test_explicit_setting_beats_environment_beats_default(tmp_path: Path) -> None:
+    explicit, from_env = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    env = {"INFILL_MODEL": str(from_env), "INFILL_CHAT_MODEL": str(from_env)}
+    assert resolve_model_path(Role.COMPLETION, str(explicit), env) == explicit
+    assert resolve_model_path(Role.COMPLETION, None, env) == from_env
+    assert resolve_model_path(Role.CHAT, None, env) == from_env
+    assert resolve_model_path(Role.CHAT, None, {}).name == SMOLLM2_FILE
+    assert resolve_model_path(Role.COMPLETION, None, {}).name == GEMMA_FILE
+
+
+def test_the_default_completion_model_is_assembled_once_and_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path))
+    path = default_completion_model()
+    assert path == tmp_path / "models" / GEMMA_FILE
+    assert path.read_bytes()[:4] == b"GGUF"
+    stamp = path.stat().st_mtime_ns
+    assert default_completion_model() == path
+    assert path.stat().st_mtime_ns == stamp  # not assembled again
+    # A damaged file (an interrupted copy, say) without its check stamp is assembled anew.
+    path.with_suffix(".sha256").unlink()
+    path.write_bytes(b"GGUF broken")
+    assert default_completion_model().stat().st_size > 100_000_000
+    assert not list((tmp_path / "models").glob(".assemble-*"))  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    ("make", "backend", "message"),
+    [
+        (lambda d: d / "missing.gguf", "auto", "model not found: {path}"),
+        (lambda d: _write(d / "notes.gguf", b"hello"), "auto", "{path} is not a GGUF file"),
+        (lambda d: d, "llama.cpp", "{path} is a folder; the llama.cpp backend needs a .gguf file"),
+        (lambda d: d / "m.gguf", "vllm", "unknown backend 'vllm'"),
+    ],
+)
+def test_a_bad_model_is_one_clear_error_naming_the_path(
+    tmp_path: Path, make, backend: str, message: str
+) -> None:
+    path = make(tmp_path)
+    with pytest.raises(ModelLoadError) as caught:
+        load_backend(ModelSpec(path=path, backend=backend))
+    assert message.format(path=path) in str(caught.value)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_one_model_named_for_both_roles_is_loaded_once() -> None:
+    chat = resolve_model_path(Role.CHAT, None, {})
+    spec = ModelSpec(path=chat)
+    models = ModelSet({Role.COMPLETION: spec, Role.CHAT: spec})
+    try:
+        assert models.engine(Role.COMPLETION) is models.engine(Role.CHAT)
+        assert models.shared()
+    finally:
+        models.close()
+
+
+def test_generate_prints_one_json_object_per_delta() -> None:
+    result = run_cli(
+        "generate",
+        "--prompt",
+        "def add(a, b):\n",
+        "--max-tokens",
+        "30",
+        "--stop-json",
+        '["\\n\\n"]',
+        "--n",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = json_lines(result.stdout)
+    assert all(set(line) == {"index", "text", "finish_reason", "stop_reason"} for line in lines)
+    for index in (0, 1):
+        mine = [line for line in lines if line["index"] == index]
+        assert [line["finish_reason"] for line in mine[:-1]] == [None] * (len(mine) - 1)
+        assert mine[-1]["finish_reason"] in ("stop", "length")
+        assert "\n\n" not in "".join(str(line["text"]) for line in mine)
+
+
+def test_generate_reads_stdin_and_chats_with_the_chat_model() -> None:
+    result = run_cli("generate", "--chat", "--max-tokens", "20", "--seed", "1", stdin="Hi!")
+    assert result.returncode == 0, result.stderr
+    lines = json_lines(result.stdout)
+    text = "".join(str(line["text"]) for line in lines)
+    assert text.strip()
+    assert "<|im_end|>" not in text
+    assert lines[-1]["finish_reason"] in ("stop", "length")
+
+
+def test_generate_with_a_missing_model_says_so_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.gguf"
+    result = run_cli("generate", "--model", str(missing), "--prompt", "x")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.strip() == f"infill-lsp: error: model not found: {missing}"
+
+
+def test_generate_reports_a_prompt_too_long_for_the_context() -> None:
+    result = run_cli("generate", "--context-size", "64", "--prompt", "word " * 200)
+    assert result.returncode == 1
+    assert "but the model's context holds 64" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_doctor_describes_both_roles() -> None:
+    result = run_cli("doctor", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    completion, chat = report["completion"], report["chat"]
+    assert completion["ok"] and chat["ok"]
+    assert completion["backend"] == chat["backend"] == "llama.cpp"
+    assert completion["model_path"].endswith(GEMMA_FILE)
+    assert chat["model_path"].endswith(SMOLLM2_FILE)
+    assert completion["fim_family"] is None  # the default model has no FIM tokens
+    assert (completion["chat_template"], chat["chat_template"]) == (False, True)
+    assert {t["text"] for t in completion["eog_tokens"]} >= {"<eos>", "<end_of_turn>"}
+    assert {t["text"] for t in chat["eog_tokens"]} >= {"<|endoftext|>", "<|im_end|>"}
+    assert completion["context_size"] == 4096
+    assert completion["load_seconds"] > 0
+
+
+def test_doctor_fails_when_a_model_cannot_be_loaded(tmp_path: Path) -> None:
+    result = run_cli("doctor", "--chat-model", str(tmp_path / "gone.gguf"))
+    assert result.returncode != 0
+    assert "gone.gguf" in result.stdout
+    assert "Traceback" not in result.stderr
