@@ -15,6 +15,7 @@ import datetime
 import enum
 import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,8 @@ class _Slot(enum.Enum):
 
 _P, _S = _Slot.PREFIX, _Slot.SUFFIX
 
-#: One part of a template: special-token text, plain literal text (`str` in a 1-tuple), or a slot.
-_Part = str | tuple[str] | _Slot
+#: One part of a template: the text of a special token, or a slot for the code.
+_Part = str | _Slot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +78,7 @@ def _fim(pre: str, suf: str, mid: str) -> tuple[tuple[_Part, ...], tuple[_Part, 
 _STAR_PSM, _STAR_SPM = _fim("<fim_prefix>", "<fim_suffix>", "<fim_middle>")
 _SANTA_PSM, _SANTA_SPM = _fim("<fim-prefix>", "<fim-suffix>", "<fim-middle>")
 _QWEN_PSM, _QWEN_SPM = _fim("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+_CODELLAMA_PSM, _CODELLAMA_SPM = _fim("▁<PRE>", "▁<SUF>", "▁<MID>")
 _DEEPSEEK_PSM, _DEEPSEEK_SPM = _fim("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")
 
 #: Most specific first: Qwen2.5-Coder and CodeGemma share their FIM tokens and differ in the
@@ -122,11 +124,11 @@ FIM_TEMPLATES: tuple[FimTemplate, ...] = (
     ),
     FimTemplate(
         family="codellama",
-        required=("<PRE>", "<SUF>", "<MID>"),
-        # Meta's reference format puts a space after <PRE> and before <SUF> and <MID>.
-        psm=("<PRE>", (" ",), _P, (" ",), "<SUF>", _S, (" ",), "<MID>"),
-        spm=("<PRE>", (" ",), "<SUF>", _S, (" ",), "<MID>", _P),
-        stop_tokens=("<EOT>", "</s>"),
+        # CodeLlama's tokenizer spells its FIM tokens with a leading "▁" (a space).
+        required=("▁<PRE>", "▁<SUF>", "▁<MID>"),
+        psm=_CODELLAMA_PSM,
+        spm=_CODELLAMA_SPM,
+        stop_tokens=("▁<EOT>", "</s>"),
     ),
     FimTemplate(
         family="deepseek",
@@ -165,6 +167,15 @@ def fim_stop_token_ids(
     return tuple(dict.fromkeys(i for i in ids if i is not None))
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines with their endings, split where LSP splits them: only at \n, \r\n and \r
+    (`str.splitlines` also splits at form feeds and Unicode separators)."""
+    return _LINE.findall(text)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextWindow:
     """The part of the document around the cursor that fits the token budget.
@@ -197,7 +208,7 @@ def context_window(
     prompts share their token prefix and the model's KV cache is reused.
     """
     # 1. Prefix: whole lines backwards from the cursor's line while they fit.
-    lines = prefix.splitlines(keepends=True)
+    lines = split_lines(prefix)
     if prefix.endswith(("\n", "\r")):
         lines.append("")  # the cursor starts a new, empty line
     last = len(lines) - 1
@@ -209,16 +220,19 @@ def context_window(
             break
         used += cost
         start -= 1
-    # 2. Align the start for KV reuse, unless everything fits or nothing but the cursor line.
+    # 2. Align the start for KV reuse. The grid is at most `align_lines`, and at most half the
+    #    window's lines (a power of two, so it changes rarely), so a small window never loses
+    #    more than half its lines to alignment.
     if start > 0 and align_lines > 1:
-        aligned = -(-start // align_lines) * align_lines
+        grid = min(align_lines, 1 << max(0, ((last - start) // 2).bit_length() - 1))
+        aligned = -(-start // grid) * grid
         if aligned < last:
             used -= sum(count_tokens(line) for line in lines[start:aligned])
             start = aligned
     prefix_text = "".join(lines[start:])
 
     # 3. Suffix: the rest of the cursor's line, then whole lines while they fit.
-    suffix_lines = suffix.splitlines(keepends=True)
+    suffix_lines = split_lines(suffix)
     kept: list[str] = []
     suffix_used = 0
     for i, line in enumerate(suffix_lines):
@@ -279,9 +293,6 @@ def build_fim_prompt(
             if code:
                 ids.extend(backend.tokenize(code, add_bos=False, special=False))
                 text.append(code)
-        elif isinstance(part, tuple):
-            ids.extend(backend.tokenize(part[0], add_bos=False, special=False))
-            text.append(part[0])
         else:
             token_id = backend.special_token_id(part)
             if token_id is None:
@@ -309,9 +320,16 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+def _tojson(
+    value: Any,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     # Templates expect non-ASCII kept as is (Jinja's own filter escapes it for HTML).
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+    return json.dumps(
+        value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 @functools.lru_cache(maxsize=8)

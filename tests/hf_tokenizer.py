@@ -116,8 +116,8 @@ class HFTokenizerBackend(Backend):
         return self._chat_template
 
     @property
-    def special_ids(self) -> frozenset[int]:
-        return frozenset(self._special.values())
+    def special_token_texts(self) -> tuple[str, ...]:
+        return tuple(self._special)
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         tokenizer = self.tokenizer if special else self._plain

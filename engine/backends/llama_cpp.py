@@ -160,7 +160,9 @@ class LlamaCppBackend(Backend):
         if len(ids) == 1:
             attr = self._lib.llama_vocab_get_attr(self._vocab, ids[0])
             special = self._lib.LLAMA_TOKEN_ATTR_CONTROL | self._lib.LLAMA_TOKEN_ATTR_USER_DEFINED
-            if attr & special and self._piece(ids[0], special=True) == text.encode("utf-8"):
+            # Compare with the vocabulary's own spelling: CodeLlama's "▁<PRE>" is shown " <PRE>".
+            spelled = self._lib.llama_vocab_get_text(self._vocab, ids[0])
+            if attr & special and spelled == text.encode("utf-8"):
                 found = ids[0]
         with self._lock:
             self._special_ids[text] = found
