@@ -13,6 +13,7 @@ and the worker stops within one token, then serves the next job as usual.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 from collections.abc import AsyncGenerator
@@ -35,6 +36,42 @@ class ChoiceResult:
     error: str | None = None
 
 
+class _Channel:
+    """Items from the worker thread to one consumer on the event loop.
+
+    The worker appends to a deque and wakes the loop only when the consumer may be waiting
+    (at most one wake-up in flight): waking the loop costs far more than appending, and a busy
+    loop then takes several deltas per wake-up.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[object] = collections.deque()
+        self._ready = asyncio.Event()
+        self._wake_pending = threading.Lock()  # held while a wake-up is scheduled
+
+    def put(self, item: object) -> None:
+        """Called on the worker thread."""
+        self._items.append(item)
+        if self._wake_pending.acquire(blocking=False):
+            try:
+                self._loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the consumer's loop is gone; nobody is waiting
+                self._wake_pending.release()
+
+    def _wake(self) -> None:
+        self._wake_pending.release()
+        self._ready.set()
+
+    async def get(self) -> object:
+        while not self._items:
+            self._ready.clear()
+            if self._items:  # appended between the check and the clear
+                break
+            await self._ready.wait()
+        return self._items.popleft()
+
+
 class Engine:
     """One loaded model and its worker thread."""
 
@@ -54,15 +91,8 @@ class Engine:
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
         """Stream the request's deltas; raises `EngineError` subclasses for bad requests."""
-        loop = asyncio.get_running_loop()
-        channel: asyncio.Queue[object] = asyncio.Queue()
-
-        def emit(item: object) -> None:
-            # The consumer's loop may be gone (interpreter shutdown); nothing is waiting then.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(channel.put_nowait, item)
-
-        job = Job(request=request, emit=emit)
+        channel = _Channel(asyncio.get_running_loop())
+        job = Job(request=request, emit=channel.put)
         with self._lock:
             self._active[request.request_id] = job
         self._worker.submit(job)

@@ -16,13 +16,15 @@ The behaviour follows the backend stage of a serious serving engine (seed `001`)
 - No stop applies before `min_tokens` tokens; `max_tokens` ends the choice with `LENGTH`.
 
 Per-token work is proportional to the new text: only a window as long as the longest stop
-string is kept from earlier tokens, and withheld prefixes are looked up in a precomputed set,
-so fifty stop strings cost about what one does.
+string is kept from earlier tokens; matches are found by one compiled regular expression over
+that window, and a withheld tail is looked up in a precomputed set of stop prefixes, starting
+only where a stop string could begin.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from engine.types import FinishReason, StopConditions
@@ -82,8 +84,16 @@ class StopChecker:
         self._strings = strings
         self._visible_strings = stops.include_stop_str_in_output
         self._window = max((len(s) for s in strings), default=0)
+        # Leftmost match first; at the same start the regex takes the first alternative that
+        # matches, so shorter strings go first: the one a stream completes first.
+        self._pattern = (
+            re.compile("|".join(re.escape(s) for s in sorted(strings, key=len)))
+            if strings
+            else None
+        )
         hidden = () if self._visible_strings else strings
         self._hidden_prefixes = frozenset(s[:k] for s in hidden for k in range(1, len(s)))
+        self._prefix_starts = frozenset(p[0] for p in self._hidden_prefixes)
         self._longest_prefix = max((len(p) for p in self._hidden_prefixes), default=0)
 
         # `_tail` holds the last `_window` characters seen (at least), and its last `_withheld`
@@ -162,19 +172,15 @@ class StopChecker:
     def _earliest_match(self, search_from: int) -> tuple[int, str] | None:
         """The match that starts first; at the same start the shorter one, which a stream
         completes first."""
-        best: tuple[int, str] | None = None
-        for stop in self._strings:
-            start = self._tail.find(stop, search_from)
-            if start < 0:
-                continue
-            if best is None or start < best[0] or (start == best[0] and len(stop) < len(best[1])):
-                best = (start, stop)
-        return best
+        assert self._pattern is not None
+        match = self._pattern.search(self._tail, search_from)
+        return None if match is None else (match.start(), match.group())
 
     def _withheld_length(self) -> int:
         """Length of the longest suffix of the tail that is a proper prefix of a hidden stop."""
         tail = self._tail
-        for k in range(min(self._longest_prefix, len(tail)), 0, -1):
-            if tail[len(tail) - k :] in self._hidden_prefixes:
-                return k
+        starts = self._prefix_starts
+        for i in range(max(0, len(tail) - self._longest_prefix), len(tail)):
+            if tail[i] in starts and tail[i:] in self._hidden_prefixes:
+                return len(tail) - i
         return 0
