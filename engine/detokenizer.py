@@ -60,14 +60,22 @@ class DecodeStreamDetokenizer:
         from tokenizers.decoders import DecodeStream
 
         self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
         self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._ids: list[int] = []
+        self._emitted = 0
 
     def step(self, token_id: int) -> str:
         try:
-            text = self._stream.step(self._tokenizer, token_id)
+            text = self._stream.step(self._tokenizer, token_id) or ""
         except Exception as e:  # the Rust side raises plain exceptions for bad ids
             raise DetokenizeError(f"cannot decode token id {token_id}: {e}") from e
-        return text or ""
+        self._ids.append(token_id)
+        self._emitted += len(text)
+        return text
 
     def finish(self) -> str:
-        return ""
+        # The stream never releases an unfinished character; the full decode shows it as
+        # U+FFFD. Decoding everything once here keeps the joined deltas equal to it.
+        full = self._tokenizer.decode(self._ids, skip_special_tokens=self._skip_special_tokens)
+        return full[self._emitted :] if len(full) > self._emitted else ""

@@ -106,3 +106,19 @@ def test_byte_pieces_are_joined_into_whole_characters(
     out = [detokenizer.step(i) for i in range(len(pieces))] + [detokenizer.finish()]
     assert out == deltas
     assert "".join(out) == b"".join(pieces).decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("text", ["é🙂", "日本語 ok", "a\u0301b", "👩🏽‍💻 done"])
+@pytest.mark.parametrize("drop_last", [0, 1])
+def test_hugging_face_decode_stream_joins_to_the_full_decode(text: str, drop_last: int) -> None:
+    from hf_tokenizer import build_tokenizer
+
+    from engine.detokenizer import DecodeStreamDetokenizer
+
+    tokenizer = build_tokenizer(["<s>"])
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    ids = ids[: len(ids) - drop_last]  # cut inside the last character, as max_tokens can
+    detokenizer = DecodeStreamDetokenizer(tokenizer)
+    deltas = [detokenizer.step(i) for i in ids] + [detokenizer.finish()]
+    assert "".join(deltas) == tokenizer.decode(ids)
+    assert all("\ufffd" not in d for d in deltas[:-1])

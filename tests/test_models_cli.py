@@ -154,7 +154,8 @@ def test_doctor_describes_both_roles() -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     completion, chat = report["completion"], report["chat"]
-    assert completion["ok"] and chat["ok"]
+    assert completion["ok"]
+    assert chat["ok"]
     assert completion["backend"] == chat["backend"] == "llama.cpp"
     assert completion["model_path"].endswith(GEMMA_FILE)
     assert chat["model_path"].endswith(SMOLLM2_FILE)

@@ -1,0 +1,354 @@
+"""The transformers backend: a Hugging Face model folder on CUDA (bf16) or the CPU (float32).
+
+We run our own decode loop instead of `model.generate()`: it yields one token at a time, checks
+the cancel event before every step, and keeps the KV cache between requests. A new request
+crops the cache to the longest token prefix it shares with the previous one and feeds only the
+rest, so while the user types each request costs a few new tokens instead of the whole prompt.
+
+Left for later (DESIGN §2): a static cache with CUDA graphs (`torch.compile`) for faster
+decoding on a GPU, and caches for models whose attention is not plain key/value (linear
+attention, state-space layers). The dynamic cache here keeps every layer's keys and values in
+full, sliding-window layers included, so it can be cropped to any length.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import re
+import threading
+import time
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from engine.backend import Backend, ModelInfo
+from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
+from engine.errors import ModelLoadError, PromptTooLongError
+from engine.sampling import Sampler
+from engine.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class TransformersBackend(Backend):
+    """A Hugging Face model folder (config.json, weights, tokenizer.json) loaded with torch."""
+
+    def __init__(self, path: str | Path, *, context_size: int = 4096, device: str = "auto") -> None:
+        path = Path(path).expanduser()
+        started = time.perf_counter()
+        _check_folder(path)
+        try:
+            target = _resolve_device(device)
+            tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+            # Our detokenizer is the `tokenizers` library's DecodeStream: a fast tokenizer only.
+            backend_tokenizer = getattr(tokenizer, "backend_tokenizer", None)
+            if backend_tokenizer is None:
+                raise ModelLoadError(f"cannot load model {path}: it has no fast tokenizer.json")
+            model, placed_on = _load_model(path, target, spread=_spread_over_gpus(device))
+        except ModelLoadError:
+            raise
+        except Exception as e:  # transformers raises OSError, ValueError, KeyError, ImportError...
+            raise ModelLoadError(f"cannot load model {path}: {_first_line(e)}") from e
+        self._tokenizer: Any = tokenizer
+        self._backend_tokenizer: Any = backend_tokenizer
+        self._model: Any = model
+        # Calls into the tokenizer flip a flag on the shared Rust tokenizer (special tokens
+        # split or not), so tokenize() may not run on two threads at once.
+        self._tokenizer_lock = threading.Lock()
+
+        # The forward's keyword names changed across transformers releases.
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._logits_arg = next(
+            (name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None
+        )
+        self._input_device = model.get_input_embeddings().weight.device
+
+        # The KV cache kept between requests and exactly the token ids whose keys it holds.
+        self._cache: Any = None
+        self._cached_ids: list[int] = []
+        self._last_prefill_tokens = 0
+
+        config = model.config.get_text_config()
+        model_vocab = getattr(config, "vocab_size", None) or len(tokenizer)
+        # Logits past the tokenizer's vocabulary (embedding rows padded for speed) are never
+        # sampled: no detokenizer could show them.
+        self._vocab_size = min(len(tokenizer), model_vocab)
+        self._bos_id: int | None = tokenizer.bos_token_id
+        self._bos: str | None = tokenizer.bos_token
+        self._eos: str | None = tokenizer.eos_token
+        self._adds_bos = self._bos_id is not None and (
+            tokenizer("x").input_ids[:1] == [self._bos_id]
+            or bool(getattr(tokenizer, "add_bos_token", False))
+        )
+        self._special_ids = _special_tokens(tokenizer)
+        template = tokenizer.chat_template
+        if isinstance(template, dict):  # named templates (transformers 4): the default one
+            template = template.get("default")
+        self._chat_template: str | None = template or None
+
+        eog_ids = _eog_ids(tokenizer.eos_token_id, getattr(model, "generation_config", None))
+        max_positions = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        self._info = ModelInfo(
+            name=_model_name(getattr(model.config, "_name_or_path", ""), path),
+            path=str(path),
+            backend="transformers",
+            device=placed_on,
+            context_size=min(context_size, max_positions) if max_positions else context_size,
+            vocab_size=self._vocab_size,
+            eog_tokens=tuple(
+                (i, str(tokenizer.convert_ids_to_tokens(i)))
+                for i in eog_ids
+                if 0 <= i < self._vocab_size
+            ),
+            has_chat_template=self._chat_template is not None,
+            load_seconds=time.perf_counter() - started,
+        )
+        log.info(
+            "loaded %s on %s (%s) in %.1f s",
+            path,
+            placed_on,
+            str(model.dtype).removeprefix("torch."),
+            self._info.load_seconds,
+        )
+
+    # --- tokenizer ---------------------------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._info
+
+    @property
+    def adds_bos(self) -> bool:
+        return self._adds_bos
+
+    @property
+    def bos_token(self) -> str | None:
+        return self._bos
+
+    @property
+    def eos_token(self) -> str | None:
+        return self._eos
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    @property
+    def last_prefill_tokens(self) -> int:
+        """How many prompt tokens the last request fed to the model (the rest came from the
+        KV cache). For tests and benchmarks."""
+        return self._last_prefill_tokens
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        # The tokenizer's own template would add BOS and maybe EOS; we add BOS ourselves.
+        with self._tokenizer_lock:
+            ids: list[int] = self._tokenizer(
+                text, add_special_tokens=False, split_special_tokens=not special
+            ).input_ids
+        if add_bos and self._bos_id is not None and ids[:1] != [self._bos_id]:
+            ids.insert(0, self._bos_id)
+        return ids
+
+    def special_token_id(self, text: str) -> int | None:
+        return self._special_ids.get(text)
+
+    def new_detokenizer(self) -> Detokenizer:
+        return DecodeStreamDetokenizer(self._backend_tokenizer)
+
+    # --- generation --------------------------------------------------------------------------
+
+    def iter_token_ids(
+        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+    ) -> Generator[int, None, None]:
+        if self._model is None:
+            raise RuntimeError(f"the model {self._info.name} is closed")
+        if cancelled.is_set():
+            return
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        if len(prompt) > self.context_size:
+            raise PromptTooLongError(len(prompt), self.context_size)
+        logits = self._prefill(prompt)
+        sampler = Sampler(
+            sampling, vocab_size=self._vocab_size, prompt_ids=prompt, device=logits.device
+        )
+        while not cancelled.is_set():
+            token = sampler(logits)
+            # The consumer may stop here for good: the cache then holds everything but
+            # `token`, which `_cached_ids` says, so the next request stays exact.
+            yield token
+            if cancelled.is_set() or len(self._cached_ids) >= self.context_size:
+                return
+            logits = self._feed([token])
+
+    def _prefill(self, prompt: list[int]) -> torch.Tensor:
+        """Bring the cache to `prompt` and return the logits after its last token.
+
+        1. Keep the longest prefix the cache shares with the prompt, but never all of the
+           prompt: its last token is fed again, because only a forward gives fresh logits.
+        2. Crop the cache to that prefix (or start a new one when nothing is shared).
+        3. Feed the rest of the prompt in one forward.
+        """
+        shared = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
+        if self._cache is None or shared == 0:
+            self._reset_cache()
+            shared = 0
+        elif shared < len(self._cached_ids):
+            try:
+                with torch.inference_mode():
+                    # A negative length removes that many tokens (transformers 4 and 5 alike).
+                    self._cache.crop(shared - len(self._cached_ids))
+            except (RuntimeError, ValueError):
+                log.warning("the KV cache cannot be cropped; computing the prompt afresh")
+                self._reset_cache()
+                shared = 0
+            else:
+                del self._cached_ids[shared:]
+        self._last_prefill_tokens = len(prompt) - shared
+        return self._feed(prompt[shared:])
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        """Run `ids` through the model on top of the cache; the logits after the last one."""
+        kwargs: dict[str, Any] = {self._cache_arg: self._cache, "use_cache": True}
+        if self._logits_arg is not None:
+            kwargs[self._logits_arg] = 1
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self._input_device)
+        try:
+            with torch.inference_mode():
+                output = self._model(input_ids=input_ids, **kwargs)
+        except BaseException:
+            # A forward that failed half-way (out of memory, interrupted) leaves some layers
+            # updated and others not: nothing in the cache can be trusted.
+            self._reset_cache()
+            raise
+        self._cached_ids.extend(ids)
+        held, fed = self._cache.get_seq_length(), len(self._cached_ids)
+        if held != fed:  # a model whose cache this loop does not understand
+            self._reset_cache()
+            raise RuntimeError(f"the KV cache holds {held} tokens where {fed} were fed")
+        logits: torch.Tensor = output.logits[0, -1, : self._vocab_size]
+        return logits.float()
+
+    def _reset_cache(self) -> None:
+        self._cache = transformers.DynamicCache()
+        self._cached_ids = []
+
+    def close(self) -> None:
+        on_cuda = self._input_device.type == "cuda"
+        self._cache = None
+        self._cached_ids = []
+        self._model = None
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+
+def _check_folder(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model folder not found: {path}")
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"{path} is a file; the transformers backend needs a Hugging Face model folder"
+        )
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json; it is not a Hugging Face model folder")
+
+
+def _resolve_device(device: str) -> str:
+    """ "auto" is the first GPU, else the CPU; "cpu", "cuda" and "cuda:N" are taken as said."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    match = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if match is None:
+        raise ModelLoadError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device} asked, but torch sees no CUDA device")
+    if match[1] is not None and int(match[1]) >= torch.cuda.device_count():
+        raise ModelLoadError(
+            f"device {device} asked, but torch sees {torch.cuda.device_count()} CUDA devices"
+        )
+    return device
+
+
+def _spread_over_gpus(device: str) -> bool:
+    """Whether accelerate places the model over all GPUs: only when the device is left to us."""
+    return (
+        device == "auto"
+        and torch.cuda.device_count() > 1
+        and importlib.util.find_spec("accelerate") is not None
+    )
+
+
+def _load_model(path: Path, device: str, *, spread: bool) -> tuple[Any, str]:
+    """The model in eval mode, and where it is, in words: bf16 on CUDA (fp16 on GPUs without
+    bf16), float32 on the CPU."""
+    if device.startswith("cuda"):
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    else:
+        dtype = torch.float32
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    if spread:
+        kwargs["device_map"] = "auto"
+    model: Any = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if spread:
+        placed_on = f"cuda (device_map=auto over {torch.cuda.device_count()} GPUs)"
+    else:
+        model.to(device)
+        placed_on = device
+    model.eval()
+    return model, placed_on
+
+
+def _special_tokens(tokenizer: Any) -> dict[str, int]:
+    """Every token the tokenizer matches whole in text: its added tokens and special tokens."""
+    found: dict[str, int] = {str(k): int(v) for k, v in tokenizer.get_added_vocab().items()}
+    for text in tokenizer.all_special_tokens:
+        token_id = tokenizer.convert_tokens_to_ids(text)
+        if isinstance(token_id, int) and token_id >= 0:
+            found.setdefault(text, token_id)
+    return found
+
+
+def _eog_ids(tokenizer_eos: int | None, generation_config: Any) -> list[int]:
+    """End-of-generation ids: the tokenizer's EOS and the generation config's (int or list)."""
+    ids: list[int] = []
+    declared = getattr(generation_config, "eos_token_id", None)
+    for source in (tokenizer_eos, declared):
+        if source is None:
+            continue
+        for token_id in source if isinstance(source, list | tuple) else [source]:
+            if int(token_id) not in ids:
+                ids.append(int(token_id))
+    return ids
+
+
+def _model_name(name_or_path: str, path: Path) -> str:
+    """The config's model name when it is a hub name (`org/model`), else the folder's name:
+    loading from a folder sets `_name_or_path` to the folder itself."""
+    if name_or_path and not Path(name_or_path).expanduser().exists():
+        return name_or_path
+    return path.name
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,408 @@
+"""The transformers backend on a tiny random Llama built here (no model hub, no download).
+
+The reference for every greedy output is a plain loop that runs the whole sequence through the
+model for each token, without any cache: equal outputs prove the KV cache reuse is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tokenizers import (  # noqa: E402
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
+from engine.backends.transformers import TransformersBackend  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.errors import ModelLoadError  # noqa: E402
+from engine.models import ModelSpec, load_backend  # noqa: E402
+from engine.prompts import render_chat  # noqa: E402
+from engine.sampling import apply_repetition_penalty, filter_top_k_top_p  # noqa: E402
+from engine.types import (  # noqa: E402
+    ChatMessage,
+    GenerationRequest,
+    SamplingParams,
+    StopConditions,
+)
+from engine.worker import prepare_prompt_ids  # noqa: E402
+
+SPECIALS = ["<s>", "</s>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|end|>"]
+BOS, EOS, FIM_PREFIX, END_OF_TURN = 0, 1, 2, 5
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "for i in range(10):\n    print(i * i)\n",
+    "# héllo wörld: ünïcode 🙂\n",
+    "<|user|>explain this<|end|><|assistant|>It adds two numbers.<|end|>",
+]
+PROMPT = "def add(a, b):\n"
+MORE = "    return a + b\n\nclass Point:\n"
+
+
+def build_model_folder(folder: Path, **config: Any) -> Path:
+    """A byte-level BPE tokenizer with FIM and chat tokens, a tiny random model on top of it,
+    and a generation config whose end-of-generation ids are a list."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(
+        CORPUS * 4,
+        trainers.BpeTrainer(
+            vocab_size=320,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", BOS)]
+    )
+    hf_tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>"
+    )
+    hf_tokenizer.chat_template = CHAT_TEMPLATE
+    hf_tokenizer.save_pretrained(folder)
+
+    model_class = config.pop("model_class", transformers.LlamaForCausalLM)
+    config_class = config.pop("config_class", transformers.LlamaConfig)
+    model_config = config_class(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(hf_tokenizer),
+        max_position_embeddings=512,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        **config,
+    )
+    torch.manual_seed(0)
+    model_class(model_config).save_pretrained(folder)
+    transformers.GenerationConfig(
+        bos_token_id=BOS, eos_token_id=[EOS, END_OF_TURN]
+    ).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model_folder(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def backend(model_dir: Path) -> Iterator[TransformersBackend]:
+    backend = TransformersBackend(model_dir, context_size=4096, device="cpu")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def engine(backend: TransformersBackend) -> Iterator[Engine]:
+    engine = Engine(backend, name="tiny")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+
+
+def reference_greedy(model: Any, prompt_ids: Sequence[int], n: int) -> list[int]:
+    """Greedy decoding the slow, obvious way: the whole sequence again for every token."""
+    ids = list(prompt_ids)
+    out = []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([ids]), use_cache=False).logits
+            token = int(logits[:, -1].argmax())
+            out.append(token)
+            ids.append(token)
+    return out
+
+
+def greedy(prompt: str, max_tokens: int = 12) -> GenerationRequest:
+    return GenerationRequest(
+        prompt=prompt,
+        sampling=SamplingParams(max_tokens=max_tokens),
+        stops=StopConditions(ignore_eos=True),
+    )
+
+
+def sampled(seed: int | None, **kw: Any) -> GenerationRequest:
+    return GenerationRequest(
+        prompt=PROMPT,
+        sampling=SamplingParams(max_tokens=24, temperature=1.0, seed=seed, **kw),
+        stops=StopConditions(ignore_eos=True),
+    )
+
+
+# --- generation --------------------------------------------------------------------------------
+
+
+async def test_greedy_output_equals_a_reference_loop_without_cache(
+    engine: Engine, backend: TransformersBackend, reference: Any
+) -> None:
+    (result,) = await engine.collect(greedy(PROMPT))
+    prompt_ids = backend.tokenize(PROMPT, add_bos=True)
+    assert list(result.token_ids) == reference_greedy(reference, prompt_ids, 12)
+
+
+async def test_an_extended_prompt_feeds_only_its_new_tokens_and_stays_exact(
+    engine: Engine, backend: TransformersBackend, reference: Any
+) -> None:
+    await engine.collect(greedy(PROMPT))
+    old_ids = backend.tokenize(PROMPT, add_bos=True)
+    (result,) = await engine.collect(greedy(PROMPT + MORE))
+    new_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
+    # At most the token at the seam is fed again (BPE may merge across it), never the prefix.
+    assert 0 < backend.last_prefill_tokens <= len(new_ids) - len(old_ids) + 1
+    assert list(result.token_ids) == reference_greedy(reference, new_ids, 12)
+
+
+async def test_the_same_prompt_again_feeds_one_token_for_fresh_logits(
+    engine: Engine, backend: TransformersBackend
+) -> None:
+    (first,) = await engine.collect(greedy(PROMPT))
+    (second,) = await engine.collect(greedy(PROMPT))
+    assert backend.last_prefill_tokens == 1
+    assert second.token_ids == first.token_ids
+
+
+@pytest.mark.parametrize("stop", ["cancel", "close"])
+def test_a_stopped_generation_yields_nothing_more_and_the_cache_stays_exact(
+    backend: TransformersBackend, reference: Any, stop: str
+) -> None:
+    prompt_ids = backend.tokenize("class Point:\n", add_bos=True)
+    cancelled = threading.Event()
+    tokens = backend.iter_token_ids(prompt_ids, SamplingParams(max_tokens=12), cancelled)
+    got = [next(tokens) for _ in range(3)]
+    if stop == "cancel":
+        cancelled.set()
+        assert next(tokens, None) is None
+    else:
+        tokens.close()  # what the worker does when the output is finished
+    assert got == reference_greedy(reference, prompt_ids, 3)
+
+    # The cache holds the prompt and the first two tokens; the third was never fed.
+    follow_up = [*prompt_ids, *got]
+    again = backend.iter_token_ids(follow_up, SamplingParams(max_tokens=6), threading.Event())
+    continued = [next(again) for _ in range(6)]
+    again.close()
+    assert backend.last_prefill_tokens == 1
+    assert continued == reference_greedy(reference, follow_up, 6)
+
+
+def test_a_cancel_before_the_first_step_yields_nothing(backend: TransformersBackend) -> None:
+    cancelled = threading.Event()
+    cancelled.set()
+    prompt_ids = backend.tokenize(PROMPT, add_bos=True)
+    assert list(backend.iter_token_ids(prompt_ids, SamplingParams(), cancelled)) == []
+
+
+async def test_seeded_sampling_repeats_and_other_seeds_differ(engine: Engine) -> None:
+    (first,) = await engine.collect(sampled(seed=7))
+    (again,) = await engine.collect(sampled(seed=7))
+    (other,) = await engine.collect(sampled(seed=8))
+    assert first.token_ids == again.token_ids
+    assert first.token_ids != other.token_ids
+    # Choice 0 of n keeps the request's seed; the others get their own, on the same cache.
+    both = await engine.collect(sampled(seed=7, n=2))
+    assert both[0].token_ids == first.token_ids
+    assert both[1].token_ids != first.token_ids
+    (filtered,) = await engine.collect(sampled(seed=7, top_k=20, top_p=0.9))
+    (filtered_again,) = await engine.collect(sampled(seed=7, top_k=20, top_p=0.9))
+    assert filtered.token_ids == filtered_again.token_ids
+
+
+async def test_a_repetition_penalty_changes_greedy_output_of_a_repeating_model(
+    engine: Engine,
+) -> None:
+    (plain,) = await engine.collect(greedy(PROMPT, max_tokens=24))
+    assert len(set(plain.token_ids)) < len(plain.token_ids), "the tiny model repeats itself"
+    penalized_request = GenerationRequest(
+        prompt=PROMPT,
+        sampling=SamplingParams(max_tokens=24, repetition_penalty=5.0),
+        stops=StopConditions(ignore_eos=True),
+    )
+    (penalized,) = await engine.collect(penalized_request)
+    assert len(set(penalized.token_ids)) > len(set(plain.token_ids))
+
+
+def test_a_sliding_window_model_is_exact_across_cropped_requests(tmp_path: Path) -> None:
+    folder = build_model_folder(
+        tmp_path,
+        config_class=transformers.MistralConfig,
+        model_class=transformers.MistralForCausalLM,
+        sliding_window=6,
+    )
+    backend = TransformersBackend(folder, device="cpu")
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    prompt_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
+    assert len(prompt_ids) > 12  # well past the window
+    for prompt in (prompt_ids, prompt_ids[:-4], [*prompt_ids[:-6], 40, 41]):
+        tokens = backend.iter_token_ids(prompt, SamplingParams(), threading.Event())
+        got = [next(tokens) for _ in range(8)]
+        tokens.close()
+        assert got == reference_greedy(reference, prompt, 8)
+    backend.close()
+
+
+# --- tokenizer, template and model information ---------------------------------------------
+
+
+def test_special_false_keeps_special_token_text_in_code_as_plain_text(
+    backend: TransformersBackend,
+) -> None:
+    code = "FIM = '<fim_prefix>'  # and </s> too\n"
+    plain = backend.tokenize(code, add_bos=False, special=False)
+    assert FIM_PREFIX not in plain
+    assert EOS not in plain
+    assert backend.detokenize(plain) == code
+    assert FIM_PREFIX in backend.tokenize(code, add_bos=False, special=True)
+    assert backend.special_token_id("<fim_prefix>") == FIM_PREFIX
+    assert backend.special_token_id("<|end|>") == END_OF_TURN
+    assert backend.special_token_id("def") is None
+
+
+def test_bos_is_added_once_and_eos_never(backend: TransformersBackend) -> None:
+    assert backend.adds_bos
+    assert backend.bos_token == "<s>"
+    assert backend.eos_token == "</s>"
+    with_bos = backend.tokenize("x = 1", add_bos=True)
+    assert with_bos[0] == BOS
+    assert with_bos[1:] == backend.tokenize("x = 1", add_bos=False)
+    assert backend.tokenize("<s>x = 1", add_bos=True).count(BOS) == 1
+    assert EOS not in with_bos
+
+
+def test_the_chat_template_renders_and_eog_ids_include_the_generation_config(
+    backend: TransformersBackend,
+) -> None:
+    messages = (ChatMessage("user", "explain this"),)
+    assert render_chat(backend, messages) == "<s><|user|>explain this<|end|><|assistant|>"
+    prompt_ids = prepare_prompt_ids(backend, GenerationRequest(messages=messages))
+    assert prompt_ids.count(BOS) == 1
+    assert prompt_ids[0] == BOS
+    assert END_OF_TURN in prompt_ids
+    assert backend.info.has_chat_template
+    assert backend.eog_token_ids == {EOS, END_OF_TURN}
+    assert dict(backend.info.eog_tokens) == {EOS: "</s>", END_OF_TURN: "<|end|>"}
+
+
+def test_model_info(backend: TransformersBackend, model_dir: Path) -> None:
+    info = backend.info
+    assert info.backend == "transformers"
+    assert info.device == "cpu"
+    assert info.name == model_dir.name
+    assert info.path == str(model_dir)
+    assert info.context_size == 512  # the model's max_position_embeddings caps the 4096 asked
+    assert info.vocab_size == 320
+    assert info.load_seconds > 0
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def test_load_backend_picks_transformers_for_a_model_folder(model_dir: Path) -> None:
+    backend = load_backend(ModelSpec(path=model_dir, device="cpu", context_size=256))
+    try:
+        assert isinstance(backend, TransformersBackend)
+        assert backend.context_size == 256
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    "contents",
+    [
+        pytest.param({}, id="empty folder"),
+        pytest.param({"config.json": json.dumps({"model_type": "llama"})}, id="config only"),
+        pytest.param({"config.json": "{not json"}, id="broken config"),
+    ],
+)
+def test_a_folder_without_a_model_is_a_load_error_naming_the_path(
+    tmp_path: Path, contents: dict[str, str]
+) -> None:
+    for name, text in contents.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ModelLoadError) as raised:
+        load_backend(ModelSpec(path=tmp_path, device="cpu"))
+    message = str(raised.value)
+    assert str(tmp_path) in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "cudaa"])
+def test_an_unknown_device_is_a_load_error(model_dir: Path, device: str) -> None:
+    with pytest.raises(ModelLoadError, match="unknown device"):
+        TransformersBackend(model_dir, device=device)
+
+
+# --- sampling ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "kept"),
+    [
+        (0, 1.0, {0, 1, 2, 3}),
+        (2, 1.0, {1, 3}),
+        (0, 0.5, {1}),  # token 1 alone holds 0.64 of the mass
+        (0, 0.8, {1, 3}),
+        (0, 0.9, {1, 3, 0}),
+        (0, 1e-6, {1}),  # the best token always stays
+        (3, 0.8, {1, 3}),
+    ],
+)
+def test_top_k_and_top_p_keep_the_most_likely_tokens(
+    top_k: int, top_p: float, kept: set[int]
+) -> None:
+    logits = torch.log(torch.tensor([0.1, 0.64, 0.06, 0.2]))
+    filtered = filter_top_k_top_p(logits, top_k, top_p)
+    assert {i for i in range(4) if filtered[i] != float("-inf")} == kept
+
+
+def test_the_repetition_penalty_lowers_seen_tokens_of_either_sign() -> None:
+    logits = torch.tensor([2.0, -2.0, 2.0, -2.0])
+    seen = torch.tensor([True, True, False, False])
+    assert apply_repetition_penalty(logits, seen, 2.0).tolist() == [1.0, -4.0, 2.0, -2.0]
+
+
+# --- GPU ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_model_is_bf16_and_greedy_cache_reuse_repeats(model_dir: Path) -> None:
+    backend = TransformersBackend(model_dir, device="cuda")
+    try:
+        assert backend.info.device == "cuda"
+        assert backend._model.dtype in (torch.bfloat16, torch.float16)
+        prompt_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
+        runs = []
+        for _ in range(2):
+            tokens = backend.iter_token_ids(prompt_ids, SamplingParams(), threading.Event())
+            runs.append([next(tokens) for _ in range(8)])
+            tokens.close()
+        assert backend.last_prefill_tokens == 1
+        assert runs[0] == runs[1]
+    finally:
+        backend.close()
