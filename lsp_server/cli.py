@@ -1,8 +1,10 @@
-"""The `infill-lsp` command: `generate` and `doctor` for people debugging a model.
+"""The `infill-lsp` command.
 
-`generate` prints one JSON object per line for each delta, stable for scripts:
-`{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta).
-`doctor` tells, for each role, which model is used and how it loaded.
+- `infill-lsp` / `infill-lsp serve [--stdio | --tcp --port N]`: the language server;
+- `infill-lsp complete PATH:LINE:COL [--json]`: one inline completion through a real server;
+- `infill-lsp generate`: one JSON object per delta, stable for scripts:
+  `{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta);
+- `infill-lsp doctor [--json]`: which model each role uses and how it loaded.
 """
 
 from __future__ import annotations
@@ -125,6 +127,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not stop at the model's end-of-generation tokens",
     )
+
+    serve = sub.add_parser("serve", help="run the language server (the default command)")
+    serve.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (default)")
+    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead, for debugging")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=2087)
+    serve.add_argument("--log-file", metavar="PATH", help="log here instead of stderr")
+    serve.add_argument("--model", help="completion model, unless the client's settings name one")
+    serve.add_argument("--chat-model", help="chat model, unless the client's settings name one")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+
+    complete = sub.add_parser(
+        "complete", help="ask a real server (started as a subprocess) for one inline completion"
+    )
+    complete.add_argument(
+        "location", metavar="PATH:LINE:COL", help="1-based line and column, in characters"
+    )
+    complete.add_argument("--json", action="store_true", help="print the items and timings")
+    complete.add_argument("--invoked", action="store_true", help="ask as an explicit invocation")
+    complete.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
+    complete.add_argument("-v", "--verbose", action="store_true", help="show the server's log")
 
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
     doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
@@ -268,20 +291,55 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from lsp_server.server import build_server
+
+    handler: logging.Handler = (
+        logging.FileHandler(args.log_file, encoding="utf-8")
+        if args.log_file
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    logging.getLogger("pygls").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    server = build_server(model=args.model, chat_model=args.chat_model)
+    # INFO and above from our own loggers also reach the client (window/logMessage).
+    server.client_log.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    for name in ("engine", "lsp_server"):
+        logging.getLogger(name).addHandler(server.client_log)
+    if args.tcp:
+        server.start_tcp(args.host, args.port)
+    else:
+        server.start_io()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `infill-lsp` alone, or with only server flags (`--stdio`, as editor clients add it), serves.
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, "serve")
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return 2
+    if args.command == "serve":
+        return _serve(args)
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
     )
     try:
         if args.command == "generate":
             return asyncio.run(_generate(args))
+        if args.command == "complete":
+            from lsp_server.complete import run_complete
+
+            return asyncio.run(run_complete(args))
         return _doctor(args)
     except EngineError as e:
         print(f"infill-lsp: error: {e}", file=sys.stderr)

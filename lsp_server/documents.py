@@ -1,0 +1,105 @@
+"""Documents as the client sees them, and frozen snapshots taken before the first `await`.
+
+pygls keeps the documents and converts positions through the negotiated encoding (UTF-16 by
+default, UTF-8 for Neovim). Two corrections to its document:
+- lines end only at \\n, \\r\\n and \\r, as LSP says; pygls splits with `str.splitlines`,
+  which also breaks at U+2028, U+0085, form feeds and more, and would then apply edits and
+  convert positions on the wrong lines of a document that holds such characters;
+- a position past the end of a line or of the document is refused here, where pygls would
+  quietly move it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+from pygls.workspace import TextDocument, Workspace
+
+from engine.prompts import split_lines
+
+_ENDING = re.compile(r"(?:\r\n|\r|\n)$")
+
+
+class LspTextDocument(TextDocument):
+    """pygls's document, with LSP's line breaks."""
+
+    @property
+    def lines(self) -> Sequence[str]:
+        return tuple(split_lines(self.source))
+
+
+def use_lsp_lines(workspace: Workspace) -> None:
+    """Make the workspace create `LspTextDocument`s (pygls has no public hook for this)."""
+    original = workspace._create_text_document
+
+    @functools.wraps(original)
+    def create(*args: Any, **kwargs: Any) -> TextDocument:
+        document = original(*args, **kwargs)
+        document.__class__ = LspTextDocument
+        return document
+
+    workspace._create_text_document = create  # type: ignore[method-assign]
+
+
+class InvalidPosition(ValueError):
+    """A position outside the document."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DocumentSnapshot:
+    """The document at one moment, with the cursor: what a request computes on."""
+
+    uri: str
+    version: int | None
+    language_id: str
+    text: str
+    offset: int  # the cursor, in code points from the start of `text`
+    line: int
+    character: int  # in code points
+
+    @property
+    def prefix(self) -> str:
+        return self.text[: self.offset]
+
+    @property
+    def suffix(self) -> str:
+        return self.text[self.offset :]
+
+
+def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapshot:
+    """Freeze `document` with the cursor at `position` (client units). Raises InvalidPosition."""
+    text = document.source
+    lines = list(document.lines)
+    if lines == [] or _ENDING.search(lines[-1]):
+        lines.append("")  # the empty line after a final line break can hold the cursor
+    if not 0 <= position.line < len(lines):
+        raise InvalidPosition(
+            f"line {position.line} is past the end of the document ({len(lines)} lines)"
+        )
+    content = _ENDING.sub("", lines[position.line])
+    codec = document.position_codec
+    width = codec.client_num_units(content)
+    if not 0 <= position.character <= width:
+        raise InvalidPosition(
+            f"character {position.character} is past the end of line {position.line} "
+            f"({width} units)"
+        )
+    server = codec.position_from_client_units(
+        [content], types.Position(line=0, character=position.character)
+    )
+    character = server.character
+    offset = sum(len(line) for line in lines[: position.line]) + character
+    return DocumentSnapshot(
+        uri=document.uri,
+        version=document.version,
+        language_id=document.language_id or "",
+        text=text,
+        offset=offset,
+        line=position.line,
+        character=character,
+    )

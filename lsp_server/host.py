@@ -1,0 +1,163 @@
+"""The models behind the server: loaded in the background, awaited by requests, reported by
+status. A load that fails is remembered, and every later request gets an error naming why."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.engine import Engine
+from engine.errors import EngineError
+from engine.models import ModelSet, ModelSpec, resolve_model_path
+from engine.prompts import FimTemplate, detect_fim_template
+from engine.types import Role
+from lsp_server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class LoadState(enum.StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    ERROR = "error"
+
+
+class ModelUnavailableError(Exception):
+    """The model could not be loaded; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionModel:
+    """The completion engine with what prompts need to know about its model."""
+
+    engine: Engine
+    fim: FimTemplate | None
+    count_tokens: Callable[[str], int]
+
+
+def _token_counter(engine: Engine) -> Callable[[str], int]:
+    backend = engine.backend
+
+    # Lines repeat from one keystroke to the next: count each once.
+    @functools.lru_cache(maxsize=16384)
+    def count(text: str) -> int:
+        return len(backend.tokenize(text, add_bos=False, special=False))
+
+    return count
+
+
+def model_specs(settings: Settings) -> dict[Role, ModelSpec]:
+    """The model of each role, from the settings (then environment, then defaults)."""
+    common: dict[str, Any] = {
+        "backend": settings.backend,
+        "context_size": settings.context_size,
+        "threads": settings.threads,
+        "gpu_layers": settings.gpu_layers,
+        "device": settings.device,
+    }
+    return {
+        Role.COMPLETION: ModelSpec(
+            path=resolve_model_path(Role.COMPLETION, settings.model), **common
+        ),
+        Role.CHAT: ModelSpec(path=resolve_model_path(Role.CHAT, settings.chat_model), **common),
+    }
+
+
+class ModelHost:
+    """Owns the ModelSet. `start` begins loading; requests await `completion()`."""
+
+    def __init__(self) -> None:
+        self.state = LoadState.LOADING
+        self.last_error: str | None = None
+        self._models: ModelSet | None = None
+        self._completion: asyncio.Future[CompletionModel] | None = None
+
+    def start(self, settings: Settings) -> asyncio.Future[CompletionModel]:
+        """Load the completion model on a thread (the chat model loads when first used)."""
+        self.state = LoadState.LOADING
+        future: asyncio.Future[CompletionModel] = asyncio.get_running_loop().create_future()
+        self._completion = future
+
+        async def load() -> None:
+            try:
+                model = await asyncio.to_thread(self._load, settings)
+            except (EngineError, OSError) as e:
+                self.state = LoadState.ERROR
+                self.last_error = str(e)
+                future.set_exception(
+                    ModelUnavailableError(f"the completion model is unavailable: {e}")
+                )
+                future.exception()  # retrieved: requests re-raise it, nobody else must log it
+                return
+            self.state = LoadState.READY
+            future.set_result(model)
+
+        asyncio.get_running_loop().create_task(load())
+        return future
+
+    def _load(self, settings: Settings) -> CompletionModel:
+        old, self._models = self._models, ModelSet(model_specs(settings))
+        if old is not None:
+            old.close()
+        engine = self._models.engine(Role.COMPLETION)
+        backend = engine.backend
+        info = engine.info
+        log.info(
+            "completion model %s (%s, %s) loaded in %.1f s",
+            info.path,
+            info.backend,
+            info.device,
+            info.load_seconds,
+        )
+        return CompletionModel(
+            engine=engine,
+            fim=detect_fim_template(backend.special_token_id),
+            count_tokens=_token_counter(engine),
+        )
+
+    async def completion(self) -> CompletionModel:
+        """The completion model, once loaded. Raises ModelUnavailableError after a failed load."""
+        if self._completion is None:
+            raise ModelUnavailableError("the server is not initialized yet")
+        return await asyncio.shield(self._completion)
+
+    def status(self) -> dict[str, Any]:
+        """Health and model information (the `infill/status` request, `doctor` in the shell)."""
+        result: dict[str, Any] = {"status": self.state.value, "last_error": self.last_error}
+        future = self._completion
+        if (
+            future is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+        ):
+            model = future.result()
+            info = model.engine.info
+            result.update(
+                model=info.name,
+                model_path=info.path,
+                backend=info.backend,
+                device=info.device,
+                context_size=info.context_size,
+                fim_family=model.fim.family if model.fim else None,
+            )
+        else:
+            result.update(
+                model=None,
+                model_path=None,
+                backend=None,
+                device=None,
+                context_size=None,
+                fim_family=None,
+            )
+        return result
+
+    def close(self) -> None:
+        if self._models is not None:
+            self._models.close()
+            self._models = None

@@ -1,0 +1,231 @@
+"""Inline completion: from a document snapshot to fitted suggestions (DESIGN §5).
+
+1. Decide the mode from the cursor's surroundings (nothing to suggest: no model call).
+2. Cut the context window to the token budget and build the FIM prompt (or the documented
+   prefix-only fallback for models without FIM tokens).
+3. Stream from the engine; a multi-line suggestion stops the model as soon as the code
+   leaves the cursor's block.
+4. Fit each choice to the text around the cursor; drop empty and duplicate ones.
+
+Also here: `LatestWins`, which makes a new request for a document supersede the older one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from engine.prompts import build_fim_prompt, context_window
+from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.host import CompletionModel
+from lsp_server.postprocess import (
+    CompletionMode,
+    CursorContext,
+    Fitted,
+    block_ended,
+    decide_mode,
+    fit_completion,
+)
+from lsp_server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Sampled choices for invoked completions need some spread to differ from the greedy one.
+INVOKED_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InlineResult:
+    suggestions: tuple[Fitted, ...]
+    mode: CompletionMode | None
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    token_ids: tuple[int, ...]
+    stop_token_ids: tuple[int, ...]
+    healed_indent: str  # cursor-line indentation left out of the prompt (see `_heal`)
+
+
+def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Settings) -> Prompt:
+    """The token prompt for the snapshot: budgeted window, then the family's FIM format."""
+    window = context_window(
+        snap.prefix,
+        snap.suffix,
+        model.count_tokens,
+        prefix_budget=settings.prefix_tokens,
+        suffix_budget=settings.suffix_tokens if model.fim else 0,
+    )
+    prefix, indent = _heal(window.prefix)
+    prompt = build_fim_prompt(model.engine.backend, prefix, window.suffix, template=model.fim)
+    return Prompt(
+        token_ids=prompt.token_ids, stop_token_ids=prompt.stop_token_ids, healed_indent=indent
+    )
+
+
+def _heal(prefix: str) -> tuple[str, str]:
+    """Leave the cursor line's indentation out of the prompt when the line holds nothing else.
+
+    A prompt that ends in spaces splits the model's usual "indentation + keyword" tokens at an
+    unusual place, and the continuation suffers; without the spaces the model writes the
+    indentation itself, and `_unheal` takes back what the user already typed.
+    """
+    line_start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
+    tail = prefix[line_start:]
+    if tail and not tail.strip(" \t"):
+        return prefix[:line_start], tail
+    return prefix, ""
+
+
+def _unheal(text: str, indent: str) -> str:
+    if not indent:
+        return text
+    if text.startswith(indent):
+        return text[len(indent) :]
+    # The model indented less than the user did: keep what it wrote after its indentation.
+    return text.lstrip(" \t")
+
+
+def _sampling(settings: Settings, mode: CompletionMode, *, n: int, greedy: bool) -> SamplingParams:
+    max_tokens = (
+        settings.max_tokens_single_line
+        if mode is CompletionMode.SINGLE_LINE
+        else settings.max_tokens_multi_line
+    )
+    temperature = 0.0 if greedy else max(settings.temperature, INVOKED_TEMPERATURE)
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=temperature, top_p=0.95 if temperature else 1.0, n=n
+    )
+
+
+async def suggest(
+    model: CompletionModel, snap: DocumentSnapshot, settings: Settings, *, invoked: bool
+) -> InlineResult:
+    """Suggestions for the cursor in `snap`: one for automatic triggers, up to
+    `settings.invoked_suggestions` distinct ones when the user asked."""
+    started = time.perf_counter()
+    ctx = CursorContext(prefix=snap.prefix, suffix=snap.suffix)
+    mode = decide_mode(ctx)
+    if mode is None:
+        return InlineResult(suggestions=(), mode=None)
+    prompt = build_prompt(model, snap, settings)
+    stops = StopConditions(
+        stop=("\n",) if mode is CompletionMode.SINGLE_LINE else (),
+        stop_token_ids=prompt.stop_token_ids,
+    )
+    wanted = settings.invoked_suggestions if invoked else 1
+    base = GenerationRequest(
+        prompt_token_ids=prompt.token_ids,
+        role=Role.COMPLETION,
+        sampling=_sampling(settings, mode, n=1, greedy=settings.temperature == 0),
+        stops=stops,
+    )
+    requests = [base]
+    if wanted > 1:
+        sampled = _sampling(settings, mode, n=wanted, greedy=False)
+        requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
+
+    suggestions: list[Fitted] = []
+    generated = 0
+    for request in requests:
+        texts = await _generate(model, request, ctx, mode, stop_early=request.sampling.n == 1)
+        for raw in texts:
+            generated += 1
+            fitted = fit_completion(_unheal(raw, prompt.healed_indent), ctx, mode)
+            if fitted is not None and fitted not in suggestions:
+                suggestions.append(fitted)
+        if len(suggestions) >= wanted:
+            break
+    return InlineResult(
+        suggestions=tuple(suggestions[:wanted]),
+        mode=mode,
+        prompt_tokens=len(prompt.token_ids),
+        generated_tokens=generated,
+        seconds=time.perf_counter() - started,
+    )
+
+
+async def _generate(
+    model: CompletionModel,
+    request: GenerationRequest,
+    ctx: CursorContext,
+    mode: CompletionMode,
+    *,
+    stop_early: bool,
+) -> list[str]:
+    """Each choice's raw text. With `stop_early`, a multi-line choice ends the model's work
+    as soon as its code has left the cursor's block."""
+    texts = [""] * request.sampling.n
+    async with contextlib.aclosing(model.engine.generate(request)) as deltas:
+        async for delta in deltas:
+            texts[delta.index] += delta.text
+            if (
+                stop_early
+                and mode is CompletionMode.MULTI_LINE
+                and "\n" in delta.text
+                and block_ended(texts[delta.index], ctx)
+            ):
+                break
+    return texts
+
+
+class LatestWins:
+    """One live inline request per document: a new one supersedes the one before it."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, asyncio.Event] = {}
+
+    def claim(self, uri: str) -> asyncio.Event:
+        """Supersede the document's live request; the returned event is set when this one is."""
+        previous = self._live.get(uri)
+        if previous is not None:
+            previous.set()
+        event = asyncio.Event()
+        self._live[uri] = event
+        return event
+
+    def release(self, uri: str, event: asyncio.Event) -> None:
+        if self._live.get(uri) is event:
+            del self._live[uri]
+
+
+async def complete_latest(
+    slots: LatestWins,
+    snap: DocumentSnapshot,
+    settings: Settings,
+    get_model: Callable[[], Awaitable[CompletionModel]],
+    *,
+    invoked: bool,
+) -> InlineResult | None:
+    """`suggest`, after the debounce, unless a newer request for the document supersedes this
+    one first (then None, at once: the engine is told to stop within one token)."""
+    superseded = slots.claim(snap.uri)
+    work: asyncio.Task[InlineResult] | None = None
+    try:
+        if settings.debounce_ms > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(superseded.wait(), settings.debounce_ms / 1000)
+        if superseded.is_set():
+            return None
+        model = await get_model()
+        if superseded.is_set():
+            return None
+        work = asyncio.ensure_future(suggest(model, snap, settings, invoked=invoked))
+        waiter = asyncio.ensure_future(superseded.wait())
+        try:
+            await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        return work.result() if work.done() else None
+    finally:
+        slots.release(snap.uri, superseded)
+        if work is not None and not work.done():
+            work.cancel()  # closing its stream aborts the engine job

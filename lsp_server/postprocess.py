@@ -1,0 +1,724 @@
+"""Post-processing: fit a model's raw continuation to the code around the cursor (DESIGN §5).
+
+Ghost text must read as the user's next keystrokes: it never repeats what already follows the
+cursor, closes exactly the brackets that still need closing, keeps the block's indentation and
+ends where the block ends. Issue 3's "mode decision" and "post-processing" bullets are the spec;
+every rule below says why it is there. Everything here is pure (stdlib only), so the language
+server calls it on a document snapshot and the tests call it on plain strings.
+
+Conventions, chosen once for the whole module:
+
+- Text is Python `str`: positions and `Fitted.replace_chars` count code points, never UTF-8 or
+  UTF-16 units (the server converts at the protocol boundary). Emoji, CJK and combining marks
+  need nothing special, except that a combining mark right after the cursor counts as part of
+  a word (the cursor splits a character as the user sees it).
+- Lines end at `\\r\\n`, `\\r` or `\\n` only (LSP's rule). `str.splitlines` is never used on
+  document text: it also splits at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028` and
+  `\\u2029`, which LSP does not count as line ends.
+- Line endings in a suggestion are left as the model wrote them (cuts recognise all three).
+  Rewriting `\\n` to a CRLF document's `\\r\\n` is the editor's business: VS Code and Neovim
+  normalise inserted text to the buffer's line ending themselves.
+- Indentation is compared by width, with tabs advancing to the next multiple of `TAB_WIDTH`
+  (4, the default tab size of VS Code and most editors' displays), so a tab and four spaces
+  count as the same depth; mixed indentation is compared, never rejected.
+- Brackets and string literals are tracked by a rough scanner that knows `()[]{}`, quotes
+  (`"`, `'`, backticks, Python's triple quotes, backslash escapes) and comments (`//`, `/* */`,
+  and `#` followed by a space). It serves Python, JS/TS, Go, Rust, Java, C-like languages and
+  shell well enough to decide which closers are still owed; it is not a parser.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "TAB_WIDTH",
+    "CompletionMode",
+    "CursorContext",
+    "Fitted",
+    "block_ended",
+    "decide_mode",
+    "fit_completion",
+]
+
+#: Tab stops for comparing indentation (see the module docstring).
+TAB_WIDTH = 4
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+#: What may follow the cursor for it to count as "at the end of the line": closing brackets,
+#: quotes and statement punctuation an editor's auto-pairing typically leaves there.
+_CLOSING_CHARS = frozenset(")]}\"'`;,")
+_OPENER_OF = {")": "(", "]": "[", "}": "{"}
+_CLOSER_LINE_CHARS = frozenset(")]};,")
+
+#: A line ending in one of these opens a block whose body follows on the next lines: Python's
+#: `:`, brace languages' `{`, an open call or literal `(` `[`, JS arrows `=>`, and `->` (Rust
+#: return types, Erlang/Elixir/Haskell clauses). The words are Ruby/Lua/shell block openers.
+_BLOCK_OPENER_ENDINGS = (":", "{", "(", "[", "=>", "->")
+_BLOCK_OPENER_WORDS = frozenset({"do", "then", "begin", "else"})
+_LAST_WORD = re.compile(r"(\w+)$")
+
+
+class CompletionMode(enum.StrEnum):
+    """How much text a suggestion may hold: the rest of one line, or a block of lines."""
+
+    SINGLE_LINE = "single_line"
+    MULTI_LINE = "multi_line"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CursorContext:
+    """The document around the cursor: everything before it and everything after it.
+
+    `prefix` may be a window of the document that starts at a line boundary; `suffix` may be
+    cut anywhere after the cursor line.
+    """
+
+    prefix: str
+    suffix: str
+
+    @property
+    def line_prefix(self) -> str:
+        """The cursor line up to the cursor."""
+        start = max(self.prefix.rfind("\n"), self.prefix.rfind("\r")) + 1
+        return self.prefix[start:]
+
+    @property
+    def line_suffix(self) -> str:
+        """The cursor line after the cursor, without its line ending."""
+        match = _LINE_BREAK.search(self.suffix)
+        return self.suffix if match is None else self.suffix[: match.start()]
+
+    @property
+    def indent(self) -> str:
+        """The cursor line's leading spaces and tabs."""
+        return _leading_ws(self.line_prefix + self.line_suffix)
+
+    @property
+    def indent_width(self) -> int:
+        """Width of `indent`, tabs expanded to multiples of `TAB_WIDTH`."""
+        return _width(self.indent)
+
+    @property
+    def is_blank_line(self) -> bool:
+        """True when the cursor line holds only whitespace."""
+        return not (self.line_prefix + self.line_suffix).strip()
+
+    @property
+    def previous_nonblank_line(self) -> str | None:
+        """The nearest line above the cursor line that is not blank (None at the window's top)."""
+        before = self.prefix[: len(self.prefix) - len(self.line_prefix)]
+        for line in reversed(_LINE_BREAK.split(before)):
+            if line.strip():
+                return line
+        return None
+
+    @property
+    def next_nonblank_line(self) -> str | None:
+        """The nearest line below the cursor line that is not blank (None at the end)."""
+        lines = _iter_lines(self.suffix)
+        next(lines)  # the rest of the cursor line
+        for line in lines:
+            if line.strip():
+                return line
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fitted:
+    """A suggestion ready for the editor.
+
+    `text` replaces the cursor position plus the `replace_chars` code points after it, all on
+    the cursor line: the range covers closing brackets/quotes that `text` now contains, so that
+    they are merged instead of duplicated. The document after accepting it is
+    `prefix + text + suffix[replace_chars:]`.
+    """
+
+    text: str
+    replace_chars: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode decision
+
+
+def decide_mode(ctx: CursorContext) -> CompletionMode | None:
+    """Single-line, multi-line, or nothing to suggest, from the cursor's surroundings.
+
+    1. A word character right after the cursor (the cursor is inside an identifier, or between
+       a character and its combining mark): None. Anything inserted there splits a word.
+    2. Code after the cursor on the same line (more than closing brackets, quotes, `;`, `,`,
+       whitespace): SINGLE_LINE. The suggestion must join that code, so it cannot span lines.
+    3. The cursor at the end of a non-blank line (closers may follow): SINGLE_LINE. The user is
+       finishing a statement; a body, if any, starts on the next line.
+    4. A blank cursor line right after a line that opens a block (`:`, `{`, `(`, `[`, `=>`,
+       `->`, `do`/`then`/...): MULTI_LINE. The user is about to write that block's body.
+    5. A blank cursor line where the next non-blank line is less indented than the cursor
+       line, or nothing follows: MULTI_LINE. The cursor is at the end of a block or the file,
+       where the rest of a block is wanted.
+    6. A blank cursor line with code at the same (or deeper) indentation below: SINGLE_LINE.
+       The user is inserting a statement into an existing block; a block of lines would
+       likely repeat the code below.
+    """
+    rest = ctx.line_suffix
+    if rest and _is_word_char(rest[0]):
+        return None
+    if not _is_closing_text(rest) or not ctx.is_blank_line:
+        return CompletionMode.SINGLE_LINE
+    previous = ctx.previous_nonblank_line
+    if previous is not None and _opens_block(previous):
+        return CompletionMode.MULTI_LINE
+    following = ctx.next_nonblank_line
+    if following is None or _width(_leading_ws(following)) < ctx.indent_width:
+        return CompletionMode.MULTI_LINE
+    return CompletionMode.SINGLE_LINE
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting
+
+
+def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted | None:
+    """Fit the model's raw continuation to the cursor; None when nothing worth showing is left.
+
+    1. Keep the lines the mode allows: the first line only (SINGLE_LINE), or the lines before
+       the first one that ends the block (MULTI_LINE; see `block_ended` for what ends it).
+       Trailing whitespace is stripped from every line that ends in a line break, and trailing
+       blank lines are dropped: an editor would keep both as litter.
+    2. When the rest of the cursor line is only closers (`)`, `")`, `);`, ...), the item's
+       range is extended over them (`replace_chars`) and `text` carries the ones the
+       suggestion does not close itself, so they are merged, never duplicated. This is done
+       whenever such a rest exists, also when the model closed nothing: `foo(|)` + `x` gives
+       `x)` over one character. One rule keeps clients' rendering the same for every case.
+    3. Brackets are balanced against the document: the suggestion may close a bracket (or
+       string) opened before the cursor only if the text after it does not close it already;
+       the first closer that would close one twice, or that matches no open bracket, ends the
+       suggestion. `foo(|)` + `x))` gives `foo(x)`, yet `)` after `foo(a,` on an earlier line
+       is kept when nothing below closes it.
+    4. A tail that repeats the start of what follows the cursor on its line is removed (the
+       longest such overlap, as long as removing it leaves the brackets as they were): the
+       model often writes the rest of the line itself (`foo(|, b)` + `a, b)` gives `a`).
+    5. The last line's trailing whitespace is stripped too, unless code follows it on the line
+       (a space before `+ 1` is the model's separator) or it lies inside a string literal.
+    6. Nothing but whitespace left, or a text that changes nothing: None.
+    """
+    # 1. Lines.
+    lines = _split_lines(raw)
+    if mode is CompletionMode.SINGLE_LINE:
+        lines = lines[:1]
+    stop = _block_end_index([content for content, _ in lines], ctx)
+    if stop is not None:
+        lines = lines[:stop]
+    text = _join_lines(lines)
+
+    # 2. The closers after the cursor, and what each of them closes.
+    cursor_state = _cursor_state(ctx.prefix)
+    rest = ctx.line_suffix
+    run = rest.rstrip()
+    run_closes = _closing_run(run, cursor_state)
+    absorbed = run_closes is not None
+
+    # 3. Balance against what the document after the replaced range closes.
+    after = ctx.suffix[len(run) :] if absorbed else ctx.suffix
+    after_state = cursor_state.copy()
+    if run_closes is not None:
+        _feed(after_state, run, starts_line=False)
+    closed_below: list[tuple[int, _Open]] = []
+    _feed(after_state, after, closed=closed_below, until_resolved=True, starts_line=False)
+    owed_elsewhere = {item for _, item in closed_below}
+
+    def may_close(item: _Open) -> bool:
+        return item not in owed_elsewhere
+
+    scan = _scan_text(text, cursor_state, may_close)
+    if scan.cut is not None:
+        text = text[: scan.cut]
+        scan = _scan_text(text, cursor_state, may_close)
+
+    if run_closes is not None:
+        # The closers of the run that the suggestion closed itself leave the run.
+        done = 0
+        for (_, mine), (_, theirs) in zip(scan.closed, run_closes, strict=False):
+            if mine is not theirs:
+                break
+            done += 1
+        follow = run[run_closes[done - 1][0] :] if done else run
+    else:
+        follow = rest
+
+    # 4. Overlap with what follows on the line.
+    text = _remove_overlap(text, follow, cursor_state, may_close, len(scan.closed))
+
+    # 5. Trailing whitespace.
+    stripped = text.rstrip()
+    tail = text[len(stripped) :]
+    code_follows = bool(follow) and not follow[0].isspace() and follow[0] not in _CLOSING_CHARS
+    in_string = _scan_text(text, cursor_state, may_close).state.string is not None
+    if _LINE_BREAK.search(tail) or not (code_follows or in_string):
+        text = stripped
+
+    # 6. Empty or no change.
+    if not text.strip():
+        return None
+    if not absorbed:
+        return Fitted(text=text, replace_chars=0)
+    merged = text + follow
+    if merged == run:
+        return None
+    return Fitted(text=merged, replace_chars=len(run))
+
+
+def block_ended(generated: str, ctx: CursorContext) -> bool:
+    """True once `generated` holds a complete line that ends the suggestion, so the caller can
+    stop the model early without changing the result.
+
+    A generated line ends the suggestion (and `fit_completion` keeps only what precedes it)
+    when, counting only lines ended by a line break:
+
+    - it equals, stripped, the next non-blank line after the cursor: the model has started
+      repeating the code that follows (the first line counts too, whole with the cursor line).
+      A line of closing brackets must also be as deep: `    }` does not repeat a `}` below,
+      it closes another block (bracket balancing then decides whether it is owed);
+    - after the first line, it dedents out of the cursor's block: less indented than the cursor
+      line, or, when the cursor line opens a block or follows a line that does, not deeper
+      than the opening line. A line of closing brackets at that point (`}`, `});`) is the
+      block's own end and is kept; the line after it ends the suggestion;
+    - it repeats the previous non-blank line exactly (indentation included) and holds a word
+      character: an exact repeat loop, which small models fall into.
+
+    A trailing lone `\\r` does not complete a line yet: the `\\n` of a `\\r\\n` may follow.
+    """
+    lines = _split_lines(generated)
+    complete = [content for content, ending in lines if ending]
+    if generated.endswith("\r") and complete:
+        complete.pop()
+    return bool(complete) and _block_end_index(complete, ctx) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines and indentation
+
+
+def _split_lines(text: str) -> list[tuple[str, str]]:
+    """(content, line ending) pairs; the last pair's ending is empty."""
+    lines: list[tuple[str, str]] = []
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        lines.append((text[start : match.start()], match.group()))
+        start = match.end()
+    lines.append((text[start:], ""))
+    return lines
+
+
+def _iter_lines(text: str) -> Iterator[str]:
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        yield text[start : match.start()]
+        start = match.end()
+    yield text[start:]
+
+
+def _join_lines(lines: Sequence[tuple[str, str]]) -> str:
+    """The kept lines as text: inner lines right-stripped, trailing blank lines dropped, and
+    no line ending after the last line."""
+    last = len(lines) - 1
+    while last > 0 and not lines[last][0].strip():
+        last -= 1
+    parts = [content.rstrip() + ending for content, ending in lines[:last]]
+    if lines:
+        parts.append(lines[last][0])
+    return "".join(parts)
+
+
+def _leading_ws(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _width(indent: str) -> int:
+    """Display width of leading whitespace; tabs advance to the next multiple of TAB_WIDTH."""
+    column = 0
+    for char in indent:
+        column = (column // TAB_WIDTH + 1) * TAB_WIDTH if char == "\t" else column + 1
+    return column
+
+
+def _is_word_char(char: str) -> bool:
+    return char == "_" or char.isalnum() or unicodedata.category(char).startswith("M")
+
+
+def _is_closing_text(text: str) -> bool:
+    return all(char in _CLOSING_CHARS or char.isspace() for char in text)
+
+
+def _opens_block(line: str) -> bool:
+    """Does this line (comments aside) end by opening a block?"""
+    code = _code_part(line).rstrip()
+    if code.endswith(_BLOCK_OPENER_ENDINGS):
+        return True
+    word = _LAST_WORD.search(code)
+    return word is not None and word.group(1) in _BLOCK_OPENER_WORDS
+
+
+def _opened_block_indent(ctx: CursorContext) -> int | None:
+    """Width of the line that opens the cursor's block, when the cursor line opens one or is
+    blank right after one; None otherwise."""
+    line_prefix = ctx.line_prefix
+    if line_prefix.strip():
+        return _width(_leading_ws(line_prefix)) if _opens_block(line_prefix) else None
+    previous = ctx.previous_nonblank_line
+    if previous is not None and _opens_block(previous):
+        return _width(_leading_ws(previous))
+    return None
+
+
+def _is_closer_line(stripped: str) -> bool:
+    return stripped[0] in _OPENER_OF and all(char in _CLOSER_LINE_CHARS for char in stripped)
+
+
+def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
+    """Index of the first generated line that ends the suggestion (rules in `block_ended`).
+
+    `lines` are line contents without endings; the first one continues the cursor line.
+    """
+    if not lines:
+        return None
+    following = ctx.next_nonblank_line
+
+    def repeats_following(line: str) -> bool:
+        stripped = line.strip()
+        if following is None or not stripped or stripped != following.strip():
+            return False
+        # A `}` at another depth closes another block: only the same depth repeats it.
+        return not _is_closer_line(stripped) or _width(_leading_ws(line)) == _width(
+            _leading_ws(following)
+        )
+
+    line_prefix = ctx.line_prefix
+    first = line_prefix + lines[0]
+    if repeats_following(first):
+        return 0
+
+    opener = _opened_block_indent(ctx)
+    if line_prefix.strip():
+        block = _width(_leading_ws(line_prefix))
+    else:
+        # A blank cursor line: the block is as deep as the first line the model wrote there.
+        block = _width(_leading_ws(first)) if first.strip() else _width(line_prefix)
+
+    previous = first.rstrip()
+    block_closed = False
+    for index in range(1, len(lines)):
+        line = lines[index]
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if block_closed or repeats_following(line):
+            return index
+        width = _width(_leading_ws(line))
+        if (width <= opener) if opener is not None else (width < block):
+            if not _is_closer_line(stripped):
+                return index
+            block_closed = True
+        line = line.rstrip()
+        if line == previous and any(_is_word_char(char) for char in stripped):
+            return index
+        previous = line
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Brackets and strings
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Open:
+    """An open bracket or string literal, compared by identity.
+
+    `original`: open at the cursor. `indent`: width of the indentation of the line it was
+    opened on, where known (it attributes a line-leading closer to its opener, see `_feed`).
+    """
+
+    delim: str
+    original: bool = False
+    indent: int | None = None
+
+
+class _Scanner:
+    """Rough lexical state: open brackets, an open string literal, a comment."""
+
+    __slots__ = ("comment", "comment_at", "stack", "string")
+
+    def __init__(self) -> None:
+        self.stack: list[_Open] = []
+        self.string: _Open | None = None
+        self.comment: str | None = None  # "line" or "block"
+        self.comment_at = -1  # where the last comment began in the text fed
+
+    def copy(self) -> _Scanner:
+        other = _Scanner()
+        other.stack = list(self.stack)
+        other.string = self.string
+        other.comment = self.comment
+        return other
+
+    def holds_original(self) -> bool:
+        string_open = self.string is not None and self.string.original
+        return string_open or bool(self.stack and self.stack[0].original)
+
+
+_CODE_SPECIAL = re.compile(r"[\"'`#/()\[\]{}]")
+_LINE_END = re.compile(r"[\r\n]")
+_STRING_SPECIAL = {
+    delim: re.compile("[\\\\\r\n" + re.escape(delim[0]) + "]")
+    for delim in ('"', "'", "`", '"""', "'''")
+}
+
+
+def _feed(
+    sc: _Scanner,
+    text: str,
+    *,
+    strict: bool = False,
+    may_close: Callable[[_Open], bool] | None = None,
+    new_strings: bool = True,
+    closed: list[tuple[int, _Open]] | None = None,
+    until_resolved: bool = False,
+    starts_line: bool = True,
+) -> int | None:
+    """Advance `sc` over `text`.
+
+    Lenient (document text): a closer pops to its nearest matching opener, or is ignored. A
+    closer that begins its line closes, among the matching openers, the innermost one opened
+    on a line of the same indentation, when there is one: in `class A {`, `    f() {`, cursor,
+    `}`, the `}` below is the class's, so the method's `{` is still owed (the user is writing
+    the method's body). `starts_line`: whether `text` begins at a line start (a suffix begins
+    mid-line, at the cursor).
+    Strict (generated text): the scan stops, returning the index, at a closer that matches no
+    open bracket, at one that would close an original item `may_close` refuses, and (without
+    `new_strings`) at a quote that would open a string. Each original item closed is appended
+    to `closed` with the index just after its closer. `until_resolved` stops once no original
+    item is open any more (what follows cannot close one).
+    """
+    lines = _LineStarts(text, starts_line)
+    i, n = 0, len(text)
+    while i < n:
+        if until_resolved and not sc.holds_original():
+            return None
+        if sc.comment == "line":
+            match = _LINE_END.search(text, i)
+            if match is None:
+                return None
+            sc.comment = None
+            i = match.end()
+            continue
+        if sc.comment == "block":
+            end = text.find("*/", i)
+            if end < 0:
+                return None
+            sc.comment = None
+            i = end + 2
+            continue
+        if sc.string is not None:
+            delim = sc.string.delim
+            match = _STRING_SPECIAL[delim].search(text, i)
+            if match is None:
+                return None
+            j = match.start()
+            char = text[j]
+            if char == "\\":
+                i = j + 2
+            elif char in "\r\n":
+                if delim in ('"', "'"):
+                    sc.string = None  # unterminated on its line: the language ends it there
+                i = j + 1
+            elif text.startswith(delim, j):
+                item = sc.string
+                if item.original and may_close is not None and not may_close(item):
+                    return j
+                sc.string = None
+                if item.original and closed is not None:
+                    closed.append((j + len(delim), item))
+                i = j + len(delim)
+            else:
+                i = j + 1  # one quote inside a triple-quoted string
+            continue
+
+        match = _CODE_SPECIAL.search(text, i)
+        if match is None:
+            return None
+        j = match.start()
+        char = text[j]
+        i = j + 1
+        if char == "#":
+            after = text[j + 1 : j + 2]
+            if not after or after.isspace() or after in "#!":
+                sc.comment, sc.comment_at = "line", j
+        elif char == "/":
+            after = text[j + 1 : j + 2]
+            if after in ("/", "*"):
+                sc.comment, sc.comment_at = ("line" if after == "/" else "block"), j
+                i = j + 2
+        elif char in "\"'`":
+            if strict and not new_strings:
+                return j
+            delim = char * 3 if char != "`" and text.startswith(char * 3, j) else char
+            sc.string = _Open(delim)
+            i = j + len(delim)
+        elif char in "([{":
+            indent = None if strict else lines.indent(j)
+            sc.stack.append(_Open(char, indent=indent))
+        else:
+            want = _OPENER_OF[char]
+            if strict:
+                if not sc.stack or sc.stack[-1].delim != want:
+                    return j
+                top = sc.stack[-1]
+                if top.original and may_close is not None and not may_close(top):
+                    return j
+                sc.stack.pop()
+            else:
+                depth = _opener_depth(sc.stack, want, lines.leading_indent(j))
+                if depth is None:
+                    continue
+                top = sc.stack[depth]
+                del sc.stack[depth:]
+            if top.original and closed is not None:
+                closed.append((j + 1, top))
+    return None
+
+
+class _LineStarts:
+    """Where the line holding a position begins, for positions asked in increasing order.
+
+    Each call searches only the text since the previous one, so a whole scan stays linear
+    (a plain `rfind` per bracket would rescan a `\r`-free document to its start every time).
+    """
+
+    __slots__ = ("_asked", "_start", "_starts_line", "_text")
+
+    def __init__(self, text: str, starts_line: bool) -> None:
+        self._text = text
+        self._starts_line = starts_line
+        self._asked = 0
+        self._start = 0
+
+    def line_start(self, index: int) -> int | None:
+        """Start of the line holding `index`; None on the first line of a mid-line `text`."""
+        if index > self._asked:
+            last_break = max(
+                self._text.rfind("\n", self._asked, index),
+                self._text.rfind("\r", self._asked, index),
+            )
+            if last_break >= 0:
+                self._start = last_break + 1
+            self._asked = index
+        if self._start == 0 and not self._starts_line:
+            return None
+        return self._start
+
+    def indent(self, index: int) -> int | None:
+        """Indentation width of the line holding `index`."""
+        start = self.line_start(index)
+        if start is None:
+            return None
+        end = start
+        while end < len(self._text) and self._text[end] in " \t":
+            end += 1
+        return _width(self._text[start:end])
+
+    def leading_indent(self, index: int) -> int | None:
+        """Indentation width before `index` when nothing else precedes it on its line."""
+        start = self.line_start(index)
+        if start is None:
+            return None
+        before = self._text[start:index]
+        return _width(before) if not before.strip(" \t") else None
+
+
+def _opener_depth(stack: Sequence[_Open], want: str, indent: int | None) -> int | None:
+    """Stack index of the opener a lenient closer closes (see `_feed`)."""
+    nearest = None
+    for depth in range(len(stack) - 1, -1, -1):
+        item = stack[depth]
+        if item.delim != want:
+            continue
+        if indent is None or item.indent == indent:
+            return depth
+        if nearest is None:
+            nearest = depth
+    return nearest
+
+
+def _cursor_state(prefix: str) -> _Scanner:
+    """What is open at the cursor, every item marked original."""
+    sc = _Scanner()
+    _feed(sc, prefix)
+    state = _Scanner()
+    state.stack = [_Open(item.delim, original=True, indent=item.indent) for item in sc.stack]
+    if sc.string is not None:
+        state.string = _Open(sc.string.delim, original=True)
+    state.comment = sc.comment
+    return state
+
+
+def _closing_run(run: str, cursor_state: _Scanner) -> list[tuple[int, _Open]] | None:
+    """What each closer of the rest of the line closes, when that rest is only closers that
+    close what is open at the cursor, in order; None otherwise (then nothing is absorbed)."""
+    if not run or not _is_closing_text(run):
+        return None
+    closes: list[tuple[int, _Open]] = []
+    stopped = _feed(cursor_state.copy(), run, strict=True, new_strings=False, closed=closes)
+    return closes if stopped is None else None
+
+
+@dataclass(frozen=True, slots=True)
+class _TextScan:
+    cut: int | None
+    closed: list[tuple[int, _Open]]
+    state: _Scanner
+
+
+def _scan_text(text: str, cursor_state: _Scanner, may_close: Callable[[_Open], bool]) -> _TextScan:
+    """Scan generated text strictly from the cursor's state."""
+    state = cursor_state.copy()
+    closed: list[tuple[int, _Open]] = []
+    cut = _feed(state, text, strict=True, may_close=may_close, closed=closed)
+    return _TextScan(cut, closed, state)
+
+
+def _remove_overlap(
+    text: str,
+    follow: str,
+    cursor_state: _Scanner,
+    may_close: Callable[[_Open], bool],
+    closed_count: int,
+) -> str:
+    """`text` without its longest tail that repeats the start of `follow`.
+
+    An overlap is only removed when the text without it leaves the brackets as the whole text
+    did (same original items closed, none of its own left open): otherwise the tail's closers
+    close the text's own brackets (`f()` before `) + 1`) and are not a copy of the line's.
+    """
+    for size in range(min(len(text), len(follow)), 0, -1):
+        if not text.endswith(follow[:size]):
+            continue
+        kept = text[:-size]
+        scan = _scan_text(kept, cursor_state, may_close)
+        own_open = any(not item.original for item in scan.state.stack) or (
+            scan.state.string is not None and not scan.state.string.original
+        )
+        if scan.cut is None and len(scan.closed) == closed_count and not own_open:
+            return kept
+    return text
+
+
+def _code_part(line: str) -> str:
+    """The line without a trailing comment."""
+    sc = _Scanner()
+    _feed(sc, line)
+    return line[: sc.comment_at] if sc.comment is not None else line
