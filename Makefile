@@ -33,7 +33,8 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/infill-lsp doctor
-	$(BIN)/infill-lsp generate --prompt-file examples/fibonacci.py --max-tokens 48 --stop-json '"\n\n\n"'
+	# A real inline completion through the real server (started over stdio), at line 5, column 5.
+	$(BIN)/infill-lsp complete examples/fibonacci.py:5:5
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -46,6 +46,7 @@ class InlineResult:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     seconds: float = 0.0
+    cached: bool = False  # answered from the type-ahead cache, without the model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,6 +178,47 @@ async def _generate(
     return texts
 
 
+class TypeAheadCache:
+    """The last answer per document, reused while the user types into it.
+
+    When the new cursor text extends the old one by exactly what the user typed, and the
+    typed text is the start of a suggestion, the rest of that suggestion is the answer: no
+    model call, no wait (what Copilot does while you type along its ghost text).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[DocumentSnapshot, bool, InlineResult]] = {}
+
+    def remember(self, snap: DocumentSnapshot, invoked: bool, result: InlineResult) -> None:
+        if result.suggestions:
+            self._last[snap.uri] = (snap, invoked, result)
+        else:
+            self._last.pop(snap.uri, None)
+
+    def lookup(self, snap: DocumentSnapshot, invoked: bool) -> InlineResult | None:
+        entry = self._last.get(snap.uri)
+        if entry is None:
+            return None
+        old, old_invoked, result = entry
+        if invoked and not old_invoked:  # the user asks for several: make them
+            return None
+        prefix = snap.prefix
+        if old.suffix != snap.suffix or not prefix.startswith(old.prefix):
+            return None
+        typed = prefix[len(old.prefix) :]
+        rest = tuple(
+            Fitted(text=s.text[len(typed) :], replace_chars=s.replace_chars)
+            for s in result.suggestions
+            if s.text.startswith(typed) and len(s.text) > len(typed)
+        )
+        if not rest:
+            return None
+        return InlineResult(suggestions=rest, mode=result.mode, cached=True)
+
+    def forget(self, uri: str) -> None:
+        self._last.pop(uri, None)
+
+
 class LatestWins:
     """One live inline request per document: a new one supersedes the one before it."""
 
@@ -199,6 +241,7 @@ class LatestWins:
 
 async def complete_latest(
     slots: LatestWins,
+    cache: TypeAheadCache,
     snap: DocumentSnapshot,
     settings: Settings,
     get_model: Callable[[], Awaitable[CompletionModel]],
@@ -208,6 +251,10 @@ async def complete_latest(
     """`suggest`, after the debounce, unless a newer request for the document supersedes this
     one first (then None, at once: the engine is told to stop within one token)."""
     superseded = slots.claim(snap.uri)
+    cached = cache.lookup(snap, invoked)
+    if cached is not None:
+        slots.release(snap.uri, superseded)
+        return cached
     work: asyncio.Task[InlineResult] | None = None
     try:
         if settings.debounce_ms > 0:
@@ -224,7 +271,11 @@ async def complete_latest(
             await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
-        return work.result() if work.done() else None
+        if not work.done():
+            return None
+        result = work.result()
+        cache.remember(snap, invoked, result)
+        return result
     finally:
         slots.release(snap.uri, superseded)
         if work is not None and not work.done():

@@ -20,7 +20,7 @@ from pygls.lsp.server import LanguageServer
 
 from lsp_server.documents import InvalidPosition, snapshot, use_lsp_lines
 from lsp_server.host import ModelHost, ModelUnavailableError
-from lsp_server.inline import LatestWins, complete_latest
+from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class InfillServer(LanguageServer):
         self.settings = base
         self.host = ModelHost()
         self.inline_slots = LatestWins()
+        self.type_ahead = TypeAheadCache()
         self.client_log = ClientLogHandler(self)
 
     def show_once(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
@@ -105,7 +106,12 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         # 2. Plain functions do the work; a newer request for the document wins.
         try:
             result = await complete_latest(
-                ls.inline_slots, snap, settings, ls.host.completion, invoked=invoked
+                ls.inline_slots,
+                ls.type_ahead,
+                snap,
+                settings,
+                ls.host.completion,
+                invoked=invoked,
             )
         except ModelUnavailableError as e:
             raise request_failed(str(e)) from None

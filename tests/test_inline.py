@@ -1,0 +1,193 @@
+"""The inline pipeline above the engine, on the scripted backend: prompt, stops, choices,
+type-ahead cache and latest-wins."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+
+from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
+from engine.engine import Engine
+from engine.prompts import detect_fim_template
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.host import CompletionModel
+from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest, suggest
+from lsp_server.postprocess import CompletionMode, Fitted
+from lsp_server.settings import Settings
+
+SETTINGS = Settings(debounce_ms=0)
+
+
+def snap_at(text: str, marker: str = "|", uri: str = "file:///t.py") -> DocumentSnapshot:
+    offset = text.index(marker)
+    text = text.replace(marker, "", 1)
+    line = text.count("\n", 0, offset)
+    return DocumentSnapshot(
+        uri=uri,
+        version=1,
+        language_id="python",
+        text=text,
+        offset=offset,
+        line=line,
+        character=offset - (text.rfind("\n", 0, offset) + 1),
+    )
+
+
+@pytest.fixture
+def make_model():
+    engines: list[Engine] = []
+
+    def make(script: list, **kw: object) -> tuple[CompletionModel, FakeBackend]:
+        backend = FakeBackend(script=script, **kw)  # type: ignore[arg-type]
+        engine = Engine(backend)
+        engines.append(engine)
+        count = functools.lru_cache(maxsize=None)(
+            lambda s: len(backend.tokenize(s, add_bos=False, special=False))
+        )
+        fim = detect_fim_template(backend.special_token_id)
+        return CompletionModel(engine=engine, fim=fim, count_tokens=count), backend
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+async def test_single_line_suggestion_uses_the_fim_prompt_and_stops_at_the_line_end(
+    make_model,
+) -> None:
+    model, backend = make_model(["a + b\nprint(1)"])
+    result = await suggest(
+        model, snap_at("def add(a, b):\n    return |\n"), SETTINGS, invoked=False
+    )
+    assert result.mode is CompletionMode.SINGLE_LINE
+    assert result.suggestions == (Fitted(text="a + b", replace_chars=0),)
+    (call,) = backend.calls
+    fim = SPECIAL_TOKENS
+    expected = [
+        fim["<bos>"],
+        fim["<fim_prefix>"],
+        *byte_ids("def add(a, b):\n    return "),
+        fim["<fim_suffix>"],
+        *byte_ids("\n"),
+        fim["<fim_middle>"],
+    ]
+    assert list(call.prompt_ids) == expected
+    assert call.sampling.temperature == 0
+
+
+async def test_the_families_fill_end_token_ends_the_suggestion(make_model) -> None:
+    model, _ = make_model([["x", SPECIAL_TOKENS["<|endoftext|>"], "junk"]])
+    result = await suggest(model, snap_at("y = |"), SETTINGS, invoked=False)
+    assert [s.text for s in result.suggestions] == ["x"]
+
+
+async def test_an_indentation_only_line_is_left_out_of_the_prompt_and_taken_back(
+    make_model,
+) -> None:
+    model, backend = make_model(["    return 1\n"])
+    result = await suggest(model, snap_at("def f():\n    |"), SETTINGS, invoked=False)
+    assert [s.text for s in result.suggestions] == ["return 1"]
+    prompt_text = bytes(i - 16 for i in backend.calls[0].prompt_ids if i >= 16).decode()
+    assert prompt_text.endswith("def f():\n")
+
+
+async def test_multi_line_stops_the_model_once_the_block_is_left(make_model) -> None:
+    body = (
+        "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n    pass\n" + "x" * 300
+    )
+    model, backend = make_model([body], step_seconds=0.001)
+    result = await suggest(model, snap_at("def f(n):\n|"), SETTINGS, invoked=False)
+    assert result.mode is CompletionMode.MULTI_LINE
+    assert [s.text for s in result.suggestions] == [
+        "    if n < 2:\n        return n\n    return n * 2"
+    ]
+    assert backend.calls[0].yielded < len(body)  # stopped early, not at max tokens
+
+
+async def test_invoked_completion_gives_distinct_items(make_model) -> None:
+    model, backend = make_model(["one", "two", "one", "three"], repeat_last=False)
+    settings = Settings(debounce_ms=0, invoked_suggestions=3)
+    result = await suggest(model, snap_at("x = |"), settings, invoked=True)
+    assert [s.text for s in result.suggestions] == ["one", "two", "three"]
+    assert backend.calls[0].sampling.temperature == 0  # the first is the greedy one
+    assert backend.calls[1].sampling.temperature > 0
+
+
+async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) -> None:
+    model, backend = make_model(["never"])
+    result = await suggest(model, snap_at("pri|nt(1)"), SETTINGS, invoked=False)
+    assert result.suggestions == ()
+    assert backend.calls == []
+
+
+async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) -> None:
+    model, backend = make_model(["a + b"])
+    slots, cache = LatestWins(), TypeAheadCache()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    first = await complete_latest(
+        slots, cache, snap_at("return |\n"), SETTINGS, get_model, invoked=False
+    )
+    assert first is not None
+    assert [s.text for s in first.suggestions] == ["a + b"]
+    typed = await complete_latest(
+        slots, cache, snap_at("return a +|\n"), SETTINGS, get_model, invoked=False
+    )
+    assert typed is not None
+    assert typed.cached
+    assert [s.text for s in typed.suggestions] == [" b"]
+    assert len(backend.calls) == 1  # no second model call
+    # Typing something else goes back to the model.
+    other = await complete_latest(
+        slots, cache, snap_at("return x|\n"), SETTINGS, get_model, invoked=False
+    )
+    assert other is not None
+    assert not other.cached
+    assert len(backend.calls) == 2
+
+
+async def test_a_newer_request_for_the_document_supersedes_the_older(make_model) -> None:
+    model, backend = make_model(["x" * 500, "new"], repeat_last=False, step_seconds=0.002)
+    slots, cache = LatestWins(), TypeAheadCache()
+    settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    older = asyncio.create_task(
+        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+    )
+    await asyncio.sleep(0.1)
+    newer = await complete_latest(
+        slots, cache, snap_at("a = 1|"), settings, get_model, invoked=False
+    )
+    assert await older is None  # answered at once, as superseded
+    assert newer is not None
+    assert [s.text for s in newer.suggestions] == ["new"]
+    assert backend.calls[0].yielded < 500  # the older job was stopped
+
+
+async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request(
+    make_model,
+) -> None:
+    model, backend = make_model(["first", "second"], repeat_last=False)
+    slots, cache = LatestWins(), TypeAheadCache()
+    settings = Settings(debounce_ms=200)
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    older = asyncio.create_task(
+        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+    )
+    await asyncio.sleep(0.01)
+    newer = await complete_latest(
+        slots, cache, snap_at("b = |"), settings, get_model, invoked=False
+    )
+    assert await older is None
+    assert newer is not None
+    assert len(backend.calls) == 1  # the first request never reached the model
