@@ -86,6 +86,23 @@ def _heal(prefix: str) -> tuple[str, str]:
     return prefix, ""
 
 
+#: Characters of text around the cursor that post-processing looks at (brackets still open,
+#: the next lines): enough for any function, and bounded so a huge file costs no more.
+CONTEXT_CHARS = 16_000
+
+
+def _cursor_context(snap: DocumentSnapshot) -> CursorContext:
+    """The text around the cursor for post-processing, cut at line boundaries."""
+    prefix, suffix = snap.prefix, snap.suffix
+    if len(prefix) > CONTEXT_CHARS:
+        start = prefix.find("\n", len(prefix) - CONTEXT_CHARS) + 1
+        prefix = prefix[start:] if start > 0 else prefix[-CONTEXT_CHARS:]
+    if len(suffix) > CONTEXT_CHARS:
+        end = suffix.rfind("\n", 0, CONTEXT_CHARS)
+        suffix = suffix[: end + 1] if end >= 0 else suffix[:CONTEXT_CHARS]
+    return CursorContext(prefix=prefix, suffix=suffix)
+
+
 def _unheal(text: str, indent: str) -> str:
     if not indent:
         return text
@@ -113,7 +130,7 @@ async def suggest(
     """Suggestions for the cursor in `snap`: one for automatic triggers, up to
     `settings.invoked_suggestions` distinct ones when the user asked."""
     started = time.perf_counter()
-    ctx = CursorContext(prefix=snap.prefix, suffix=snap.suffix)
+    ctx = _cursor_context(snap)
     mode = decide_mode(ctx)
     if mode is None:
         return InlineResult(suggestions=(), mode=None)

@@ -16,20 +16,22 @@ Conventions, chosen once for the whole module:
   document text: it also splits at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028` and
   `\\u2029`, which LSP does not count as line ends.
 - Line endings in a suggestion are left as the model wrote them (cuts recognise all three).
-  Rewriting `\\n` to a CRLF document's `\\r\\n` is the editor's business: VS Code and Neovim
-  normalise inserted text to the buffer's line ending themselves.
+  The buffer's line-ending setting is the editor's business when it applies the text (VS
+  Code's text model normalises inserted line ends; Neovim's LSP client splits on `\\r?\\n`).
 - Indentation is compared by width, with tabs advancing to the next multiple of `TAB_WIDTH`
   (4, the default tab size of VS Code and most editors' displays), so a tab and four spaces
   count as the same depth; mixed indentation is compared, never rejected.
 - Brackets and string literals are tracked by a rough scanner that knows `()[]{}`, quotes
-  (`"`, `'`, backticks, Python's triple quotes, backslash escapes) and comments (`//`, `/* */`,
-  and `#` followed by a space). It serves Python, JS/TS, Go, Rust, Java, C-like languages and
-  shell well enough to decide which closers are still owed; it is not a parser.
+  (`"`, `'`, backticks, Python's triple quotes, backslash escapes, Rust lifetimes after `&`
+  or `<`) and comments (`#` followed by a space; `//` and `/* */` unless the document looks
+  like Python, where `//` divides). It serves Python, JS/TS, Go, Rust, Java, C-like languages
+  and shell well enough to decide which closers are still owed; it is not a parser.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -112,10 +114,14 @@ class CursorContext:
     @property
     def previous_nonblank_line(self) -> str | None:
         """The nearest line above the cursor line that is not blank (None at the window's top)."""
-        before = self.prefix[: len(self.prefix) - len(self.line_prefix)]
-        for line in reversed(_LINE_BREAK.split(before)):
+        end = len(self.prefix) - len(self.line_prefix)  # just after the line break above
+        while end > 0:
+            end -= 2 if self.prefix.endswith("\r\n", 0, end) else 1  # before that break
+            start = max(self.prefix.rfind("\n", 0, end), self.prefix.rfind("\r", 0, end)) + 1
+            line = self.prefix[start:end]
             if line.strip():
                 return line
+            end = start
         return None
 
     @property
@@ -171,7 +177,7 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
     if not _is_closing_text(rest) or not ctx.is_blank_line:
         return CompletionMode.SINGLE_LINE
     previous = ctx.previous_nonblank_line
-    if previous is not None and _opens_block(previous):
+    if previous is not None and _opens_block(previous, ctx):
         return CompletionMode.MULTI_LINE
     following = ctx.next_nonblank_line
     if following is None or _width(_leading_ws(following)) < ctx.indent_width:
@@ -216,61 +222,44 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
         lines = lines[:stop]
     text = _join_lines(lines)
 
-    # 2. The closers after the cursor, and what each of them closes.
-    cursor_state = _cursor_state(ctx.prefix)
-    rest = ctx.line_suffix
-    run = rest.rstrip()
-    run_closes = _closing_run(run, cursor_state)
-    absorbed = run_closes is not None
-
-    # 3. Balance against what the document after the replaced range closes.
-    after = ctx.suffix[len(run) :] if absorbed else ctx.suffix
-    after_state = cursor_state.copy()
-    if run_closes is not None:
-        _feed(after_state, run, starts_line=False)
-    closed_below: list[tuple[int, _Open]] = []
-    _feed(after_state, after, closed=closed_below, until_resolved=True, starts_line=False)
-    owed_elsewhere = {item for _, item in closed_below}
-
-    def may_close(item: _Open) -> bool:
-        return item not in owed_elsewhere
-
-    scan = _scan_text(text, cursor_state, may_close)
+    # 2. and 3. Balance brackets against the document around the cursor.
+    doc = _surroundings(ctx.prefix, ctx.suffix)
+    scan = doc.scan(text)
     if scan.cut is not None:
         text = text[: scan.cut]
-        scan = _scan_text(text, cursor_state, may_close)
-
-    if run_closes is not None:
+        scan = doc.scan(text)
+    rest = ctx.line_suffix
+    if doc.run_closes is not None:
         # The closers of the run that the suggestion closed itself leave the run.
         done = 0
-        for (_, mine), (_, theirs) in zip(scan.closed, run_closes, strict=False):
+        for (_, mine), (_, theirs) in zip(scan.closed, doc.run_closes, strict=False):
             if mine is not theirs:
                 break
             done += 1
-        follow = run[run_closes[done - 1][0] :] if done else run
+        follow = doc.run[doc.run_closes[done - 1][0] :] if done else doc.run
     else:
         follow = rest
 
     # 4. Overlap with what follows on the line.
-    text = _remove_overlap(text, follow, cursor_state, may_close, len(scan.closed))
+    text = _remove_overlap(text, follow, doc, len(scan.closed))
 
     # 5. Trailing whitespace.
     stripped = text.rstrip()
     tail = text[len(stripped) :]
     code_follows = bool(follow) and not follow[0].isspace() and follow[0] not in _CLOSING_CHARS
-    in_string = _scan_text(text, cursor_state, may_close).state.string is not None
+    in_string = doc.scan(text).state.string is not None
     if _LINE_BREAK.search(tail) or not (code_follows or in_string):
         text = stripped
 
     # 6. Empty or no change.
     if not text.strip():
         return None
-    if not absorbed:
+    if doc.run_closes is None:
         return Fitted(text=text, replace_chars=0)
     merged = text + follow
-    if merged == run:
+    if merged == doc.run:
         return None
-    return Fitted(text=merged, replace_chars=len(run))
+    return Fitted(text=merged, replace_chars=len(doc.run))
 
 
 def block_ended(generated: str, ctx: CursorContext) -> bool:
@@ -355,9 +344,9 @@ def _is_closing_text(text: str) -> bool:
     return all(char in _CLOSING_CHARS or char.isspace() for char in text)
 
 
-def _opens_block(line: str) -> bool:
-    """Does this line (comments aside) end by opening a block?"""
-    code = _code_part(line).rstrip()
+def _opens_block(line: str, ctx: CursorContext) -> bool:
+    """Does this line of `ctx`'s document (comments aside) end by opening a block?"""
+    code = _code_part(line, slash_comments=_slash_comments(ctx.prefix)).rstrip()
     if code.endswith(_BLOCK_OPENER_ENDINGS):
         return True
     word = _LAST_WORD.search(code)
@@ -369,9 +358,9 @@ def _opened_block_indent(ctx: CursorContext) -> int | None:
     blank right after one; None otherwise."""
     line_prefix = ctx.line_prefix
     if line_prefix.strip():
-        return _width(_leading_ws(line_prefix)) if _opens_block(line_prefix) else None
+        return _width(_leading_ws(line_prefix)) if _opens_block(line_prefix, ctx) else None
     previous = ctx.previous_nonblank_line
-    if previous is not None and _opens_block(previous):
+    if previous is not None and _opens_block(previous, ctx):
         return _width(_leading_ws(previous))
     return None
 
@@ -435,7 +424,7 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
 # Brackets and strings
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _Open:
     """An open bracket or string literal, compared by identity.
 
@@ -449,18 +438,22 @@ class _Open:
 
 
 class _Scanner:
-    """Rough lexical state: open brackets, an open string literal, a comment."""
+    """Rough lexical state: open brackets, an open string literal, a comment.
 
-    __slots__ = ("comment", "comment_at", "stack", "string")
+    `slash_comments`: whether `//` and `/*` start comments here (see `_slash_comments`).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("comment", "comment_at", "slash_comments", "stack", "string")
+
+    def __init__(self, *, slash_comments: bool = True) -> None:
         self.stack: list[_Open] = []
         self.string: _Open | None = None
         self.comment: str | None = None  # "line" or "block"
         self.comment_at = -1  # where the last comment began in the text fed
+        self.slash_comments = slash_comments
 
     def copy(self) -> _Scanner:
-        other = _Scanner()
+        other = _Scanner(slash_comments=self.slash_comments)
         other.stack = list(self.stack)
         other.string = self.string
         other.comment = self.comment
@@ -471,12 +464,29 @@ class _Scanner:
         return string_open or bool(self.stack and self.stack[0].original)
 
 
-_CODE_SPECIAL = re.compile(r"[\"'`#/()\[\]{}]")
+_CODE_SPECIAL = re.compile(r"[\"'`#/()\[\]{}\r\n]")
 _LINE_END = re.compile(r"[\r\n]")
 _STRING_SPECIAL = {
     delim: re.compile("[\\\\\r\n" + re.escape(delim[0]) + "]")
     for delim in ('"', "'", "`", '"""', "'''")
 }
+_INDENT = re.compile(r"[ \t]*")
+_LIFETIME = re.compile(r"'[A-Za-z_]\w*(?!['\w])")
+#: Lines that mark a document whose `//` is an operator (Python's floor division): a `#`
+#: comment, or a line led by a Python-only keyword. A line led by `//` overrules them.
+_HASH_COMMENT_DOC = re.compile(r"^[ \t]*(?:#[ \t!#]|def\s|elif\s|from\s+\S+\s+import\s)", re.M)
+_SLASH_COMMENT_DOC = re.compile(r"^[ \t]*//", re.M)
+
+
+@functools.lru_cache(maxsize=8)
+def _slash_comments(prefix: str) -> bool:
+    """Whether `//` starts a comment in this document.
+
+    No language id travels with the text, so the document itself decides: `//` is a comment
+    unless the prefix looks like Python (or shell, Ruby, ...) and no line starts with `//`.
+    Treating Python's `n // 2` as a comment would hide the `)` of `range(n // 2)`.
+    """
+    return bool(_SLASH_COMMENT_DOC.search(prefix)) or not _HASH_COMMENT_DOC.search(prefix)
 
 
 def _feed(
@@ -498,13 +508,19 @@ def _feed(
     `}`, the `}` below is the class's, so the method's `{` is still owed (the user is writing
     the method's body). `starts_line`: whether `text` begins at a line start (a suffix begins
     mid-line, at the cursor).
+
     Strict (generated text): the scan stops, returning the index, at a closer that matches no
     open bracket, at one that would close an original item `may_close` refuses, and (without
     `new_strings`) at a quote that would open a string. Each original item closed is appended
     to `closed` with the index just after its closer. `until_resolved` stops once no original
     item is open any more (what follows cannot close one).
+
+    The scan jumps from one interesting character to the next with a regular expression, so a
+    long prefix costs little more than its brackets, quotes and line ends.
     """
-    lines = _LineStarts(text, starts_line)
+    line_start = 0 if starts_line else -1  # -1: the line began before `text`
+    indent_of = -2  # the line whose indentation `indent` holds
+    indent: int | None = None
     i, n = 0, len(text)
     while i < n:
         if until_resolved and not sc.holds_original():
@@ -514,12 +530,15 @@ def _feed(
             if match is None:
                 return None
             sc.comment = None
-            i = match.end()
+            i = line_start = match.end()
             continue
         if sc.comment == "block":
             end = text.find("*/", i)
             if end < 0:
                 return None
+            last_break = max(text.rfind("\n", i, end), text.rfind("\r", i, end))
+            if last_break >= 0:
+                line_start = last_break + 1
             sc.comment = None
             i = end + 2
             continue
@@ -535,7 +554,7 @@ def _feed(
             elif char in "\r\n":
                 if delim in ('"', "'"):
                     sc.string = None  # unterminated on its line: the language ends it there
-                i = j + 1
+                i = line_start = j + 1
             elif text.startswith(delim, j):
                 item = sc.string
                 if item.original and may_close is not None and not may_close(item):
@@ -554,24 +573,31 @@ def _feed(
         j = match.start()
         char = text[j]
         i = j + 1
-        if char == "#":
+        if char in "\r\n":
+            line_start = i
+        elif char == "#":
             after = text[j + 1 : j + 2]
             if not after or after.isspace() or after in "#!":
                 sc.comment, sc.comment_at = "line", j
         elif char == "/":
             after = text[j + 1 : j + 2]
-            if after in ("/", "*"):
+            if after in ("/", "*") and sc.slash_comments:
                 sc.comment, sc.comment_at = ("line" if after == "/" else "block"), j
                 i = j + 2
         elif char in "\"'`":
+            if char == "'" and j > 0 and text[j - 1] in "&<" and _LIFETIME.match(text, j):
+                continue  # a Rust lifetime (`&'a str`, `<'a>`), not a character literal
             if strict and not new_strings:
                 return j
             delim = char * 3 if char != "`" and text.startswith(char * 3, j) else char
             sc.string = _Open(delim)
             i = j + len(delim)
         elif char in "([{":
-            indent = None if strict else lines.indent(j)
-            sc.stack.append(_Open(char, indent=indent))
+            if not strict and line_start >= 0 and indent_of != line_start:
+                indent_of = line_start
+                indent = _indent_width_at(text, line_start)
+            known = not strict and line_start >= 0
+            sc.stack.append(_Open(char, indent=indent if known else None))
         else:
             want = _OPENER_OF[char]
             if strict:
@@ -582,7 +608,12 @@ def _feed(
                     return j
                 sc.stack.pop()
             else:
-                depth = _opener_depth(sc.stack, want, lines.leading_indent(j))
+                leading = None
+                if line_start >= 0 and (j == line_start or text[j - 1] in " \t"):
+                    before = text[line_start:j]
+                    if not before.strip(" \t"):
+                        leading = _width(before)
+                depth = _opener_depth(sc.stack, want, leading)
                 if depth is None:
                     continue
                 top = sc.stack[depth]
@@ -592,52 +623,9 @@ def _feed(
     return None
 
 
-class _LineStarts:
-    """Where the line holding a position begins, for positions asked in increasing order.
-
-    Each call searches only the text since the previous one, so a whole scan stays linear
-    (a plain `rfind` per bracket would rescan a `\r`-free document to its start every time).
-    """
-
-    __slots__ = ("_asked", "_start", "_starts_line", "_text")
-
-    def __init__(self, text: str, starts_line: bool) -> None:
-        self._text = text
-        self._starts_line = starts_line
-        self._asked = 0
-        self._start = 0
-
-    def line_start(self, index: int) -> int | None:
-        """Start of the line holding `index`; None on the first line of a mid-line `text`."""
-        if index > self._asked:
-            last_break = max(
-                self._text.rfind("\n", self._asked, index),
-                self._text.rfind("\r", self._asked, index),
-            )
-            if last_break >= 0:
-                self._start = last_break + 1
-            self._asked = index
-        if self._start == 0 and not self._starts_line:
-            return None
-        return self._start
-
-    def indent(self, index: int) -> int | None:
-        """Indentation width of the line holding `index`."""
-        start = self.line_start(index)
-        if start is None:
-            return None
-        end = start
-        while end < len(self._text) and self._text[end] in " \t":
-            end += 1
-        return _width(self._text[start:end])
-
-    def leading_indent(self, index: int) -> int | None:
-        """Indentation width before `index` when nothing else precedes it on its line."""
-        start = self.line_start(index)
-        if start is None:
-            return None
-        before = self._text[start:index]
-        return _width(before) if not before.strip(" \t") else None
+def _indent_width_at(text: str, line_start: int) -> int:
+    match = _INDENT.match(text, line_start)
+    return _width(match.group()) if match is not None else 0
 
 
 def _opener_depth(stack: Sequence[_Open], want: str, indent: int | None) -> int | None:
@@ -656,9 +644,10 @@ def _opener_depth(stack: Sequence[_Open], want: str, indent: int | None) -> int 
 
 def _cursor_state(prefix: str) -> _Scanner:
     """What is open at the cursor, every item marked original."""
-    sc = _Scanner()
+    slash_comments = _slash_comments(prefix)
+    sc = _Scanner(slash_comments=slash_comments)
     _feed(sc, prefix)
-    state = _Scanner()
+    state = _Scanner(slash_comments=slash_comments)
     state.stack = [_Open(item.delim, original=True, indent=item.indent) for item in sc.stack]
     if sc.string is not None:
         state.string = _Open(sc.string.delim, original=True)
@@ -678,26 +667,67 @@ def _closing_run(run: str, cursor_state: _Scanner) -> list[tuple[int, _Open]] | 
 
 @dataclass(frozen=True, slots=True)
 class _TextScan:
-    cut: int | None
-    closed: list[tuple[int, _Open]]
-    state: _Scanner
+    cut: int | None  # where the text must end: a closer with nothing (left) to close
+    closed: list[tuple[int, _Open]]  # original items the text closed, in order
+    state: _Scanner  # after the text
 
 
-def _scan_text(text: str, cursor_state: _Scanner, may_close: Callable[[_Open], bool]) -> _TextScan:
-    """Scan generated text strictly from the cursor's state."""
-    state = cursor_state.copy()
-    closed: list[tuple[int, _Open]] = []
-    cut = _feed(state, text, strict=True, may_close=may_close, closed=closed)
-    return _TextScan(cut, closed, state)
+@dataclass(frozen=True, slots=True)
+class _Surroundings:
+    """What the brackets around the cursor allow a suggestion, computed once per document.
+
+    `run` is the rest of the cursor line absorbed into the suggestion's range (closers only,
+    each closing what is open at the cursor, in order; `run_closes` says what each closes),
+    or "" with `run_closes` None when there is none. `owed_elsewhere` holds the items open at
+    the cursor that the document after the run closes: the suggestion must not close them.
+    """
+
+    state: _Scanner  # open at the cursor; never changed (scans work on copies)
+    run: str
+    run_closes: tuple[tuple[int, _Open], ...] | None
+    owed_elsewhere: frozenset[_Open]
+
+    def may_close(self, item: _Open) -> bool:
+        return item not in self.owed_elsewhere
+
+    def scan(self, text: str) -> _TextScan:
+        """Scan generated text strictly from the cursor's state."""
+        state = self.state.copy()
+        closed: list[tuple[int, _Open]] = []
+        cut = _feed(state, text, strict=True, may_close=self.may_close, closed=closed)
+        return _TextScan(cut, closed, state)
 
 
-def _remove_overlap(
-    text: str,
-    follow: str,
-    cursor_state: _Scanner,
-    may_close: Callable[[_Open], bool],
-    closed_count: int,
-) -> str:
+@functools.lru_cache(maxsize=8)
+def _surroundings(prefix: str, suffix: str) -> _Surroundings:
+    """Cached: every choice of a request, and every streamed line, asks about the same
+    document, and a long prefix is the one costly scan here."""
+    state = _cursor_state(prefix)
+    match = _LINE_BREAK.search(suffix)
+    run = (suffix if match is None else suffix[: match.start()]).rstrip()
+    run_closes = _closing_run(run, state)
+    after_state = state.copy()
+    if run_closes is not None:
+        _feed(after_state, run, starts_line=False)
+    else:
+        run = ""
+    closed_below: list[tuple[int, _Open]] = []
+    _feed(
+        after_state,
+        suffix[len(run) :],
+        closed=closed_below,
+        until_resolved=True,
+        starts_line=False,
+    )
+    return _Surroundings(
+        state=state,
+        run=run,
+        run_closes=None if run_closes is None else tuple(run_closes),
+        owed_elsewhere=frozenset(item for _, item in closed_below),
+    )
+
+
+def _remove_overlap(text: str, follow: str, doc: _Surroundings, closed_count: int) -> str:
     """`text` without its longest tail that repeats the start of `follow`.
 
     An overlap is only removed when the text without it leaves the brackets as the whole text
@@ -708,7 +738,7 @@ def _remove_overlap(
         if not text.endswith(follow[:size]):
             continue
         kept = text[:-size]
-        scan = _scan_text(kept, cursor_state, may_close)
+        scan = doc.scan(kept)
         own_open = any(not item.original for item in scan.state.stack) or (
             scan.state.string is not None and not scan.state.string.original
         )
@@ -717,8 +747,8 @@ def _remove_overlap(
     return text
 
 
-def _code_part(line: str) -> str:
+def _code_part(line: str, *, slash_comments: bool) -> str:
     """The line without a trailing comment."""
-    sc = _Scanner()
+    sc = _Scanner(slash_comments=slash_comments)
     _feed(sc, line)
     return line[: sc.comment_at] if sc.comment is not None else line
