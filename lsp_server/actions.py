@@ -1,0 +1,287 @@
+"""Code actions' plain parts: what code an action is about, the chat messages that ask about
+it, and turning the model's markdown answer back into code that fits the selection.
+
+No model and no protocol here; `server.py` adapts these to LSP.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.prompts import split_lines
+from engine.types import ChatMessage
+
+#: Editors' language ids to the names people write on markdown fences.
+FENCE_NAMES: dict[str, tuple[str, ...]] = {
+    "python": ("python", "py", "python3"),
+    "javascript": ("javascript", "js", "jsx"),
+    "typescript": ("typescript", "ts", "tsx"),
+    "typescriptreact": ("tsx", "typescript"),
+    "javascriptreact": ("jsx", "javascript"),
+    "rust": ("rust", "rs"),
+    "go": ("go", "golang"),
+    "c": ("c", "h"),
+    "cpp": ("cpp", "c++", "cc", "cxx", "hpp"),
+    "csharp": ("csharp", "cs", "c#"),
+    "java": ("java",),
+    "lua": ("lua",),
+    "ruby": ("ruby", "rb"),
+    "shellscript": ("bash", "sh", "shell", "zsh"),
+}
+
+_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
+_ENDING = re.compile(r"\r\n|\r|\n")
+
+
+# --- what the action is about ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LineSpan:
+    """Whole lines `start`..`end` (0-based, inclusive)."""
+
+    start: int
+    end: int
+
+
+def _indent_width(line: str) -> int:
+    width = 0
+    for ch in line:
+        if ch == " ":
+            width += 1
+        elif ch == "\t":
+            width += 4 - width % 4
+        else:
+            break
+    return width
+
+
+def _content(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def _is_blank(line: str) -> bool:
+    return not _content(line).strip()
+
+
+_FUNCTION = re.compile(
+    r"^\s*(?:@|(?:async\s+)?def\s|class\s|(?:export\s+)?(?:async\s+)?function\b|"
+    r"(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s|func\s|local\s+function\s|"
+    r"(?:public|private|protected|static|\w[\w<>\[\],\s]*)\s+\w+\s*\([^;]*\)\s*(?:throws\s[^{]*)?\{\s*$)"
+)
+
+
+def _opens_block(line: str) -> bool:
+    code = _content(line).rstrip()
+    return code.endswith((":", "{", "=>", " do", " then")) or code.endswith("(")
+
+
+def enclosing_block(text: str, line: int) -> LineSpan | None:
+    """The function (else the innermost block) around `line`, found by indentation.
+
+    Going up from the cursor line, every line less indented than everything below it so far
+    is a block header if it opens a block (ends with `:`, `{`, `=>`, ...). The nearest header
+    that starts a function or class (`def`, `function`, `fn`, `func`, a C-like signature) is
+    taken, else the nearest header. The block runs down while lines are more indented than
+    its header (blank lines included), plus a closing line at the header's indentation that
+    starts with a closing bracket (`}`, `end`). Decorators right above a `def` belong to it.
+    """
+    lines = split_lines(text)
+    if not lines or not 0 <= line < len(lines):
+        return None
+    # The line whose indentation counts: the cursor line, or the next non-blank one.
+    anchor = line
+    while anchor < len(lines) and _is_blank(lines[anchor]):
+        anchor += 1
+    if anchor == len(lines):
+        anchor = line
+        while anchor >= 0 and _is_blank(lines[anchor]):
+            anchor -= 1
+        if anchor < 0:
+            return None
+    # A decorator belongs to the definition below it.
+    while anchor + 1 < len(lines) and _content(lines[anchor]).lstrip().startswith("@"):
+        anchor += 1
+    level = _indent_width(lines[anchor])
+    if _content(lines[anchor]).lstrip().startswith(("}", ")", "]", "end")):
+        level += 1  # a closing line belongs to the block it closes
+    # The cursor may be on a header itself: then its own block is meant.
+    headers: list[int] = []
+    if _opens_block(lines[anchor]) and _next_is_deeper(lines, anchor):
+        headers.append(anchor)
+    for i in range(anchor - 1, -1, -1):
+        if _is_blank(lines[i]):
+            continue
+        width = _indent_width(lines[i])
+        if width < level:
+            level = width
+            if _opens_block(lines[i]):
+                headers.append(i)
+        if width == 0 and headers:
+            break
+    if not headers:
+        return None
+    header = next((h for h in headers if _FUNCTION.match(lines[h])), headers[0])
+    start = header
+    while start > 0 and _content(lines[start - 1]).lstrip().startswith("@"):
+        start -= 1
+    return LineSpan(start=start, end=_block_end(lines, header))
+
+
+def _next_is_deeper(lines: Sequence[str], header: int) -> bool:
+    width = _indent_width(lines[header])
+    for line in lines[header + 1 :]:
+        if not _is_blank(line):
+            return _indent_width(line) > width
+    return False
+
+
+def _block_end(lines: Sequence[str], header: int) -> int:
+    width = _indent_width(lines[header])
+    end = header
+    for i in range(header + 1, len(lines)):
+        if _is_blank(lines[i]):
+            continue
+        if _indent_width(lines[i]) > width:
+            end = i
+            continue
+        stripped = _content(lines[i]).strip()
+        if stripped.startswith(("}", ")", "]", "end")):
+            end = i
+        break
+    return end
+
+
+# --- chat messages --------------------------------------------------------------------------
+
+SYSTEM = (
+    "You are an expert programmer inside a code editor. Be correct and brief. When you give "
+    "code, give it in one fenced markdown block."
+)
+
+
+def _fence_name(language_id: str) -> str:
+    return FENCE_NAMES.get(language_id, (language_id,))[0] if language_id else ""
+
+
+def explain_messages(code: str, *, language_id: str, file_name: str) -> tuple[ChatMessage, ...]:
+    lang = _fence_name(language_id)
+    return (
+        ChatMessage("system", SYSTEM),
+        ChatMessage(
+            "user",
+            f"Explain what this {language_id or 'code'} code from {file_name} does, step by "
+            f"step, in a few sentences.\n\n```{lang}\n{code}\n```",
+        ),
+    )
+
+
+def rewrite_messages(
+    code: str, *, language_id: str, file_name: str, instruction: str
+) -> tuple[ChatMessage, ...]:
+    lang = _fence_name(language_id)
+    return (
+        ChatMessage("system", SYSTEM),
+        ChatMessage(
+            "user",
+            f"Rewrite this {language_id or 'code'} code from {file_name}. Instruction: "
+            f"{instruction.strip()}\n\n```{lang}\n{code}\n```\n\nReply with the complete "
+            f"rewritten code in one ```{lang} block, and nothing else.",
+        ),
+    )
+
+
+def fix_instruction(diagnostics: Sequence[str]) -> str:
+    """The instruction of a "Fix" rewrite: the problems the editor reported."""
+    listed = "\n".join(f"- {d}" for d in diagnostics)
+    return f"Fix these problems and change nothing else:\n{listed}"
+
+
+# --- the answer back into code --------------------------------------------------------------
+
+
+def extract_code(answer: str, language_id: str = "") -> str:
+    """The code in a markdown answer (seed `002`'s `/extract-code`): the first fenced block
+    tagged with the document's language, else the first fenced block, else the whole answer.
+
+    A fence is a line of three or more backticks or tildes (with an optional language tag);
+    it closes on a line of the same character, at least as long, and nothing else. So a
+    fence written inside a string on a line with other code neither opens nor closes a block.
+    An unterminated fence runs to the end of the answer.
+    """
+    names = FENCE_NAMES.get(language_id, (language_id,)) if language_id else ()
+    blocks: list[tuple[str, str]] = []  # (tag, code)
+    lines = split_lines(answer)
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(_content(lines[i]))
+        if opening is None:
+            i += 1
+            continue
+        fence, tag = opening["fence"], opening["info"].lower()
+        body: list[str] = []
+        i += 1
+        while i < len(lines):
+            stripped = _content(lines[i]).strip()
+            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                break
+            body.append(lines[i])
+            i += 1
+        blocks.append((tag, _ENDING.sub("\n", "".join(body)).rstrip("\n")))
+        i += 1
+    if not blocks:
+        return answer.strip("\n")
+    for tag, code in blocks:
+        if tag in names:
+            return code
+    return blocks[0][1]
+
+
+def reindent(
+    code: str,
+    indent: str,
+    *,
+    first_line_indented: bool,
+    newline: str = "\n",
+    use_tabs: bool | None = None,
+) -> str:
+    """`code` moved to `indent`: its common indentation removed and `indent` put before
+    every non-blank line, keeping the lines' indentation relative to each other (measured
+    with tabs at 4 columns, written with tabs if `use_tabs`, by default if `indent` has one).
+
+    `first_line_indented` is False when the selection starts after indentation that stays in
+    the document (the first line then gets none). Blank lines come out empty, blank lines
+    around the code are dropped, and lines end with the document's `newline`.
+    """
+    tabs = "\t" in indent if use_tabs is None else use_tabs
+    lines = [_content(line) for line in split_lines(code)]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        return ""
+    common = min(_indent_width(line) for line in lines if line.strip())
+    out = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            out.append("")
+            continue
+        relative = _indent_width(line) - common
+        lead = "\t" * (relative // 4) + " " * (relative % 4) if tabs else " " * relative
+        prefix = indent if number > 0 or first_line_indented else ""
+        out.append(prefix + lead + line.lstrip(" \t"))
+    return newline.join(out)
+
+
+def document_uses_tabs(text: str) -> bool:
+    """Whether the document indents with tabs (more lines start with a tab than a space)."""
+    tabs = spaces = 0
+    for line in split_lines(text):
+        if line.startswith("\t"):
+            tabs += 1
+        elif line.startswith(" "):
+            spaces += 1
+    return tabs > spaces

@@ -1,0 +1,193 @@
+"""Code actions' plain parts: the block an action is about, fences, re-indentation."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from lsp_server.actions import (
+    LineSpan,
+    document_uses_tabs,
+    enclosing_block,
+    explain_messages,
+    extract_code,
+    fix_instruction,
+    reindent,
+    rewrite_messages,
+)
+
+PY = """import os
+
+@cache
+def f(x):
+    y = 1
+
+    if x:
+        return y
+    return 2
+
+class A:
+    def m(self):
+        pass
+"""
+
+JS = """function g(a) {
+  if (a) {
+    return 1;
+  }
+  return 2;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "span"),
+    [
+        pytest.param(PY, 0, None, id="top-level statement: no block"),
+        pytest.param(PY, 4, LineSpan(start=2, end=8), id="inside a function: it and its decorator"),
+        pytest.param(PY, 5, LineSpan(start=2, end=8), id="blank line inside a function"),
+        pytest.param(PY, 7, LineSpan(start=2, end=8), id="nested block: the function wins"),
+        pytest.param(PY, 2, LineSpan(start=2, end=8), id="on the decorator"),
+        pytest.param(PY, 3, LineSpan(start=2, end=8), id="on the def line"),
+        pytest.param(PY, 12, LineSpan(start=11, end=12), id="method: the nearest function"),
+        pytest.param(PY, 10, LineSpan(start=10, end=12), id="on the class line"),
+        pytest.param(JS, 2, LineSpan(start=0, end=5), id="braces: up to the closing brace"),
+        pytest.param(JS, 5, LineSpan(start=0, end=5), id="on the closing brace"),
+        pytest.param("", 0, None, id="empty document"),
+        pytest.param(PY, 99, None, id="line past the end"),
+    ],
+)
+def test_enclosing_block_is_found_by_indentation(
+    text: str, line: int, span: LineSpan | None
+) -> None:
+    assert enclosing_block(text, line) == span
+
+
+@pytest.mark.parametrize(
+    ("answer", "language", "code"),
+    [
+        pytest.param("```python\nx = 1\n```", "python", "x = 1", id="one fence"),
+        pytest.param(
+            "Here:\n```js\nf()\n```\nand\n```python\ny = 2\n```\n",
+            "python",
+            "y = 2",
+            id="the document's language is preferred",
+        ),
+        pytest.param(
+            "```\na\n```\n```rust\nb\n```", "python", "a", id="no tag matches: the first fence"
+        ),
+        pytest.param("```py\nz\n```", "python", "z", id="a short tag for the language"),
+        pytest.param("Just say x = 1", "python", "Just say x = 1", id="no fence: the whole answer"),
+        pytest.param(
+            "```python\ndef f():\n    pass", "python", "def f():\n    pass", id="unterminated fence"
+        ),
+        pytest.param(
+            '```python\ns = "```"\nt = 1\n```',
+            "python",
+            's = "```"\nt = 1',
+            id="fence inside a string",
+        ),
+        pytest.param(
+            "````markdown\n```python\nx\n```\n````",
+            "markdown",
+            "```python\nx\n```",
+            id="longer outer fence",
+        ),
+        pytest.param("~~~python\nq\n~~~", "python", "q", id="tilde fence"),
+        pytest.param("```python\r\nx = 1\r\n```\r\n", "python", "x = 1", id="CRLF answer"),
+        pytest.param(
+            "  ```python\n  x\n  ```", "python", "  x", id="indented fence keeps the code"
+        ),
+    ],
+)
+def test_code_is_taken_from_the_answers_fence(answer: str, language: str, code: str) -> None:
+    assert extract_code(answer, language) == code
+
+
+@pytest.mark.parametrize(
+    ("code", "indent", "first", "kw", "expected"),
+    [
+        pytest.param(
+            "def f():\n    return 1\n",
+            "    ",
+            True,
+            {},
+            "    def f():\n        return 1",
+            id="spaces",
+        ),
+        pytest.param(
+            "    a = 1\n    if a:\n        b = 2\n",
+            "",
+            True,
+            {},
+            "a = 1\nif a:\n    b = 2",
+            id="dedent to column 0",
+        ),
+        pytest.param(
+            "def f():\n    return 1",
+            "\t",
+            True,
+            {},
+            "\tdef f():\n\t\treturn 1",
+            id="tabs in the document",
+        ),
+        pytest.param(
+            "def f():\n\treturn 1",
+            "  ",
+            True,
+            {},
+            "  def f():\n      return 1",
+            id="tabs from the model, spaces here",
+        ),
+        pytest.param(
+            "if x:\n  \ty = 1", "", True, {}, "if x:\n    y = 1", id="mixed tabs and spaces"
+        ),
+        pytest.param(
+            "x = 1\ny = 2",
+            "    ",
+            False,
+            {},
+            "x = 1\n    y = 2",
+            id="selection starts after the indentation",
+        ),
+        pytest.param(
+            "a\n\n\nb\n\n",
+            "  ",
+            True,
+            {},
+            "  a\n\n\n  b",
+            id="blank lines kept empty, ends trimmed",
+        ),
+        pytest.param("a\nb", "", True, {"newline": "\r\n"}, "a\r\nb", id="CRLF document"),
+        pytest.param("a\r\n  b\r\n", "", True, {}, "a\n  b", id="CRLF answer into an LF document"),
+        pytest.param("\n\n", "    ", True, {}, "", id="nothing"),
+    ],
+)
+def test_reindent(code: str, indent: str, first: bool, kw: dict, expected: str) -> None:
+    assert reindent(code, indent, first_line_indented=first, **kw) == expected
+
+
+def test_a_reindented_method_parses_in_its_class() -> None:
+    answer = "```python\ndef area(self) -> float:\n    return self.w * self.h\n```"
+    body = reindent(extract_code(answer, "python"), "    ", first_line_indented=True)
+    ast.parse("class R:\n" + body + "\n")
+
+
+def test_tabs_are_detected_from_the_document() -> None:
+    assert document_uses_tabs("a\n\tb\n\tc\n  d\n")
+    assert not document_uses_tabs("a\n    b\n")
+
+
+def test_messages_carry_code_language_file_and_instruction() -> None:
+    (system, user) = rewrite_messages(
+        "x=1", language_id="python", file_name="m.py", instruction="add type hints"
+    )
+    assert system.role == "system"
+    assert user.role == "user"
+    for part in ("x=1", "python", "m.py", "add type hints", "```python"):
+        assert part in user.content
+    (_, explain) = explain_messages("x=1", language_id="python", file_name="m.py")
+    assert "x=1" in explain.content
+    assert "m.py" in explain.content
+    assert "undefined name 'y'" in fix_instruction(["undefined name 'y'"])
