@@ -1,9 +1,10 @@
 """The one thread that owns a local model (DESIGN §2).
 
-Jobs queue up and run one at a time. Each job has a cancel event that the backend checks
-before every token, and hands its results to the caller's event loop through a thread-safe
-`emit` callback. Prompt preparation (chat rendering, tokenizing) happens here too, so nothing
-touches the model from another thread.
+Jobs queue up and run one at a time, completion jobs first; a chat job yields to a waiting
+completion job between two tokens and resumes afterwards (see `Worker`). Each job has a cancel
+event that the backend checks before every token, and hands its results to the caller's event
+loop through a thread-safe `emit` callback. Prompt preparation (chat rendering, tokenizing)
+happens here too, so nothing touches the model from another thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from engine.backend import Backend
 from engine.errors import EngineError, PromptTooLongError
 from engine.output import OutputProcessor
 from engine.prompts import render_chat
-from engine.types import FinishReason, GenerationRequest, TextDelta
+from engine.types import FinishReason, GenerationRequest, Role, TextDelta
 
 log = logging.getLogger(__name__)
 
@@ -63,42 +64,134 @@ def prepare_prompt_ids(backend: Backend, request: GenerationRequest) -> list[int
     return backend.tokenize(request.prompt, add_bos=backend.adds_bos)
 
 
+class _Run:
+    """A started job: its prompt, its output state, and how far it has got."""
+
+    __slots__ = (
+        "first_token",
+        "generated",
+        "index",
+        "job",
+        "processor",
+        "prompt_ids",
+        "started",
+        "submitted",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        submitted: float,
+        started: float,
+        prompt_ids: list[int],
+        processor: OutputProcessor,
+    ) -> None:
+        self.job = job
+        self.submitted = submitted
+        self.started = started
+        self.prompt_ids = prompt_ids
+        self.processor = processor
+        self.index = 0  # the choice being generated
+        self.generated: list[int] = []  # its tokens so far
+        self.first_token: float | None = None
+
+
 class Worker:
-    """Runs jobs for one backend on its own thread."""
+    """Runs jobs for one backend on its own thread.
+
+    Completion jobs come first. When one model serves both roles, a chat job yields to a
+    waiting completion job between two tokens: it is set aside with the tokens it has, the
+    completion runs, and the chat job resumes where it stopped (the backend re-reads its
+    prompt and the tokens so far; llama.cpp reuses whatever of it is still in the KV cache).
+    So a long explanation never makes a suggestion wait, and a suggestion never cancels it.
+    """
 
     def __init__(self, backend: Backend, name: str) -> None:
         self.backend = backend
         self.name = name
         self.recent_stats: collections.deque[JobStats] = collections.deque(maxlen=256)
-        self._jobs: queue.SimpleQueue[tuple[Job, float] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
+        self._inbox: queue.SimpleQueue[tuple[Job, float] | None] = queue.SimpleQueue()
+        self._urgent: collections.deque[tuple[Job, float] | _Run] = collections.deque()
+        self._background: collections.deque[tuple[Job, float] | _Run] = collections.deque()
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name=f"engine-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, job: Job) -> None:
-        self._jobs.put((job, time.perf_counter()))
+        self._inbox.put((job, time.perf_counter()))
 
     def close(self) -> None:
-        self._jobs.put(None)
+        self._inbox.put(None)
         self._thread.join(timeout=10)
 
-    def _run(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            job, submitted = item
+    # --- scheduling ---------------------------------------------------------------------------
+
+    def _drain(self, *, block: bool) -> None:
+        """Move submitted jobs into the queues (waiting for one if `block`)."""
+        while True:
             try:
-                self._execute(job, submitted)
+                item = self._inbox.get(block=block)
+            except queue.Empty:
+                return
+            block = False
+            if item is None:
+                self._closing = True
+            elif item[0].request.role is Role.COMPLETION:
+                self._urgent.append(item)
+            else:
+                self._background.append(item)
+
+    def _loop(self) -> None:
+        while True:
+            self._drain(block=not (self._urgent or self._background or self._closing))
+            if self._closing:
+                for pending in (*self._urgent, *self._background):
+                    job = pending.job if isinstance(pending, _Run) else pending[0]
+                    job.emit(EngineError("the engine is shutting down"))
+                    job.emit(END)
+                return
+            item = self._urgent.popleft() if self._urgent else self._background.popleft()
+            job = item.job if isinstance(item, _Run) else item[0]
+            try:
+                if self._serve(item):
+                    continue  # set aside for a completion job; END comes later
             except Exception as e:  # keep serving: a job's failure is reported to that job only
                 log.exception("%s: job %s failed", self.name, job.request.request_id)
                 job.emit(e)
-            finally:
-                job.emit(END)
+            job.emit(END)
 
-    def _execute(self, job: Job, submitted: float) -> None:
+    def _should_yield(self, run: _Run) -> bool:
+        if run.job.request.role is Role.COMPLETION:
+            return False
+        self._drain(block=False)
+        return bool(self._urgent)
+
+    # --- one job ------------------------------------------------------------------------------
+
+    def _serve(self, item: tuple[Job, float] | _Run) -> bool:
+        """Run a job until it ends (False) or yields to a completion job (True)."""
+        run = item if isinstance(item, _Run) else self._start(*item)
+        if run is None:
+            return False
+        try:
+            if self._advance(run):
+                self._background.appendleft(run)
+                return True
+        except Exception as e:
+            log.exception("%s: generation failed for %s", self.name, run.job.request.request_id)
+            for delta in run.processor.error(f"{type(e).__name__}: {e}"):
+                run.job.emit(delta)
+        self._finish(run)
+        return False
+
+    def _start(self, job: Job, submitted: float) -> _Run | None:
         request = job.request
         started = time.perf_counter()
         if job.cancelled.is_set():
             for index in range(request.sampling.n):
                 job.emit(TextDelta(index=index, text="", finish_reason=FinishReason.CANCELLED))
-            return
+            return None
         backend = self.backend
 
         # 1. Prompt ids; a prompt that leaves no room for one token is refused outright.
@@ -106,11 +199,11 @@ class Worker:
             prompt_ids = prepare_prompt_ids(backend, request)
         except EngineError as e:
             job.emit(e)
-            return
+            return None
         room = backend.context_size - len(prompt_ids)
         if room < 1:
             job.emit(PromptTooLongError(len(prompt_ids), backend.context_size))
-            return
+            return None
 
         # 2. Stops: the model's own end-of-generation ids join the request's.
         sampling = request.sampling
@@ -125,48 +218,60 @@ class Worker:
             min_tokens=sampling.min_tokens,
             new_detokenizer=backend.new_detokenizer,
         )
+        return _Run(
+            job, submitted=submitted, started=started, prompt_ids=prompt_ids, processor=processor
+        )
 
-        # 3. Choices one after another, each with its own seed and stop state.
-        first_token: float | None = None
-        try:
-            for index in range(sampling.n):
-                tokens = backend.iter_token_ids(
-                    prompt_ids, sampling.for_choice(index), job.cancelled
-                )
-                try:
-                    for token_id in tokens:
-                        if first_token is None:
-                            first_token = time.perf_counter()
-                        for delta in processor.on_tokens(index, (token_id,)):
-                            job.emit(delta)
-                        if processor.is_finished(index) or job.cancelled.is_set():
-                            break
-                finally:
-                    close = getattr(tokens, "close", None)
-                    if close is not None:
-                        close()
-                if job.cancelled.is_set():
-                    break
-                for delta in processor.end(index):
-                    job.emit(delta)
-        except Exception as e:
-            log.exception("%s: generation failed for %s", self.name, request.request_id)
-            for delta in processor.error(f"{type(e).__name__}: {e}"):
+    def _advance(self, run: _Run) -> bool:
+        """Generate the choices one after another, each with its own seed and stop state.
+        True when the run yields to a completion job before it is done."""
+        job, processor, sampling = run.job, run.processor, run.job.request.sampling
+        while run.index < sampling.n:
+            index = run.index
+            choice = sampling.for_choice(index)
+            if run.generated and choice.seed is not None:
+                choice = replace(choice, seed=choice.seed + len(run.generated))
+            tokens = self.backend.iter_token_ids(
+                [*run.prompt_ids, *run.generated], choice, job.cancelled
+            )
+            try:
+                for token_id in tokens:
+                    if run.first_token is None:
+                        run.first_token = time.perf_counter()
+                    run.generated.append(token_id)
+                    for delta in processor.on_tokens(index, (token_id,)):
+                        job.emit(delta)
+                    if processor.is_finished(index) or job.cancelled.is_set():
+                        break
+                    if self._should_yield(run):
+                        return True
+            finally:
+                close = getattr(tokens, "close", None)
+                if close is not None:
+                    close()
+            if job.cancelled.is_set():
+                return False
+            for delta in processor.end(index):  # the tokens ran out without a stop
                 job.emit(delta)
+            run.index += 1
+            run.generated = []
+        return False
+
+    def _finish(self, run: _Run) -> None:
+        job, processor, request = run.job, run.processor, run.job.request
         if job.cancelled.is_set():
             for delta in processor.cancel():
                 job.emit(delta)
-
-        # 4. Timings.
+        n = request.sampling.n
         done = time.perf_counter()
         stats = JobStats(
             request_id=request.request_id,
-            prompt_tokens=len(prompt_ids),
-            generated_tokens=sum(processor.generated_tokens(i) for i in range(sampling.n)),
-            queued_seconds=started - submitted,
-            first_token_seconds=None if first_token is None else first_token - started,
-            total_seconds=done - started,
-            finish_reasons=tuple(processor.finish_reason(i) for i in range(sampling.n)),
+            prompt_tokens=len(run.prompt_ids),
+            generated_tokens=sum(processor.generated_tokens(i) for i in range(n)),
+            queued_seconds=run.started - run.submitted,
+            first_token_seconds=None if run.first_token is None else run.first_token - run.started,
+            total_seconds=done - run.started,
+            finish_reasons=tuple(processor.finish_reason(i) for i in range(n)),
         )
         self.recent_stats.append(stats)
         first = stats.first_token_seconds

@@ -15,6 +15,7 @@ from engine.types import (
     ChatMessage,
     FinishReason,
     GenerationRequest,
+    Role,
     SamplingParams,
     StopConditions,
     TextDelta,
@@ -205,3 +206,25 @@ async def wait_until(condition, limit_seconds: float = 5.0) -> None:
         if time.perf_counter() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.01)
+
+
+async def test_one_model_serving_both_roles_lets_a_completion_pass_a_running_chat(
+    make_engine,
+) -> None:
+    answer = "".join(f"word{i} " for i in range(150))
+    engine, backend = make_engine(script=[answer, "quick"], repeat_last=False, step_seconds=0.002)
+    chat_request = GenerationRequest(
+        prompt="explain", role=Role.CHAT, sampling=SamplingParams(max_tokens=5000)
+    )
+    chat = asyncio.create_task(engine.collect(chat_request))
+    await asyncio.sleep(0.1)
+    (completion,) = await engine.collect(request("x = "))
+    assert completion.text == "quick"
+    assert not chat.done()  # the completion did not wait for the chat to end...
+    (explained,) = await chat
+    assert explained.text == answer  # ...and the chat was not cancelled: it resumed whole
+    assert explained.finish_reason is FinishReason.STOP
+    # It resumed from its prompt plus the tokens it had, not from scratch.
+    resumed = backend.calls[2]
+    assert len(resumed.prompt_ids) > len(backend.calls[0].prompt_ids)
+    assert resumed.prompt_ids[: len(backend.calls[0].prompt_ids)] == backend.calls[0].prompt_ids

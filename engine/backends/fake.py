@@ -3,6 +3,8 @@
 Token ids: 0-15 are special tokens (named in `SPECIAL_TOKENS`), 16-271 are the 256 bytes,
 and ids from 1000 up are extra multi-byte pieces a test may add (`pieces=`). Each call of
 `iter_token_ids` plays the next script entry (text, or a list of ids and texts), then ends.
+Like a deterministic model, a call whose prompt is an earlier call's prompt followed by the
+start of what that call played continues that play instead of taking a new entry.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class FakeBackend(Backend):
     fail_after: int | None = None  # raise RuntimeError after this many tokens
     name: str = "fake"
     calls: list[FakeCall] = field(default_factory=list)
+    _plays: list[tuple[tuple[int, ...], list[int]]] = field(default_factory=list)
     on_step: Callable[[FakeCall], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -128,14 +131,29 @@ class FakeBackend(Backend):
                 return self.script[0]
             return self.script.pop(0)
 
+    def _continuation(self, prompt: tuple[int, ...]) -> list[int] | None:
+        with self._lock:
+            for earlier, played in self._plays:
+                tail = prompt[len(earlier) :]
+                if len(prompt) > len(earlier) and prompt[: len(earlier)] == earlier:
+                    if list(tail) == played[: len(tail)]:
+                        return played[len(tail) :]
+        return None
+
     def iter_token_ids(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
     ) -> Iterator[int]:
         call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling)
         self.calls.append(call)
-        entry = self._next_entry()
-        items: Sequence[int | str] = [entry] if isinstance(entry, str) else entry
-        ids = [i for item in items for i in (byte_ids(item) if isinstance(item, str) else [item])]
+        ids = self._continuation(call.prompt_ids)
+        if ids is None:
+            entry = self._next_entry()
+            items: Sequence[int | str] = [entry] if isinstance(entry, str) else entry
+            ids = [
+                i for item in items for i in (byte_ids(item) if isinstance(item, str) else [item])
+            ]
+            with self._lock:
+                self._plays.append((call.prompt_ids, ids))
         for token_id in ids:
             if cancelled.is_set():
                 call.cancelled_seen = True
