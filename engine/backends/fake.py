@@ -134,10 +134,10 @@ class FakeBackend(Backend):
     def _continuation(self, prompt: tuple[int, ...]) -> list[int] | None:
         with self._lock:
             for earlier, played in self._plays:
-                tail = prompt[len(earlier) :]
-                if len(prompt) > len(earlier) and prompt[: len(earlier)] == earlier:
-                    if list(tail) == played[: len(tail)]:
-                        return played[len(tail) :]
+                tail = list(prompt[len(earlier) :])
+                extends = len(prompt) > len(earlier) and prompt[: len(earlier)] == earlier
+                if extends and tail == played[: len(tail)]:
+                    return played[len(tail) :]
         return None
 
     def iter_token_ids(
