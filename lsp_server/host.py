@@ -7,12 +7,13 @@ import asyncio
 import enum
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from engine.engine import Engine
-from engine.errors import EngineError
+from engine.errors import EngineError, ModelLoadError
 from engine.models import ModelSet, ModelSpec, resolve_model_path
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
@@ -74,12 +75,19 @@ class ModelHost:
     def __init__(self) -> None:
         self.state = LoadState.LOADING
         self.last_error: str | None = None
+        self._settings = Settings()
         self._models: ModelSet | None = None
+        self._models_for: tuple[object, ...] | None = None
+        # Loads run on threads; the ModelSet is shared by both roles' loads.
+        self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
+        self._chat: asyncio.Future[Engine] | None = None
 
     def start(self, settings: Settings) -> asyncio.Future[CompletionModel]:
         """Load the completion model on a thread (the chat model loads when first used)."""
         self.state = LoadState.LOADING
+        self._settings = settings
+        self._chat = None
         future: asyncio.Future[CompletionModel] = asyncio.get_running_loop().create_future()
         self._completion = future
 
@@ -100,11 +108,18 @@ class ModelHost:
         asyncio.get_running_loop().create_task(load())
         return future
 
+    def _model_set(self, settings: Settings) -> ModelSet:
+        """The ModelSet for `settings` (call with the lock held): models load on first use."""
+        if self._models is None or self._models_for != settings.model_options():
+            old, self._models = self._models, ModelSet(model_specs(settings))
+            self._models_for = settings.model_options()
+            if old is not None:
+                old.close()
+        return self._models
+
     def _load(self, settings: Settings) -> CompletionModel:
-        old, self._models = self._models, ModelSet(model_specs(settings))
-        if old is not None:
-            old.close()
-        engine = self._models.engine(Role.COMPLETION)
+        with self._lock:
+            engine = self._model_set(settings).engine(Role.COMPLETION)
         backend = engine.backend
         info = engine.info
         log.info(
@@ -119,6 +134,39 @@ class ModelHost:
             fim=detect_fim_template(backend.special_token_id),
             count_tokens=_token_counter(engine),
         )
+
+    def _load_chat(self, settings: Settings) -> Engine:
+        with self._lock:
+            models = self._model_set(settings)
+            engine = models.engine(Role.CHAT)
+        if not engine.info.has_chat_template:
+            raise ModelLoadError(
+                f"the chat model {engine.info.path} has no chat template; name a chat model "
+                "with the chatModel setting"
+            )
+        log.info(
+            "chat model %s loaded (shared with completion: %s)", engine.info.path, models.shared()
+        )
+        return engine
+
+    async def chat(self) -> Engine:
+        """The chat engine, loaded on first use. Raises ModelUnavailableError if it cannot be."""
+        if self._chat is None:
+            future: asyncio.Future[Engine] = asyncio.get_running_loop().create_future()
+            self._chat = future
+            settings = self._settings
+
+            async def load() -> None:
+                try:
+                    future.set_result(await asyncio.to_thread(self._load_chat, settings))
+                except (EngineError, OSError) as e:
+                    self._chat = None  # a later request tries again (the user may fix it)
+                    future.set_exception(
+                        ModelUnavailableError(f"the chat model is unavailable: {e}")
+                    )
+
+            asyncio.get_running_loop().create_task(load())
+        return await asyncio.shield(self._chat)
 
     async def completion(self) -> CompletionModel:
         """The completion model, once loaded. Raises ModelUnavailableError after a failed load."""

@@ -1,0 +1,486 @@
+"""Code actions: "Explain", "Rewrite" and "Fix", answered by the chat model (DESIGN §5).
+
+- `textDocument/codeAction` lists the actions at once, without the model, for a selection or,
+  with an empty selection, the enclosing function or block (`actions.enclosing_block`).
+- "Explain" is the command `infill.explain` (uri, range): it streams the answer through
+  work-done progress (cancellable) and `infill/explainChunk` notifications
+  `{token, text, done}`, and returns the whole answer as markdown.
+- "Rewrite" and "Fix" produce a `WorkspaceEdit` for exactly the selected code, carrying the
+  document version it was computed for: on `codeAction/resolve` where the client resolves
+  `edit`, else through the command `infill.rewrite` (uri, range, instruction) and
+  `workspace/applyEdit`. Without an instruction the command asks for one.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import logging
+import textwrap
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import TextDocument
+
+from engine.types import CHAT_SAMPLING, GenerationRequest, Role
+from lsp_server.actions import (
+    document_uses_tabs,
+    enclosing_block,
+    explain_messages,
+    extract_code,
+    fix_instruction,
+    reindent,
+    rewrite_messages,
+)
+from lsp_server.documents import InvalidPosition, snapshot
+from lsp_server.host import ModelUnavailableError
+
+if TYPE_CHECKING:
+    from lsp_server.server import InfillServer
+
+log = logging.getLogger(__name__)
+
+EXPLAIN_COMMAND = "infill.explain"
+REWRITE_COMMAND = "infill.rewrite"
+EXPLAIN_CHUNK = "infill/explainChunk"
+EXPLAIN_KIND = "refactor.explain"
+DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
+#: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
+PRESET_INSTRUCTIONS = (
+    DEFAULT_INSTRUCTION,
+    "Add type hints.",
+    "Add a docstring and comments.",
+    "Make it iterative instead of recursive.",
+    "Make it faster.",
+)
+#: Code actions' answers: the seed `000` chat defaults, with a fixed seed so that the same
+#: request gives the same answer.
+ACTION_SAMPLING = replace(CHAT_SAMPLING, seed=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """The code an action works on, frozen with the document version it was taken from."""
+
+    uri: str
+    version: int | None
+    range: types.Range  # client units
+    code: str
+    language_id: str
+    file_name: str
+    indent: str  # the first line's indentation
+    first_line_indented: bool  # the range starts at or before that indentation
+    newline: str
+    use_tabs: bool
+
+
+def _newline(text: str) -> str:
+    for ending in ("\r\n", "\n", "\r"):
+        if ending in text:
+            return ending
+    return "\n"
+
+
+def find_target(document: TextDocument, selection: types.Range) -> Target | None:
+    """The selected code; for an empty selection, the enclosing function or block (None if
+    there is none). Raises InvalidPosition for a range outside the document."""
+    start = snapshot(document, selection.start)
+    end = snapshot(document, selection.end)
+    if end.offset < start.offset:
+        raise InvalidPosition("the range ends before it starts")
+    text = start.text
+    lines = document.lines
+    codec = document.position_codec
+    rng = selection
+    if end.offset == start.offset:
+        block = enclosing_block(text, start.line)
+        if block is None:
+            return None
+        last = lines[block.end].rstrip("\r\n")
+        rng = types.Range(
+            start=types.Position(line=block.start, character=0),
+            end=types.Position(line=block.end, character=codec.client_num_units(last)),
+        )
+        start = snapshot(document, rng.start)
+        end = snapshot(document, rng.end)
+    line_text = lines[start.line] if start.line < len(lines) else ""
+    indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
+    if 0 < start.character < len(indent):  # inside the indentation: take the whole line
+        rng = types.Range(start=types.Position(line=rng.start.line, character=0), end=rng.end)
+        start = snapshot(document, rng.start)
+    code = text[start.offset : end.offset]
+    if not code.strip():
+        return None
+    return Target(
+        uri=document.uri,
+        version=document.version,
+        range=rng,
+        code=code,
+        language_id=document.language_id or "",
+        file_name=PurePosixPath(unquote(urlparse(document.uri).path)).name or document.uri,
+        indent=indent,
+        first_line_indented=start.character == 0,
+        newline=_newline(text),
+        use_tabs=document_uses_tabs(text),
+    )
+
+
+# --- listing ----------------------------------------------------------------------------------
+
+
+def _range_json(rng: types.Range) -> dict[str, Any]:
+    return {
+        "start": {"line": rng.start.line, "character": rng.start.character},
+        "end": {"line": rng.end.line, "character": rng.end.character},
+    }
+
+
+def parse_range(value: Any) -> types.Range:
+    try:
+        start, end = value["start"], value["end"]
+        return types.Range(
+            start=types.Position(line=int(start["line"]), character=int(start["character"])),
+            end=types.Position(line=int(end["line"]), character=int(end["character"])),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise JsonRpcInvalidParams(f"a range needs start and end line/character: {e}") from None
+
+
+def _resolves_edits(ls: InfillServer) -> bool:
+    text_document = ls.client_capabilities.text_document
+    code_action = text_document.code_action if text_document else None
+    support = code_action.resolve_support if code_action else None
+    return support is not None and "edit" in support.properties
+
+
+def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """The actions for the range, at once and without the model."""
+    document = ls.workspace.text_documents.get(params.text_document.uri)
+    if document is None:
+        return []
+    try:
+        target = find_target(document, params.range)
+    except InvalidPosition:
+        return []
+    if target is None:
+        return []
+    args: dict[str, Any] = {"uri": target.uri, "range": _range_json(target.range)}
+    resolve = _resolves_edits(ls)
+    actions = [
+        types.CodeAction(
+            title="Explain",
+            kind=EXPLAIN_KIND,
+            command=types.Command(title="Explain", command=EXPLAIN_COMMAND, arguments=[args]),
+        ),
+        _rewrite_action(
+            "Rewrite" if resolve else "Rewrite...",
+            types.CodeActionKind.RefactorRewrite,
+            {
+                **args,
+                "version": target.version,
+                "instruction": DEFAULT_INSTRUCTION if resolve else None,
+            },
+            resolve,
+        ),
+    ]
+    diagnostics = list(params.context.diagnostics or [])
+    if diagnostics:
+        instruction = fix_instruction([_describe(d) for d in diagnostics])
+        fix = _rewrite_action(
+            "Fix",
+            types.CodeActionKind.QuickFix,
+            {**args, "version": target.version, "instruction": instruction},
+            resolve,
+        )
+        fix.diagnostics = diagnostics
+        actions.append(fix)
+    only = params.context.only
+    if only:
+        actions = [a for a in actions if any(str(a.kind).startswith(str(k)) for k in only)]
+    return actions
+
+
+def _describe(diagnostic: types.Diagnostic) -> str:
+    where = f"line {diagnostic.range.start.line + 1}"
+    source = f" ({diagnostic.source})" if diagnostic.source else ""
+    return f"{where}: {diagnostic.message}{source}"
+
+
+def _rewrite_action(title: str, kind: str, data: dict[str, Any], resolve: bool) -> types.CodeAction:
+    if resolve:
+        return types.CodeAction(title=title, kind=kind, data=data)
+    arguments = {k: data[k] for k in ("uri", "range", "instruction") if data.get(k) is not None}
+    return types.CodeAction(
+        title=title,
+        kind=kind,
+        command=types.Command(title=title, command=REWRITE_COMMAND, arguments=[arguments]),
+    )
+
+
+# --- explain ----------------------------------------------------------------------------------
+
+
+def command_arguments(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    """Command arguments as one object (`[{uri, range, ...}]`) or in order (`[uri, range]`)."""
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        return dict(args[0])
+    return dict(zip(names, args, strict=False))
+
+
+def _document_and_target(
+    ls: InfillServer, values: Mapping[str, Any]
+) -> tuple[TextDocument, Target]:
+    uri = values.get("uri")
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams("the command needs a document uri")
+    document = ls.workspace.text_documents.get(uri)
+    if document is None:
+        raise JsonRpcInvalidParams(f"unknown document {uri}: open it first")
+    try:
+        target = find_target(document, parse_range(values.get("range")))
+    except InvalidPosition as e:
+        raise JsonRpcInvalidParams(str(e)) from None
+    if target is None:
+        raise JsonRpcInvalidParams("there is no code in that range")
+    return document, target
+
+
+async def _chat_engine(ls: InfillServer) -> Any:
+    try:
+        return await ls.host.chat()
+    except ModelUnavailableError as e:
+        raise JsonRpcException(str(e), code=types.LSPErrorCodes.RequestFailed) from None
+
+
+async def explain(ls: InfillServer, *args: Any) -> str:
+    """Stream an explanation of the code; the result is the whole answer (markdown)."""
+    _, target = _document_and_target(ls, command_arguments(args, ("uri", "range")))
+    engine = await _chat_engine(ls)
+    request = GenerationRequest(
+        messages=explain_messages(
+            target.code, language_id=target.language_id, file_name=target.file_name
+        ),
+        role=Role.CHAT,
+        sampling=ACTION_SAMPLING,
+    )
+    token = f"infill-explain-{uuid.uuid4()}"
+    progress = await _begin_progress(ls, token, "Explain")
+    parts: list[str] = []
+
+    async def stream() -> None:
+        async with contextlib.aclosing(engine.generate(request)) as deltas:
+            async for delta in deltas:
+                if delta.text:
+                    parts.append(delta.text)
+                    ls.protocol.notify(
+                        EXPLAIN_CHUNK, {"token": token, "text": delta.text, "done": False}
+                    )
+                    if progress:
+                        ls.work_done_progress.report(
+                            token, types.WorkDoneProgressReport(message=_tail("".join(parts)))
+                        )
+
+    work = asyncio.ensure_future(stream())
+    if progress:
+        _cancel_on_progress_cancel(ls, token, work)
+    outcome = "done"
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        if not work.cancelled():
+            work.cancel()  # the request itself was cancelled: stop the model, and say so
+            raise
+        outcome = "cancelled"  # the user stopped it from the progress: keep what came
+    finally:
+        ls.protocol.notify(EXPLAIN_CHUNK, {"token": token, "text": "", "done": True})
+        if progress:
+            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=outcome))
+    return "".join(parts)
+
+
+def _tail(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else "…" + flat[-width:]
+
+
+async def _begin_progress(ls: InfillServer, token: str, title: str) -> bool:
+    window = ls.client_capabilities.window
+    if window is None or not window.work_done_progress:
+        return False
+    try:
+        await ls.work_done_progress.create_async(token)
+    except Exception:  # the client refused the token: stream without progress
+        log.warning("the client refused a progress token", exc_info=True)
+        return False
+    ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
+    return True
+
+
+def _cancel_on_progress_cancel(ls: InfillServer, token: str, work: asyncio.Future[None]) -> None:
+    """A cancel from the progress UI cancels `work` (pygls cancels the token's future)."""
+    future = ls.work_done_progress.tokens.get(token)
+    if future is None:
+        return
+    loop = asyncio.get_running_loop()
+
+    def cancelled(done: Any) -> None:
+        if done.cancelled():
+            loop.call_soon_threadsafe(work.cancel)
+
+    future.add_done_callback(cancelled)
+
+
+# --- rewrite ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOutcome:
+    edit: types.WorkspaceEdit | None
+    message: str | None  # why there is no edit
+
+
+async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) -> RewriteOutcome:
+    """The model's rewrite of the target as an edit of exactly its range, or why not."""
+    engine = await _chat_engine(ls)
+    request = GenerationRequest(
+        messages=rewrite_messages(
+            target.code,
+            language_id=target.language_id,
+            file_name=target.file_name,
+            instruction=instruction,
+        ),
+        role=Role.CHAT,
+        sampling=ACTION_SAMPLING,
+    )
+    (answer,) = await engine.collect(request)
+    code = extract_code(answer.text, target.language_id)
+    if not code.strip():
+        return RewriteOutcome(None, "the model's answer held no code: nothing was changed")
+    if target.language_id == "python":
+        try:
+            ast.parse(textwrap.dedent(code))
+        except SyntaxError as e:
+            return RewriteOutcome(
+                None,
+                f"the model's rewrite is not valid Python ({e.msg}, line {e.lineno}): "
+                "nothing was changed",
+            )
+    new_text = reindent(
+        code,
+        target.indent,
+        first_line_indented=target.first_line_indented,
+        newline=target.newline,
+        use_tabs=target.use_tabs,
+    )
+    if target.code.endswith(("\n", "\r")):
+        new_text += target.newline  # the selection held its last line's end: keep one
+    document = ls.workspace.text_documents.get(target.uri)
+    if document is None or document.version != target.version:
+        return RewriteOutcome(
+            None, "the document changed while the rewrite was being written: nothing was changed"
+        )
+    edit = types.WorkspaceEdit(
+        document_changes=[
+            types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(
+                    uri=target.uri, version=target.version
+                ),
+                edits=[types.TextEdit(range=target.range, new_text=new_text)],
+            )
+        ]
+    )
+    return RewriteOutcome(edit, None)
+
+
+async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
+    """Compute a Rewrite/Fix action's edit; without one, the user is told why."""
+    data = action.data if isinstance(action.data, Mapping) else None
+    if data is None or "instruction" not in data:
+        return action
+    document, target = _document_and_target(ls, data)
+    if data.get("version") is not None and document.version != data["version"]:
+        ls.show_once(
+            "infill: the document changed since the action was offered: nothing was changed",
+            types.MessageType.Info,
+        )
+        return action
+    outcome = await compute_rewrite(ls, target, str(data["instruction"] or DEFAULT_INSTRUCTION))
+    if outcome.edit is None:
+        ls.show_once(f"infill: {outcome.message}", types.MessageType.Warning)
+        return action
+    action.edit = outcome.edit
+    return action
+
+
+async def rewrite(ls: InfillServer, *args: Any) -> dict[str, Any]:
+    """The `infill.rewrite` command: compute the edit and apply it with workspace/applyEdit."""
+    values = command_arguments(args, ("uri", "range", "instruction"))
+    _, target = _document_and_target(ls, values)
+    instruction = values.get("instruction")
+    if not instruction:
+        instruction = await _ask_instruction(ls)
+        if instruction is None:
+            return {"applied": False, "reason": "no instruction given"}
+    outcome = await compute_rewrite(ls, target, str(instruction))
+    if outcome.edit is None:
+        ls.show_once(f"infill: {outcome.message}", types.MessageType.Warning)
+        return {"applied": False, "reason": outcome.message}
+    result = await ls.workspace_apply_edit_async(
+        types.ApplyWorkspaceEditParams(edit=outcome.edit, label="infill: rewrite")
+    )
+    if not result.applied:
+        reason = result.failure_reason or "the editor refused the edit"
+        ls.show_once(f"infill: {reason}", types.MessageType.Warning)
+        return {"applied": False, "reason": reason}
+    return {"applied": True, "reason": None}
+
+
+async def _ask_instruction(ls: InfillServer) -> str | None:
+    choice = await ls.window_show_message_request_async(
+        types.ShowMessageRequestParams(
+            type=types.MessageType.Info,
+            message="infill: rewrite the code how?",
+            actions=[types.MessageActionItem(title=t) for t in PRESET_INSTRUCTIONS],
+        )
+    )
+    return choice.title if choice is not None else None
+
+
+def register(server: InfillServer) -> None:
+    """Adapters from the protocol to the functions above."""
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[
+                EXPLAIN_KIND,
+                types.CodeActionKind.RefactorRewrite,
+                types.CodeActionKind.QuickFix,
+            ],
+            resolve_provider=True,
+        ),
+    )
+    def code_action(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return list_actions(ls, params)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
+        return await resolve_action(ls, action)
+
+    # pygls reads a command handler's annotations at run time to convert its arguments, and
+    # InfillServer is only a type-checking import here: annotate with pygls's own class.
+    @server.command(EXPLAIN_COMMAND)
+    async def explain_command(ls: LanguageServer, *args: Any) -> str:
+        return await explain(cast("InfillServer", ls), *args)
+
+    @server.command(REWRITE_COMMAND)
+    async def rewrite_command(ls: LanguageServer, *args: Any) -> dict[str, Any]:
+        return await rewrite(cast("InfillServer", ls), *args)
