@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
-from typing import Any
+from typing import Any, BinaryIO
 
 from engine.errors import EngineError
 from engine.models import BACKENDS, ModelSet, ModelSpec, resolve_model_path
@@ -315,8 +316,22 @@ def _serve(args: argparse.Namespace) -> int:
     if args.tcp:
         server.start_tcp(args.host, args.port)
     else:
-        server.start_io()
+        server.start_io(sys.stdin.buffer, _protocol_stdout())
     return 0
+
+
+def _protocol_stdout() -> BinaryIO:
+    """A stream of our own for the protocol, and file descriptor 1 pointed at stderr.
+
+    Native code writes to descriptor 1 behind Python's back: llama.cpp prints there, and
+    llama-cpp-python points descriptors 1 and 2 at /dev/null while it loads a model, which
+    swallowed every message the server sent meanwhile (a request answered then never got its
+    answer). Neither can touch a duplicate of the original descriptor.
+    """
+    sys.stdout.flush()
+    stream = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    return stream
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -154,7 +154,9 @@ async def suggest(
     suggestions: list[Fitted] = []
     generated = 0
     for request in requests:
-        texts = await _generate(model, request, ctx, mode, stop_early=request.sampling.n == 1)
+        texts = await _generate(
+            model, request, ctx, mode, prompt.healed_indent, stop_early=request.sampling.n == 1
+        )
         for raw in texts:
             generated += 1
             fitted = fit_completion(_unheal(raw, prompt.healed_indent), ctx, mode)
@@ -176,11 +178,13 @@ async def _generate(
     request: GenerationRequest,
     ctx: CursorContext,
     mode: CompletionMode,
+    healed_indent: str,
     *,
     stop_early: bool,
 ) -> list[str]:
     """Each choice's raw text. With `stop_early`, a multi-line choice ends the model's work
-    as soon as its code has left the cursor's block."""
+    as soon as its code has left the cursor's block (judged on the text `fit_completion` will
+    see: with the healed indentation taken back)."""
     texts = [""] * request.sampling.n
     async with contextlib.aclosing(model.engine.generate(request)) as deltas:
         async for delta in deltas:
@@ -189,7 +193,7 @@ async def _generate(
                 stop_early
                 and mode is CompletionMode.MULTI_LINE
                 and "\n" in delta.text
-                and block_ended(texts[delta.index], ctx)
+                and block_ended(_unheal(texts[delta.index], healed_indent), ctx)
             ):
                 break
     return texts

@@ -14,10 +14,14 @@ import uuid
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
+from lsp_server import code_actions
 from lsp_server.documents import InvalidPosition, snapshot, use_lsp_lines
 from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest
@@ -33,6 +37,36 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0"
 
 
+#: What `structure_message` returns for a request it has already answered with an error.
+_ANSWERED = object()
+
+
+class InfillProtocol(LanguageServerProtocol):
+    """pygls's protocol, except that a request whose params do not parse still gets its one
+    response (InvalidParams). pygls 2.1 only logs such a request and tells the user "Error in
+    server" out of band: the client would wait for an answer forever."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as e:
+            if "id" not in data or "method" not in data:
+                raise  # a notification or a response: nobody waits for an answer
+            cause = e.__cause__
+            detail = (
+                "; ".join(transform_error(cause))
+                if isinstance(cause, ClassValidationError)
+                else str(cause or e)
+            )
+            error = JsonRpcInvalidParams(f"invalid params for {data['method']}: {detail}")
+            self._send_response(data["id"], error=error.to_response_error())
+            return _ANSWERED
+
+    def handle_message(self, message: Any) -> None:
+        if message is not _ANSWERED:
+            super().handle_message(message)
+
+
 class InfillServer(LanguageServer):
     """pygls's server with our state: settings, models, live inline requests."""
 
@@ -41,6 +75,7 @@ class InfillServer(LanguageServer):
             "infill-lsp",
             __version__,
             text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=InfillProtocol,
         )
         self.base_settings = base  # from the command line; the client's settings go over it
         self.settings = base
@@ -118,12 +153,12 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         if result is None:  # superseded by a newer request for the same document
             return []
 
-        # 3. Items: the range covers the cursor and the closers a suggestion absorbs.
-        line = document.lines[snap.line] if snap.line < len(document.lines) else ""
+        # 3. Items: the range covers the cursor and the closers a suggestion absorbs, measured
+        # on the snapshot (the document may have changed while the model ran).
         codec = document.position_codec
         items = []
         for fitted in result.suggestions:
-            absorbed = line[snap.character : snap.character + fitted.replace_chars]
+            absorbed = snap.suffix[: fitted.replace_chars]
             end = types.Position(
                 line=params.position.line,
                 character=params.position.character + codec.client_num_units(absorbed),
@@ -151,6 +186,7 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
     def shutdown(ls: InfillServer, params: Any) -> None:
         ls.host.close()
 
+    code_actions.register(server)
     return server
 
 

@@ -1,0 +1,263 @@
+"""Speaking to the real server as an editor does: a pytest-lsp client over stdio, documents,
+positions in the negotiated encoding, and an independent model of LSP document edits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsprotocol import types
+from lsprotocol.converters import get_converter
+from pygls.workspace.position_codec import PositionCodec
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+SERVER_COMMAND = [sys.executable, "-m", "lsp_server.cli", "serve"]
+INLINE = types.TEXT_DOCUMENT_INLINE_COMPLETION
+STATUS = "infill/status"
+
+#: Where LSP ends a line (and nowhere else: not at U+2028, U+0085, form feeds ...).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+_PAST_LINE = re.compile(r"past the end of line (\d+) \((\d+) units\)")
+_PAST_DOCUMENT = re.compile(r"past the end of the document \((\d+) lines\)")
+
+
+def server_env() -> dict[str, str]:
+    """This environment, without the variables that would pick another model than the
+    default one."""
+    return {k: v for k, v in os.environ.items() if k not in ("INFILL_MODEL", "INFILL_CHAT_MODEL")}
+
+
+def lsp_lines(text: str) -> list[str]:
+    """The document's lines without their endings, as LSP counts them (the empty line after a
+    final line break included)."""
+    return LINE_BREAK.split(text)
+
+
+def client_units(text: str, encoding: str) -> int:
+    """The length of `text` in the encoding's code units, by Python's own codecs (a check of
+    the server's conversion that does not share its code)."""
+    if encoding == types.PositionEncodingKind.Utf8:
+        return len(text.encode("utf-8"))
+    if encoding == types.PositionEncodingKind.Utf16:
+        return len(text.encode("utf-16-le")) // 2
+    return len(text)
+
+
+def _offset(text: str, position: Mapping[str, int], encoding: str) -> int:
+    starts = [0, *(m.end() for m in LINE_BREAK.finditer(text))]
+    line = lsp_lines(text)[position["line"]]
+    character = position["character"]
+    if encoding == types.PositionEncodingKind.Utf8:
+        code_points = len(line.encode("utf-8")[:character].decode("utf-8"))
+    elif encoding == types.PositionEncodingKind.Utf16:
+        code_points = len(line.encode("utf-16-le")[: 2 * character].decode("utf-16-le"))
+    else:
+        code_points = character
+    return starts[position["line"]] + code_points
+
+
+def apply_changes(text: str, changes: Sequence[Mapping[str, Any]], encoding: str) -> str:
+    """`didChange` content changes (JSON), applied in order, each to the result of the one
+    before: the editor's own view of the document."""
+    for change in changes:
+        if "range" not in change:
+            text = change["text"]
+            continue
+        start = _offset(text, change["range"]["start"], encoding)
+        end = _offset(text, change["range"]["end"], encoding)
+        text = text[:start] + change["text"] + text[end:]
+    return text
+
+
+async def wait_until(predicate: Callable[[], Any], what: str, give_up_after: float = 120) -> Any:
+    """Poll `predicate` until it is truthy. Giving up only keeps a broken server from hanging
+    the suite; nothing is asserted about how long it took."""
+    deadline = time.monotonic() + give_up_after
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def answer(awaitable: Awaitable[Any], give_up_after: float = 120) -> Any:
+    """The response to a request. Giving up (a lost response, a hung server) fails the test
+    instead of hanging the suite; nothing is asserted about how long the answer took."""
+    try:
+        return await asyncio.wait_for(awaitable, give_up_after)
+    except TimeoutError:
+        raise AssertionError("no response: it was lost, or the server hangs") from None
+
+
+@dataclass
+class Session:
+    """One server process and the client speaking to it."""
+
+    client: LanguageClient
+    initialize_result: types.InitializeResult
+    _names: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def encoding(self) -> str:
+        encoding = self.initialize_result.capabilities.position_encoding
+        return types.PositionEncodingKind.Utf16 if encoding is None else encoding
+
+    @property
+    def codec(self) -> PositionCodec:
+        return PositionCodec(self.encoding)
+
+    def open(self, text: str, *, name: str | None = None, language_id: str = "python") -> str:
+        """Open a new document (a fresh URI, so that no earlier request's state applies)."""
+        uri = f"file:///e2e/{name or 'doc'}-{next(self._names)}.py"
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(
+                    uri=uri, language_id=language_id, version=1, text=text
+                )
+            )
+        )
+        return uri
+
+    def change(self, uri: str, version: int, changes: Sequence[Mapping[str, Any]]) -> None:
+        """Send one `didChange` notification holding `changes` (JSON content changes)."""
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    get_converter().structure(dict(c), types.TextDocumentContentChangePartial)
+                    for c in changes
+                ],
+            )
+        )
+
+    def position(self, text: str, line: int, code_points: int) -> types.Position:
+        """The position in the negotiated encoding of the cursor `code_points` characters into
+        `line` of `text` (through pygls's codec, as an editor's own LSP client converts)."""
+        content = lsp_lines(text)[line]
+        return types.Position(
+            line=line, character=self.codec.client_num_units(content[:code_points])
+        )
+
+    def inline_params(
+        self, uri: str, position: types.Position, *, invoked: bool = False
+    ) -> types.InlineCompletionParams:
+        kind = (
+            types.InlineCompletionTriggerKind.Invoked
+            if invoked
+            else types.InlineCompletionTriggerKind.Automatic
+        )
+        return types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.InlineCompletionContext(trigger_kind=kind),
+        )
+
+    def send(self, method: str, params: Any) -> tuple[str, asyncio.Future[Any]]:
+        """Send a request now (not when awaited), for tests where message order matters."""
+        msg_id = str(uuid.uuid4())
+        future = self.client.protocol.send_request(method, params, msg_id=msg_id)
+        return msg_id, asyncio.wrap_future(future)
+
+    def send_raw(self, method: str, params: Any) -> asyncio.Future[Any]:
+        """Send a request with params exactly as given (JSON), whatever their shape: the typed
+        client would refuse to send malformed ones."""
+        msg_id = str(uuid.uuid4())
+        future: Future[Any] = Future()
+        protocol = self.client.protocol
+        protocol._request_futures[msg_id] = future
+        protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        return asyncio.wrap_future(future)
+
+    def cancel(self, msg_id: str) -> None:
+        self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+
+    async def inline(
+        self, uri: str, position: types.Position, *, invoked: bool = False
+    ) -> list[types.InlineCompletionItem]:
+        result = await self.client.text_document_inline_completion_async(
+            self.inline_params(uri, position, invoked=invoked)
+        )
+        if result is None:
+            return []
+        if isinstance(result, types.InlineCompletionList):
+            return list(result.items)
+        return list(result)
+
+    async def status(self) -> dict[str, Any]:
+        result = await answer(self.client.protocol.send_request_async(STATUS, {}))
+        return dict(result._asdict())
+
+    async def until_loaded(self) -> dict[str, Any]:
+        """The status once the model has loaded (or failed to)."""
+        deadline = time.monotonic() + 120
+        while (status := await self.status())["status"] == "loading":
+            if time.monotonic() > deadline:
+                raise TimeoutError("the model is still loading")
+            await asyncio.sleep(0.05)
+        return status
+
+    async def line_widths(self, uri: str) -> list[int]:
+        """The server's own view of the document: the width of each line in client units, as
+        it reports them when it refuses a position past the end of a line."""
+        widths: list[int] = []
+        for line in itertools.count():
+            position = types.Position(line=line, character=1_000_000)
+            try:
+                await self.inline(uri, position)
+            except Exception as e:  # JsonRpcInvalidParams, checked by the patterns below
+                message = str(e)
+            else:
+                raise AssertionError(f"{position} was accepted")
+            if match := _PAST_DOCUMENT.search(message):
+                assert int(match.group(1)) == len(widths), message
+                return widths
+            match = _PAST_LINE.search(message)
+            assert match is not None, message
+            assert int(match.group(1)) == line, message
+            widths.append(int(match.group(2)))
+        raise AssertionError("unreachable")
+
+    async def wait_for_messages(self) -> None:
+        """Return once the server has handled everything sent so far: requests and
+        notifications are handled in order, and a status request is answered at once."""
+        await self.status()
+
+
+@contextlib.asynccontextmanager
+async def lsp_session(
+    capabilities: types.ClientCapabilities, initialization_options: Any = None
+) -> AsyncIterator[Session]:
+    """Start the real server (`infill-lsp serve`, stdio), initialize it as the client with
+    `capabilities` would, and shut it down cleanly afterwards."""
+    config = ClientServerConfig(server_command=SERVER_COMMAND, server_env=server_env())
+    client = await config.start()
+    try:
+        result = await client.initialize_session(
+            types.InitializeParams(
+                capabilities=capabilities,
+                initialization_options=initialization_options,
+                client_info=types.ClientInfo(name="infill-lsp tests"),
+            )
+        )
+        yield Session(client=client, initialize_result=result)
+        await asyncio.wait_for(client.shutdown_session(), 30)
+    finally:
+        await client.stop()
+
+
+def load_recording(path: os.PathLike[str]) -> list[dict[str, Any]]:
+    """An lsp-devtools recording: one JSON-RPC message per line."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

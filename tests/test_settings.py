@@ -1,0 +1,163 @@
+"""The `infill` settings (DESIGN §5, STYLE 7): one fully defaulted tree, parsed from the
+client's camelCase options; unknown keys ignored; a bad value falls back to its default with
+one message naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from lsp_server.settings import Settings, parse_settings
+
+DEFAULTS = Settings()
+
+#: One good value per key, none of them the default, and the field it sets.
+GOOD = [
+    ("model", "/models/coder.gguf", "model"),
+    ("chatModel", "/models/chat", "chat_model"),
+    ("backend", "transformers", "backend"),
+    ("device", "cuda:1", "device"),
+    ("gpuLayers", -1, "gpu_layers"),
+    ("contextSize", 2048, "context_size"),
+    ("threads", 3, "threads"),
+    ("maxTokensSingleLine", 7, "max_tokens_single_line"),
+    ("maxTokensMultiLine", 99, "max_tokens_multi_line"),
+    ("debounceMs", 0, "debounce_ms"),
+    ("invokedSuggestions", 5, "invoked_suggestions"),
+    ("temperature", 0.4, "temperature"),
+    ("prefixTokens", 512, "prefix_tokens"),
+    ("suffixTokens", 0, "suffix_tokens"),
+]
+
+#: Values each key must refuse: wrong type, out of range, or not one of the choices.
+BAD = [
+    ("model", 5),
+    ("chatModel", ["a.gguf"]),
+    ("backend", "tensorflow"),
+    ("device", "gpu"),
+    ("device", "cuda:x"),
+    ("gpuLayers", -2),
+    ("gpuLayers", "all"),
+    ("contextSize", 100),
+    ("threads", 0),
+    ("maxTokensSingleLine", "lots"),
+    ("maxTokensSingleLine", True),
+    ("maxTokensSingleLine", 3.0),
+    ("maxTokensMultiLine", 0),
+    ("debounceMs", -1),
+    ("invokedSuggestions", 11),
+    ("temperature", "hot"),
+    ("temperature", 2.5),
+    ("temperature", False),
+    ("prefixTokens", 1),
+    ("suffixTokens", None),
+]
+
+
+def test_the_tables_cover_every_setting() -> None:
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    assert {field for _, _, field in GOOD} == fields
+    assert {key for key, _ in BAD} == {key for key, _, _ in GOOD}
+
+
+@pytest.mark.parametrize(("key", "value", "field"), GOOD)
+def test_a_camel_case_key_sets_its_setting(key: str, value: object, field: str) -> None:
+    settings, problems = parse_settings({key: value})
+    assert problems == []
+    assert getattr(settings, field) == value
+    assert getattr(DEFAULTS, field) != value
+
+
+def test_the_section_may_come_wrapped_in_an_infill_object() -> None:
+    section = {key: value for key, value, _ in GOOD}
+    unwrapped, problems_unwrapped = parse_settings(section)
+    wrapped, problems_wrapped = parse_settings({"infill": section})
+    assert problems_unwrapped == problems_wrapped == []
+    assert wrapped == unwrapped
+    assert wrapped != DEFAULTS
+
+
+def test_unknown_keys_are_ignored_without_a_message() -> None:
+    raw = {
+        "infill": {
+            "max_tokens_single_line": 3,  # snake_case is not the client's spelling
+            "fancyNewOption": True,
+            "debounceMs": 5,
+        }
+    }
+    settings, problems = parse_settings(raw)
+    assert problems == []
+    assert settings == dataclasses.replace(DEFAULTS, debounce_ms=5)
+
+
+@pytest.mark.parametrize(("key", "value"), BAD)
+def test_a_bad_value_falls_back_to_its_default_with_one_message_naming_the_key(
+    key: str, value: object
+) -> None:
+    field = next(field for k, _, field in GOOD if k == key)
+    good = {k: v for k, v, _ in GOOD if k != key}
+    # The base holds a non-default value for the key: the fallback is the default, not it.
+    base = dataclasses.replace(DEFAULTS, **{field: dict((k, v) for k, v, _ in GOOD)[key]})
+    settings, problems = parse_settings({"infill": {**good, key: value}}, base)
+    assert len(problems) == 1
+    assert f"infill.{key}" in problems[0]
+    assert repr(value) in problems[0]
+    assert getattr(settings, field) == getattr(DEFAULTS, field)
+    # The other keys of the same section are still taken.
+    for k, v, f in GOOD:
+        if k != key:
+            assert getattr(settings, f) == v, k
+
+
+def test_each_bad_value_gets_its_own_message() -> None:
+    settings, problems = parse_settings(
+        {"maxTokensSingleLine": "lots", "debounceMs": -1, "temperature": 0.2}
+    )
+    assert len(problems) == 2
+    assert any("infill.maxTokensSingleLine" in p for p in problems)
+    assert any("infill.debounceMs" in p for p in problems)
+    assert settings == dataclasses.replace(DEFAULTS, temperature=0.2)
+
+
+@pytest.mark.parametrize("raw", [[1, 2], "lots", 42, True])
+def test_options_that_are_not_an_object_keep_the_base_with_a_message(raw: object) -> None:
+    base = Settings(debounce_ms=5)
+    settings, problems = parse_settings(raw, base)
+    assert settings == base
+    assert len(problems) == 1
+    assert "infill" in problems[0]
+    assert type(raw).__name__ in problems[0]
+
+
+def test_no_options_keep_the_base_quietly() -> None:
+    base = Settings(debounce_ms=5)
+    assert parse_settings(None, base) == (base, [])
+    assert parse_settings({}, base) == (base, [])
+    assert parse_settings(None) == (DEFAULTS, [])
+
+
+def test_keys_not_given_keep_their_value_in_the_base() -> None:
+    base = Settings(model="/models/mine.gguf", debounce_ms=5, max_tokens_multi_line=64)
+    settings, problems = parse_settings({"infill": {"maxTokensSingleLine": 9}}, base)
+    assert problems == []
+    assert settings == dataclasses.replace(base, max_tokens_single_line=9)
+
+
+def test_an_empty_model_path_means_the_default_model() -> None:
+    settings, problems = parse_settings({"model": ""}, Settings(model="/models/mine.gguf"))
+    assert problems == []
+    assert settings.model is None
+
+
+def test_threads_may_be_left_to_the_backend() -> None:
+    settings, problems = parse_settings({"threads": None}, Settings(threads=4))
+    assert problems == []
+    assert settings.threads is None
+
+
+def test_an_integer_temperature_is_taken_as_a_number() -> None:
+    settings, problems = parse_settings({"temperature": 1})
+    assert problems == []
+    assert settings.temperature == 1.0
+    assert isinstance(settings.temperature, float)
