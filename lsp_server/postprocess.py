@@ -157,7 +157,9 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
     """Single-line, multi-line, or nothing to suggest, from the cursor's surroundings.
 
     1. A word character right after the cursor (the cursor is inside an identifier, or between
-       a character and its combining mark): None. Anything inserted there splits a word.
+       a character and its combining mark): None. Anything inserted there splits a word. Not
+       at the start of a statement (only indentation before the cursor): a new line of its
+       own goes there (see `fit_completion`, step 7).
     2. Code after the cursor on the same line (more than closing brackets, quotes, `;`, `,`,
        whitespace): SINGLE_LINE. The suggestion must join that code, so it cannot span lines.
     3. The cursor at the end of a non-blank line (closers may follow): SINGLE_LINE. The user is
@@ -172,7 +174,7 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
        likely repeat the code below.
     """
     rest = ctx.line_suffix
-    if rest and _is_word_char(rest[0]):
+    if rest and _is_word_char(rest[0]) and ctx.line_prefix.strip():
         return None
     if not _is_closing_text(rest) or not ctx.is_blank_line:
         return CompletionMode.SINGLE_LINE
@@ -212,6 +214,10 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
     5. The last line's trailing whitespace is stripped too, unless code follows it on the line
        (a space before `+ 1` is the model's separator) or it lies inside a string literal.
     6. Nothing but whitespace left, or a text that changes nothing: None.
+    7. Only indentation before the cursor and code after it on the line (the cursor at the
+       start of a statement): a one-line suggestion becomes a line of its own, ending with a
+       line break and the cursor line's indentation, so the statement moves down unchanged
+       instead of being glued to the suggestion. A suggestion equal to that statement: None.
     """
     # 1. Lines.
     lines = _split_lines(raw)
@@ -254,6 +260,22 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
     # 6. Empty or no change.
     if not text.strip():
         return None
+
+    # 7. A line of its own before code: with only indentation before the cursor and code after
+    #    it, a one-line suggestion is a new line; the code that was there moves down intact.
+    if (
+        doc.run_closes is None
+        and not ctx.line_prefix.strip()
+        and follow.strip()
+        and not _LINE_BREAK.search(text)
+    ):
+        if text.strip() == follow.strip():
+            return None  # the model wrote the line that is already there
+        newline = _LINE_BREAK.search(ctx.prefix + ctx.suffix)
+        return Fitted(
+            text=text.rstrip() + (newline.group() if newline else "\n") + ctx.line_prefix,
+            replace_chars=0,
+        )
     if doc.run_closes is None:
         return Fitted(text=text, replace_chars=0)
     merged = text + follow

@@ -27,7 +27,7 @@ class Settings:
     context_size: int = 4096
     threads: int | None = None
     max_tokens_single_line: int = 48
-    max_tokens_multi_line: int = 160
+    max_tokens_multi_line: int = 96  # a block ends earlier; this bounds the wait on a CPU
     debounce_ms: int = 20
     invoked_suggestions: int = 3  # distinct items when the user asks for completions
     temperature: float = 0.0  # for automatic suggestions; 0 is greedy

@@ -524,8 +524,54 @@ def test_random_text_keeps_every_invariant() -> None:
             assert fitted.text.strip()
             assert apply(ctx, fitted) != prefix + suffix
             if mode is SINGLE:
-                assert not LINE_END.search(fitted.text)
+                # One line; or, before code at the start of a statement, one line of its own.
+                own_line = fitted.text.removesuffix(ctx.line_prefix)
+                body = (
+                    LINE_END.sub("", own_line, count=1)
+                    if LINE_END.search(own_line[-2:])
+                    else own_line
+                )
+                assert not LINE_END.search(body)
         whole = fit_completion(raw, ctx, MULTI)
         ended = [end for end in range(len(raw) + 1) if block_ended(raw[:end], ctx)]
         if ended:
             assert fit_completion(raw[: ended[0]], ctx, MULTI) == whole
+
+
+@pytest.mark.parametrize(
+    ("doc", "raw", "expected"),
+    [
+        pytest.param(
+            "def f(x):\n‸    return x\n",
+            "    y = x + 1",
+            "def f(x):\n    y = x + 1\n    return x\n",
+            id="at column 0: a new line above the statement",
+        ),
+        pytest.param(
+            "def f(x):\n    ‸return x\n",
+            "y = x + 1",
+            "def f(x):\n    y = x + 1\n    return x\n",
+            id="after the indentation: the statement keeps its indentation",
+        ),
+        pytest.param(
+            "def f(x):\r\n‸    return x\r\n",
+            "    y = 1",
+            "def f(x):\r\n    y = 1\r\n    return x\r\n",
+            id="the document's line ending",
+        ),
+        pytest.param(
+            "def f(x):\n‸    return x\n", "    return x", None, id="the same statement: none"
+        ),
+    ],
+)
+def test_a_suggestion_before_a_statement_is_a_line_of_its_own(
+    doc: str, raw: str, expected: str | None
+) -> None:
+    ctx = ctx_of(doc)
+    assert decide_mode(ctx) is SINGLE
+    fitted = fit_completion(raw, ctx, SINGLE)
+    if expected is None:
+        assert fitted is None
+    else:
+        assert fitted is not None
+        assert apply(ctx, fitted) == expected
