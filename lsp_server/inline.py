@@ -20,7 +20,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from engine.prompts import build_fim_prompt, context_window
-from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from engine.types import (
+    FinishReason,
+    GenerationRequest,
+    Role,
+    SamplingParams,
+    StopConditions,
+)
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
 from lsp_server.postprocess import (
@@ -157,8 +163,10 @@ async def suggest(
         texts = await _generate(
             model, request, ctx, mode, prompt.healed_indent, stop_early=request.sampling.n == 1
         )
-        for raw in texts:
+        for raw, finish in texts:
             generated += 1
+            if mode is CompletionMode.MULTI_LINE and finish is FinishReason.LENGTH:
+                raw = _complete_lines(raw)
             fitted = fit_completion(_unheal(raw, prompt.healed_indent), ctx, mode)
             if fitted is not None and fitted not in suggestions:
                 suggestions.append(fitted)
@@ -181,14 +189,16 @@ async def _generate(
     healed_indent: str,
     *,
     stop_early: bool,
-) -> list[str]:
-    """Each choice's raw text. With `stop_early`, a multi-line choice ends the model's work
-    as soon as its code has left the cursor's block (judged on the text `fit_completion` will
-    see: with the healed indentation taken back)."""
+) -> list[tuple[str, FinishReason | None]]:
+    """Each choice's raw text and how it ended. With `stop_early`, a multi-line choice ends
+    the model's work as soon as its code has left the cursor's block (judged on the text
+    `fit_completion` will see: with the healed indentation taken back)."""
     texts = [""] * request.sampling.n
+    finishes: list[FinishReason | None] = [None] * request.sampling.n
     async with contextlib.aclosing(model.engine.generate(request)) as deltas:
         async for delta in deltas:
             texts[delta.index] += delta.text
+            finishes[delta.index] = delta.finish_reason
             if (
                 stop_early
                 and mode is CompletionMode.MULTI_LINE
@@ -196,7 +206,14 @@ async def _generate(
                 and block_ended(_unheal(texts[delta.index], healed_indent), ctx)
             ):
                 break
-    return texts
+    return list(zip(texts, finishes, strict=True))
+
+
+def _complete_lines(text: str) -> str:
+    """A multi-line text cut off by the token limit, without its unfinished last line (it
+    would end mid-expression); a single unfinished line is all there is, and stays."""
+    cut = max(text.rfind("\n"), text.rfind("\r"))
+    return text[: cut + 1] if cut > 0 else text
 
 
 class TypeAheadCache:

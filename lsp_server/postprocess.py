@@ -165,7 +165,9 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
     3. The cursor at the end of a non-blank line (closers may follow): SINGLE_LINE. The user is
        finishing a statement; a body, if any, starts on the next line.
     4. A blank cursor line right after a line that opens a block (`:`, `{`, `(`, `[`, `=>`,
-       `->`, `do`/`then`/...): MULTI_LINE. The user is about to write that block's body.
+       `->`, `do`/`then`/...) whose body is not there yet (nothing deeper follows):
+       MULTI_LINE. The user is about to write that block's body. If the body exists, the
+       user is adding a line to it: rules 5 and 6 decide.
     5. A blank cursor line where the next non-blank line is less indented than the cursor
        line, or nothing follows: MULTI_LINE. The cursor is at the end of a block or the file,
        where the rest of a block is wanted.
@@ -179,9 +181,13 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
     if not _is_closing_text(rest) or not ctx.is_blank_line:
         return CompletionMode.SINGLE_LINE
     previous = ctx.previous_nonblank_line
-    if previous is not None and _opens_block(previous, ctx):
-        return CompletionMode.MULTI_LINE
     following = ctx.next_nonblank_line
+    if previous is not None and _opens_block(previous, ctx):
+        body_exists = following is not None and _width(_leading_ws(following)) > _width(
+            _leading_ws(previous)
+        )
+        if not body_exists:
+            return CompletionMode.MULTI_LINE
     if following is None or _width(_leading_ws(following)) < ctx.indent_width:
         return CompletionMode.MULTI_LINE
     return CompletionMode.SINGLE_LINE
@@ -398,7 +404,11 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
     """
     if not lines:
         return None
-    following = ctx.next_nonblank_line
+    # What the model would repeat: the code after the cursor on its line when there is some
+    # (the statement the suggestion goes before), else the next non-blank line below.
+    following = (
+        ctx.line_prefix + ctx.line_suffix if ctx.line_suffix.strip() else ctx.next_nonblank_line
+    )
 
     def repeats_following(line: str) -> bool:
         stripped = line.strip()

@@ -191,3 +191,13 @@ async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request
     assert await older is None
     assert newer is not None
     assert len(backend.calls) == 1  # the first request never reached the model
+
+
+async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinished_line(
+    make_model,
+) -> None:
+    model, _ = make_model(["    a = 1\n    b = fib(n - 1) + fib(n - 2"])
+    settings = Settings(debounce_ms=0, max_tokens_multi_line=30)
+    result = await suggest(model, snap_at("def f(n):\n|"), settings, invoked=False)
+    assert result.mode is CompletionMode.MULTI_LINE
+    assert [s.text for s in result.suggestions] == ["    a = 1"]

@@ -121,12 +121,17 @@ def test_indent_width_expands_tabs_to_tab_stops(indent: str, width: int) -> None
         pytest.param("loop do\n  ‸\nend", MULTI, id="ruby-do-is-multi-line"),
         pytest.param("if true; then\n  ‸\nfi", MULTI, id="shell-then-is-multi-line"),
         pytest.param(
-            "if x:  # see (y)\n    ‸\n    y()", MULTI, id="opener-before-comment-is-multi-line"
+            "if x:  # see (y)\n    ‸\ny()", MULTI, id="opener-before-comment-is-multi-line"
         ),
         pytest.param(
-            "def f(n):\n    if n // 2:\n        ‸\n        g()",
+            "def f(n):\n    if n // 2:\n        ‸\n    g()",
             MULTI,
             id="python-floor-division-is-not-a-comment",
+        ),
+        pytest.param(
+            "def f(n):\n    ‸\n    return n",
+            SINGLE,
+            id="opener-whose-body-exists-adds-a-line-single-line",
         ),
         pytest.param("def f():\r\n    ‸\r\n", MULTI, id="crlf-opener-is-multi-line"),
         pytest.param("def f():\r    ‸\r", MULTI, id="lone-cr-opener-is-multi-line"),

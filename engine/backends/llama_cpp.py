@@ -41,7 +41,7 @@ def default_threads() -> int:
 class LlamaCppOptions:
     context_size: int = 4096
     threads: int | None = None  # None: default_threads()
-    batch_threads: int | None = None  # None: all cores, prompt processing is parallel
+    batch_threads: int | None = None  # None: as many as `threads`
     gpu_layers: int = 0  # -1: all layers on the GPU (needs a CUDA build of llama-cpp-python)
     batch_size: int = 512
 
@@ -72,7 +72,9 @@ class LlamaCppBackend(Backend):
                 n_ctx=options.context_size,
                 n_batch=min(options.batch_size, options.context_size),
                 n_threads=options.threads or default_threads(),
-                n_threads_batch=options.batch_threads or os.cpu_count() or 1,
+                # As many as for decoding: with all cores, the few-token prompt evaluation of
+                # each keystroke stalled for seconds whenever another process took a core.
+                n_threads_batch=options.batch_threads or options.threads or default_threads(),
                 n_gpu_layers=options.gpu_layers,
                 verbose=False,
             )
