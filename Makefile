@@ -42,6 +42,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/stops.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/server.py
+	$(BIN)/python bench/humaneval.py --layouts hole,blank
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

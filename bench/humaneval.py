@@ -1,0 +1,633 @@
+"""HumanEval single-line infilling: the raw engine against the real server, in one run (issue 3).
+
+Run from the repository root:
+
+    .venv/bin/python bench/humaneval.py [--limit 100 | --all] [--layouts hole,blank,indent]
+                                        [--timeout 5] [--json PATH]
+
+Tasks: `../shared/data/human-eval-infilling/HumanEval-SingleLineInfilling.jsonl.gz` (1033).
+By default 100 of them, spread evenly over the whole set: task `i * 1033 // 100` for i in
+0..99 (`--limit N` takes N the same way, `--all` takes every task, `--tasks ID ...` names them).
+The completion model is the default one (or `--model`), greedy in both variants:
+
+- raw: the engine in this process (`Engine.generate`), prompt = the task's `prompt` (the text
+  before the hole) alone, stop at "\\n", at most `maxTokensSingleLine` tokens (the server's
+  single-line limit, 48); the hidden "\\n" is given back. This is the data README's baseline
+  (37 of 100 measured there, on a selection it does not name).
+- ours: the real server (`python -m lsp_server.cli serve`, stdio, pygls client, `debounceMs` 0),
+  an automatic inline request at the hole, the returned item applied (insert text over its
+  range) and the resulting document scored. One document per task and layout (`--layouts`):
+  - "hole" (the default): `prompt + suffix`, the cursor at the end of `prompt`. The hole is
+    empty, so the cursor sits at column 0 of the line after it, before that line's code; an
+    item without a trailing "\\n" fuses with that line. Scored as applied ("hole"), and again
+    with a "\\n" given back after the inserted text ("hole_nl", as the raw baseline gets it),
+    which isolates everything else.
+  - "blank": `prompt + "\\n" + suffix`, the cursor on an empty line at the hole, column 0: the
+    user opened a line there (or moved to an empty one).
+  - "indent": `prompt + indent + "\\n" + suffix`, the cursor after `indent`, the indentation of
+    the expected line: what an auto-indenting editor usually shows after Enter (it leaks that
+    indentation, which an editor gets right most of the time).
+  The model sees the same prompt in all of these (the server's fallback for a model without
+  FIM tokens is the prefix alone; the prefix is `prompt`, and a whitespace-only cursor line is
+  left out of the prompt), so differences from raw come from the mode decision and
+  post-processing, and from one effect of the engine: after the first layout's request the
+  prompt is fully cached, its last token is evaluated again on its own, and llama.cpp's
+  numbers then differ slightly from a whole-prompt evaluation (a greedy tie can flip).
+
+Score: `program + "\\n" + test + "\\n" + f"check({entry_point})"` run with this Python in a
+subprocess (`-I`, `--timeout` seconds), pass = exit status 0; pass@1 with greedy decoding.
+A suggestion "duplicates the suffix" when its text, stripped, equals the first non-blank line
+of the document after the cursor, or when a line of the applied result that the insertion
+touched equals (stripped) the first non-blank line after the insertion. "Empty": no item.
+
+The model runs in one process at a time: raw first (then its model is closed), then the
+server; programs are scored afterwards, two at a time. Time on 2 shared cores: about 5
+minutes for the default (100 tasks, "hole"); each more layout adds 2 to 4 minutes.
+Prints a table and example failures to stdout, writes JSON with per-task outcomes to
+bench/results/humaneval.json; logs go to stderr. Target: no suggestion duplicates the suffix.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `python bench/humaneval.py` puts bench/ first on sys.path, where bench/engine.py would shadow
+# the `engine` package; the repository root goes in front of it (bench/ stays, for `_lsp`).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import gzip
+import json
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from _lsp import ServerClient, apply_item, insert_text_of
+
+from engine.engine import Engine
+from engine.models import load_backend
+from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from lsp_server.host import model_specs
+from lsp_server.settings import Settings, parse_settings
+
+log = logging.getLogger("bench.humaneval")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+HUMAN_EVAL = (
+    ROOT.parent
+    / "shared"
+    / "data"
+    / "human-eval-infilling"
+    / "HumanEval-SingleLineInfilling.jsonl.gz"
+)
+LAYOUTS = ("hole", "blank", "indent")
+DEFAULT_LAYOUTS = ("hole",)
+LABELS = {
+    "raw": 'raw: prefix only, stop at "\\n" (+ "\\n")',
+    "hole": "ours, doc prompt+suffix, as applied",
+    "hole_nl": 'ours, doc prompt+suffix, + "\\n"',
+    "blank": 'ours, doc prompt+"\\n"+suffix',
+    "indent": 'ours, doc prompt+indent+"\\n"+suffix',
+}
+
+
+def variants_of(layouts: Sequence[str]) -> list[str]:
+    """Scored variants: raw, and ours per layout ("hole_nl": hole with "\\n" given back)."""
+    out = ["raw"]
+    for layout in layouts:
+        out += ["hole", "hole_nl"] if layout == "hole" else [layout]
+    return out
+
+
+def layout_of(variant: str) -> str:
+    return "hole" if variant == "hole_nl" else variant
+
+
+def load_tasks(args: argparse.Namespace) -> tuple[list[tuple[int, dict[str, Any]]], int, str]:
+    if not HUMAN_EVAL.is_file():
+        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
+    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    if args.tasks:
+        by_id = {row["task_id"]: i for i, row in enumerate(rows)}
+        missing = [t for t in args.tasks if t not in by_id]
+        if missing:
+            raise SystemExit(f"unknown task ids: {missing}")
+        picked = [by_id[t] for t in args.tasks]
+        how = "named with --tasks"
+    elif args.all or args.limit >= len(rows):
+        picked = list(range(len(rows)))
+        how = "all"
+    else:
+        picked = sorted({i * len(rows) // args.limit for i in range(args.limit)})
+        how = f"spread evenly: task i * {len(rows)} // {args.limit}, i = 0..{args.limit - 1}"
+    return [(i, rows[i]) for i in picked], len(rows), how
+
+
+# --------------------------------------------------------------------------------------------
+# Generation
+
+
+def raw_phase(
+    tasks: Sequence[tuple[int, dict[str, Any]]], settings: Settings
+) -> dict[str, dict[str, Any]]:
+    """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"."""
+    backend = load_backend(model_specs(settings)[Role.COMPLETION])
+    engine = Engine(backend, name="raw")
+    out: dict[str, dict[str, Any]] = {}
+
+    async def run_all() -> None:
+        for number, (_, row) in enumerate(tasks):
+            request = GenerationRequest(
+                prompt=row["prompt"],
+                role=Role.COMPLETION,
+                sampling=SamplingParams(
+                    max_tokens=settings.max_tokens_single_line, temperature=0.0, top_p=1.0
+                ),
+                stops=StopConditions(stop=("\n",)),
+            )
+            (choice,) = await engine.collect(request)
+            stats = next(
+                (s for s in reversed(engine.recent_stats) if s.request_id == request.request_id),
+                None,
+            )
+            out[row["task_id"]] = {
+                "text": choice.text,
+                "finish": str(choice.finish_reason),
+                "prompt_tokens": None if stats is None else stats.prompt_tokens,
+                "generated_tokens": None if stats is None else stats.generated_tokens,
+            }
+            if (number + 1) % 25 == 0:
+                log.info("raw: %d/%d", number + 1, len(tasks))
+
+    try:
+        asyncio.run(run_all())
+    finally:
+        engine.close()
+    return out
+
+
+@dataclass(slots=True)
+class Ours:
+    """One server request and its applied result."""
+
+    document: str
+    cursor: int
+    items: list[dict[str, Any]] = field(default_factory=list)
+    program: str | None = None  # the document with the first item applied
+    inserted: str | None = None
+    insert_start: int = 0
+    insert_end: int = 0  # in `program`
+    mode: str | None = None
+    generated_tokens: int | None = None
+    finish: str | None = None
+    prompt_tokens: int | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def layout_document(row: dict[str, Any], layout: str) -> tuple[str, int]:
+    """The document and the cursor for one layout (see the module docstring)."""
+    prompt = row["prompt"]
+    if layout == "hole":
+        return prompt + row["suffix"], len(prompt)
+    if layout == "blank":
+        return prompt + "\n" + row["suffix"], len(prompt)
+    solution = row["canonical_solution"]
+    indent = solution[: len(solution) - len(solution.lstrip(" \t"))]
+    return prompt + indent + "\n" + row["suffix"], len(prompt) + len(indent)
+
+
+async def ours_phase(
+    tasks: Sequence[tuple[int, dict[str, Any]]], options: dict[str, Any], layouts: Sequence[str]
+) -> dict[str, dict[str, Ours]]:
+    client = ServerClient(options)
+    out: dict[str, dict[str, Ours]] = {layout: {} for layout in layouts}
+    try:
+        status = await client.start()
+        log.info("server ready: %s", status.get("model"))
+        for number, (index, row) in enumerate(tasks):
+            for layout in layouts:
+                document, cursor = layout_document(row, layout)
+                uri = f"file:///bench/humaneval/he_{index:04d}_{layout}.py"
+                ours = Ours(document=document, cursor=cursor)
+                client.open(uri, document)
+                mark = client.mark()
+                try:
+                    items, pending = await client.inline(uri, cursor)
+                    ours.seconds = pending.seconds
+                except Exception as e:  # an error response: recorded, the run goes on
+                    items = []
+                    ours.error = str(e)
+                # The engine's line may come after the response (a multi-line suggestion
+                # stops the model early, and the job ends after the answer went out).
+                await client.settle(mark, inlines=0 if ours.error else 1, wait_s=2.0)
+                inline = [x for x in client.inlines(mark) if x.file == uri.rsplit("/", 1)[-1]]
+                if inline and inline[-1].mode != "None":
+                    await client.settle(mark, jobs=1, wait_s=2.0)
+                jobs = client.jobs(mark)
+                ours.mode = inline[-1].mode if inline else None
+                if jobs:
+                    ours.generated_tokens = jobs[-1].generated
+                    ours.finish = jobs[-1].finish
+                    ours.prompt_tokens = jobs[-1].prompt_tokens
+                ours.items = [
+                    {
+                        "insert_text": insert_text_of(item),
+                        "range": None
+                        if item.range is None
+                        else [
+                            item.range.start.line,
+                            item.range.start.character,
+                            item.range.end.line,
+                            item.range.end.character,
+                        ],
+                    }
+                    for item in items
+                ]
+                if items:
+                    program, start, end = apply_item(document, items[0], cursor)
+                    ours.program, ours.insert_start, ours.insert_end = program, start, end
+                    ours.inserted = insert_text_of(items[0])
+                client.close(uri)
+                out[layout][row["task_id"]] = ours
+            if (number + 1) % 25 == 0:
+                log.info("ours: %d/%d", number + 1, len(tasks))
+    finally:
+        await client.stop()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+
+
+def run_program(program: str, timeout: float) -> tuple[bool, str]:
+    """Run one program; (passed, the last line of what it printed on failure)."""
+    with tempfile.TemporaryDirectory(prefix="he-") as tmp:
+        path = Path(tmp) / "program.py"
+        path.write_text(program, encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", str(path)],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return False, f"timeout ({timeout:g} s)"
+    if done.returncode == 0:
+        return True, ""
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return False, lines[-1][:200] if lines else f"exit status {done.returncode}"
+
+
+def full_program(program: str, row: dict[str, Any]) -> str:
+    return f"{program}\n{row['test']}\ncheck({row['entry_point']})\n"
+
+
+def score_all(
+    programs: dict[str, str], timeout: float, workers: int
+) -> dict[str, tuple[bool, str]]:
+    """Each distinct program text once."""
+    results: dict[str, tuple[bool, str]] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_program, text, timeout): key for key, text in programs.items()}
+        for future in concurrent.futures.as_completed(futures):
+            results[futures[future]] = future.result()
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Analysis
+
+
+def _first_nonblank(text: str) -> str | None:
+    return next((line for line in text.split("\n") if line.strip()), None)
+
+
+def duplicates_suffix(ours: Ours) -> bool:
+    """The suggestion repeats the code after the cursor (definition in the module docstring)."""
+    if ours.program is None or ours.inserted is None:
+        return False
+    following = _first_nonblank(ours.document[ours.cursor :])
+    if following is not None and ours.inserted.strip() == following.strip():
+        return True
+    program = ours.program
+    start = program.rfind("\n", 0, ours.insert_start) + 1
+    end = program.find("\n", ours.insert_end)
+    end = len(program) if end < 0 else end
+    touched = program[start:end].split("\n")
+    after = _first_nonblank(program[end + 1 :]) if end < len(program) else None
+    return after is not None and any(
+        line.strip() and line.strip() == after.strip() for line in touched
+    )
+
+
+def hole_nl_program(ours: Ours) -> str | None:
+    """The hole layout's result with a "\\n" given back after the inserted text."""
+    if ours.program is None:
+        return None
+    if ours.inserted is not None and ours.inserted.endswith("\n"):
+        return ours.program
+    return ours.program[: ours.insert_end] + "\n" + ours.program[ours.insert_end :]
+
+
+def loss_reason(ours: Ours | None, raw_text: str, variant: str) -> str:
+    """Why ours failed where raw passed, from the text alone."""
+    if ours is None or ours.error:
+        return "error response"
+    if not ours.items:
+        return f"empty (mode {ours.mode})"
+    inserted = ours.inserted or ""
+    raw_line = raw_text.rstrip()
+    lines = inserted.split("\n")
+    if variant == "hole" and not inserted.endswith("\n"):
+        return "fused with the next line (no line break)"
+    if len([line for line in lines if line.strip()]) > 1:
+        return f"several lines ({ours.mode})"
+    first = lines[0].rstrip()
+    if first == raw_line:
+        return "same line as raw (context differs)"
+    if raw_line.startswith(first):
+        return "cut short of raw's line"
+    if first.startswith(raw_line):
+        return "longer than raw's line"
+    if first.strip() == raw_line.strip():
+        return "indentation differs from raw"
+    return "different text from raw"
+
+
+def analyze(
+    tasks: Sequence[tuple[int, dict[str, Any]]],
+    raw: dict[str, dict[str, Any]],
+    ours: dict[str, dict[str, Ours]],
+    scores: dict[str, tuple[bool, str]],
+    variants: Sequence[str],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    per_task = []
+    for index, row in tasks:
+        tid = row["task_id"]
+        expected = row["canonical_solution"]
+        raw_text = raw[tid]["text"]
+        entry: dict[str, Any] = {
+            "task_id": tid,
+            "index": index,
+            "expected": expected,
+            "suffix_first_line": _first_nonblank(row["suffix"]),
+            "raw": {
+                **raw[tid],
+                "passed": scores[f"raw:{tid}"][0],
+                "failure": scores[f"raw:{tid}"][1],
+                "duplicates_suffix": bool(
+                    raw_text.strip()
+                    and raw_text.strip() == (_first_nonblank(row["suffix"]) or "").strip()
+                ),
+            },
+        }
+        for variant in variants[1:]:
+            o = ours[layout_of(variant)][tid]
+            key = f"{variant}:{tid}"
+            passed, failure = scores[key]  # without an item: the document as it is
+            record = {
+                "mode": o.mode,
+                "items": o.items,
+                "inserted": o.inserted,
+                "empty": not o.items,
+                "duplicates_suffix": duplicates_suffix(o) if variant != "hole_nl" else None,
+                "passed": passed,
+                "failure": failure,
+                "generated_tokens": o.generated_tokens,
+                "finish": o.finish,
+                "prompt_tokens": o.prompt_tokens,
+                "ms": round(o.seconds * 1000, 1),
+                "error": o.error,
+            }
+            if variant != "hole_nl" and o.prompt_tokens is not None:
+                record["same_prompt_size_as_raw"] = o.prompt_tokens == raw[tid]["prompt_tokens"]
+            if entry["raw"]["passed"] and not passed:
+                record["loss_reason"] = loss_reason(o, raw_text, variant)
+            entry[variant] = record
+        per_task.append(entry)
+
+    n = len(per_task)
+    summary: dict[str, Any] = {"tasks": n}
+    for variant in variants:
+        rows = [t[variant] for t in per_task]
+        s: dict[str, Any] = {"passed": sum(r["passed"] for r in rows), "pass_at_1": 0.0}
+        s["pass_at_1"] = s["passed"] / n if n else 0.0
+        if variant != "raw":
+            s["empty"] = sum(r["empty"] for r in rows)
+            if variant != "hole_nl":
+                s["duplicates_suffix"] = sum(bool(r["duplicates_suffix"]) for r in rows)
+                s["modes"] = dict(collections.Counter(str(r["mode"]) for r in rows))
+            pairs = list(zip(rows, per_task, strict=True))
+            s["wins_over_raw"] = sum(r["passed"] and not t["raw"]["passed"] for r, t in pairs)
+            s["losses_to_raw"] = sum(t["raw"]["passed"] and not r["passed"] for r, t in pairs)
+            s["loss_reasons"] = dict(
+                collections.Counter(r["loss_reason"] for r in rows if "loss_reason" in r)
+            )
+        else:
+            s["duplicates_suffix"] = sum(r["duplicates_suffix"] for r in rows)
+            s["empty"] = sum(not r["text"].strip() for r in rows)
+        summary[variant] = s
+    return per_task, summary
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def print_report(
+    config: dict[str, Any],
+    summary: dict[str, Any],
+    per_task: list[dict[str, Any]],
+    examples: int,
+    variants: Sequence[str],
+) -> None:
+    n = summary["tasks"]
+    print(
+        f"HumanEval single-line infilling: {n} of {config['tasks_in_set']} tasks "
+        f"({config['selection']}); {config['model']}, greedy; raw max {config['max_tokens']} "
+        f"tokens; timeout {config['timeout_s']:g} s"
+    )
+    header = (
+        f"{'variant':<38} {'pass@1':>11} {'empty':>6} {'dup sfx':>7} {'wins':>5} "
+        f"{'losses':>6}  modes"
+    )
+    print(header + "\n" + "-" * (len(header) + 30))
+    for variant in variants:
+        s = summary[variant]
+        modes = ", ".join(f"{k} {v}" for k, v in sorted(s.get("modes", {}).items()))
+        dup = s.get("duplicates_suffix")
+        print(
+            f"{LABELS[variant]:<38} {s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%} "
+            f"{s['empty']:>6} {'-' if dup is None else dup:>7} "
+            f"{s.get('wins_over_raw', '-'):>5} {s.get('losses_to_raw', '-'):>6}  {modes}"
+        )
+    print(
+        "dup sfx: suggestions that duplicate the suffix (target 0); wins/losses: tasks ours "
+        "passes and raw fails, and the reverse"
+    )
+    for variant in variants[1:]:
+        reasons = summary[variant]["loss_reasons"]
+        if reasons:
+            ordered = sorted(reasons.items(), key=lambda kv: -kv[1])
+            listed = "; ".join(f"{k}: {v}" for k, v in ordered)
+            print(f"losses to raw, {variant}: {listed}")
+    if examples <= 0:
+        return
+    shown = [v for v in ("blank", "indent", "hole_nl") if v in variants]
+    for variant in shown:
+        losses = [t for t in per_task if "loss_reason" in t[variant]]
+        if not losses:
+            continue
+        print()
+        print(f"examples: raw passes, ours ({variant}) fails — {len(losses)} tasks")
+        for t in losses[:examples]:
+            o = t[variant]
+            print(
+                f"  {t['task_id']} [{o['mode']}] {o['loss_reason']}\n"
+                f"    expected: {t['expected'].rstrip()!r}\n"
+                f"    raw:      {t['raw']['text']!r}\n"
+                f"    ours:     {o['inserted']!r}\n"
+                f"    failure:  {o['failure']}"
+            )
+    if not shown:
+        return
+    main = shown[0]
+    fails = [
+        t
+        for t in per_task
+        if not t[main]["passed"] and not t["raw"]["passed"] and t[main]["inserted"]
+    ]
+    if fails:
+        print()
+        print(
+            f"examples: raw and ours ({main}) both fail — {len(fails)} tasks "
+            f"(first {min(examples, len(fails))})"
+        )
+        for t in fails[:examples]:
+            o = t[main]
+            print(
+                f"  {t['task_id']} [{o['mode']}]\n"
+                f"    expected: {t['expected'].rstrip()!r}\n"
+                f"    ours:     {o['inserted']!r}\n"
+                f"    failure:  {o['failure']}"
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=100, help="tasks, spread evenly (100)")
+    parser.add_argument("--all", action="store_true", help="all 1033 tasks")
+    parser.add_argument("--tasks", nargs="+", metavar="ID", help="these task ids only")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (5)")
+    parser.add_argument("--examples", type=int, default=8, help="failures printed per kind (8)")
+    parser.add_argument(
+        "--layouts",
+        default=",".join(DEFAULT_LAYOUTS),
+        help=f"documents per task, of {', '.join(LAYOUTS)} (default: %(default)s)",
+    )
+    parser.add_argument("--model", help="completion model (default: the default one)")
+    parser.add_argument("--json", type=Path, default=RESULTS / "humaneval.json", help="output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    logging.getLogger("engine").setLevel(logging.WARNING)
+    started = time.perf_counter()
+
+    layouts = [x for x in args.layouts.split(",") if x]
+    if not layouts or any(x not in LAYOUTS for x in layouts):
+        raise SystemExit(f"--layouts takes some of {', '.join(LAYOUTS)}")
+    variants = variants_of(layouts)
+    tasks, total, how = load_tasks(args)
+    options: dict[str, Any] = {"debounceMs": 0}
+    if args.model:
+        options["model"] = args.model
+    settings, problems = parse_settings({"infill": options})
+    if problems:
+        raise SystemExit("; ".join(problems))
+    spec = model_specs(settings)[Role.COMPLETION]
+
+    log.info("raw: %d tasks through the engine", len(tasks))
+    t0 = time.perf_counter()
+    raw = raw_phase(tasks, settings)
+    raw_s = time.perf_counter() - t0
+    log.info("ours: %d tasks x %d documents through the server", len(tasks), len(layouts))
+    t0 = time.perf_counter()
+    ours = asyncio.run(ours_phase(tasks, options, layouts))
+    ours_s = time.perf_counter() - t0
+
+    programs: dict[str, str] = {}
+    for _, row in tasks:
+        tid = row["task_id"]
+        text = raw[tid]["text"]
+        completion = text if text.endswith("\n") else text + "\n"
+        programs[f"raw:{tid}"] = full_program(row["prompt"] + completion + row["suffix"], row)
+        for variant in variants[1:]:
+            o = ours[layout_of(variant)][tid]
+            program = hole_nl_program(o) if variant == "hole_nl" else o.program
+            programs[f"{variant}:{tid}"] = full_program(program or o.document, row)
+    distinct: dict[str, str] = {}
+    key_of: dict[str, str] = {}
+    for key, text in programs.items():
+        key_of[key] = distinct.setdefault(text, key)
+    log.info("scoring %d distinct programs of %d", len(distinct), len(programs))
+    t0 = time.perf_counter()
+    by_first = score_all({key: text for text, key in distinct.items()}, args.timeout, 2)
+    score_s = time.perf_counter() - t0
+    scores = {key: by_first[first] for key, first in key_of.items()}
+
+    per_task, summary = analyze(tasks, raw, ours, scores, variants)
+    config = {
+        "model": Path(spec.path).name,
+        "model_path": str(spec.path),
+        "tasks_in_set": total,
+        "selection": how,
+        "task_indices": [i for i, _ in tasks],
+        "max_tokens": settings.max_tokens_single_line,
+        "server_settings": options,
+        "layouts": layouts,
+        "timeout_s": args.timeout,
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "seconds": {
+            "raw": round(raw_s, 1),
+            "ours": round(ours_s, 1),
+            "scoring": round(score_s, 1),
+            "total": round(time.perf_counter() - started, 1),
+        },
+    }
+    print_report(config, summary, per_task, args.examples, variants)
+    mismatched = [
+        t["task_id"]
+        for t in per_task
+        for v in variants[1:]
+        if t[v].get("same_prompt_size_as_raw") is False
+    ]
+    if mismatched:
+        log.warning("prompt sizes differ from raw for %s", sorted(set(mismatched)))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    result = {"benchmark": "humaneval", "config": config, "summary": summary, "tasks": per_task}
+    args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    log.info("wrote %s (%.0f s)", args.json, config["seconds"]["total"])
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
