@@ -204,8 +204,15 @@ def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types
         actions.append(fix)
     only = params.context.only
     if only:
-        actions = [a for a in actions if any(str(a.kind).startswith(str(k)) for k in only)]
+        actions = [a for a in actions if any(_kind_within(a.kind, k) for k in only)]
     return actions
+
+
+def _kind_within(kind: Any, wanted: Any) -> bool:
+    """Whether `kind` is `wanted` or below it (`refactor` covers `refactor.rewrite`).
+    CodeActionKind members are str enums whose str() is their name, not their value."""
+    value, prefix = str(getattr(kind, "value", kind)), str(getattr(wanted, "value", wanted))
+    return value == prefix or value.startswith(f"{prefix}.")
 
 
 def _describe(diagnostic: types.Diagnostic) -> str:
@@ -361,6 +368,11 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
         sampling=ACTION_SAMPLING,
     )
     (answer,) = await engine.collect(request)
+    document = ls.workspace.text_documents.get(target.uri)
+    if document is None or document.version != target.version:
+        return RewriteOutcome(
+            None, "the document changed while the rewrite was being written: nothing was changed"
+        )
     code = extract_code(answer.text, target.language_id)
     if not code.strip():
         return RewriteOutcome(None, "the model's answer held no code: nothing was changed")
@@ -382,11 +394,6 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
     )
     if target.code.endswith(("\n", "\r")):
         new_text += target.newline  # the selection held its last line's end: keep one
-    document = ls.workspace.text_documents.get(target.uri)
-    if document is None or document.version != target.version:
-        return RewriteOutcome(
-            None, "the document changed while the rewrite was being written: nothing was changed"
-        )
     edit = types.WorkspaceEdit(
         document_changes=[
             types.TextDocumentEdit(
@@ -405,13 +412,16 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
     data = action.data if isinstance(action.data, Mapping) else None
     if data is None or "instruction" not in data:
         return action
-    document, target = _document_and_target(ls, data)
-    if data.get("version") is not None and document.version != data["version"]:
+    # The version first: after a change the action's range may no longer be in the document.
+    document = ls.workspace.text_documents.get(str(data.get("uri")))
+    version = data.get("version")
+    if document is not None and version is not None and document.version != version:
         ls.show_once(
             "infill: the document changed since the action was offered: nothing was changed",
             types.MessageType.Info,
         )
         return action
+    _, target = _document_and_target(ls, data)
     outcome = await compute_rewrite(ls, target, str(data["instruction"] or DEFAULT_INSTRUCTION))
     if outcome.edit is None:
         ls.show_once(f"infill: {outcome.message}", types.MessageType.Warning)

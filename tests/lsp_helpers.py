@@ -261,3 +261,21 @@ def load_recording(path: os.PathLike[str]) -> list[dict[str, Any]]:
     """An lsp-devtools recording: one JSON-RPC message per line."""
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def plain_json(value: Any) -> Any:
+    """A message's value as the JSON the server wrote. pygls's client turns the objects of
+    untyped messages (custom notifications, `send_raw` results) into namedtuples, and types
+    some results wrongly (a `list[Command | CodeAction]` comes back as Commands): this reads
+    back what was on the wire."""
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: plain_json(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    return value
+
+
+async def request_json(session: Session, method: str, params: Any) -> Any:
+    """Send a request with JSON params and return its result as plain JSON (an error response
+    raises JsonRpcException)."""
+    return plain_json(await answer(session.send_raw(method, params)))
