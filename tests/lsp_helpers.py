@@ -252,9 +252,12 @@ async def lsp_session(
             )
         )
         yield Session(client=client, initialize_result=result)
-        await asyncio.wait_for(client.shutdown_session(), 30)
     finally:
-        await client.stop()
+        # Also after a failed test: a server that was never told to exit keeps the client's
+        # stop() waiting forever.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.shutdown_session(), 30)
+        await asyncio.wait_for(client.stop(), 30)
 
 
 def load_recording(path: os.PathLike[str]) -> list[dict[str, Any]]:

@@ -328,12 +328,17 @@ async def test_the_recorded_neovim_session_keeps_the_document_exact(shared_data)
             )
         widths = await session.line_widths(document["uri"])
         assert widths == [client_units(line, "utf-16") for line in lsp_lines(expected)]
-        # Lines 4 and 5 are empty now (the edits opened line 4 and emptied it again); line 6
-        # starts with a word, where no suggestion is made (a valid position, answered at once).
+        # Lines 4 and 5 are empty now (the edits opened line 4 and emptied it again): a
+        # position past their end is refused; the start of line 6 is a valid position, where
+        # a suggestion is a line of its own, inserted right there.
         await expect_error(
             session.inline(document["uri"], types.Position(line=4, character=1)), INVALID_PARAMS
         )
-        assert await session.inline(document["uri"], types.Position(line=6, character=0)) == []
+        items = await session.inline(document["uri"], types.Position(line=6, character=0))
+        for item in items:
+            assert item.range is not None
+            assert (item.range.start.line, item.range.start.character) == (6, 0)
+            assert str(item.insert_text).endswith("\n")
 
 
 async def test_several_changes_in_one_notification_keep_the_document_exact(
