@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import textwrap
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -64,6 +65,8 @@ PRESET_INSTRUCTIONS = (
 #: Code actions' answers: the seed `000` chat defaults, with a fixed seed so that the same
 #: request gives the same answer.
 ACTION_SAMPLING = replace(CHAT_SAMPLING, seed=0)
+#: Seconds between two progress reports of a streaming explanation.
+PROGRESS_INTERVAL = 0.25
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +284,7 @@ async def explain(ls: InfillServer, *args: Any) -> str:
     token = f"infill-explain-{uuid.uuid4()}"
     progress = await _begin_progress(ls, token, "Explain")
     parts: list[str] = []
+    reported = [0.0]  # when the progress was last updated: a few times a second is enough
 
     async def stream() -> None:
         async with contextlib.aclosing(engine.generate(request)) as deltas:
@@ -290,7 +294,9 @@ async def explain(ls: InfillServer, *args: Any) -> str:
                     ls.protocol.notify(
                         EXPLAIN_CHUNK, {"token": token, "text": delta.text, "done": False}
                     )
-                    if progress:
+                    now = time.monotonic()
+                    if progress and now - reported[0] >= PROGRESS_INTERVAL:
+                        reported[0] = now
                         ls.work_done_progress.report(
                             token, types.WorkDoneProgressReport(message=_tail("".join(parts)))
                         )
@@ -310,6 +316,7 @@ async def explain(ls: InfillServer, *args: Any) -> str:
         ls.protocol.notify(EXPLAIN_CHUNK, {"token": token, "text": "", "done": True})
         if progress:
             ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=outcome))
+            ls.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
     return "".join(parts)
 
 
