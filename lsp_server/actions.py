@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engine.prompts import split_lines
 from engine.types import ChatMessage
+from lsp_server.postprocess import indent_width
 
 #: Editors' language ids to the names people write on markdown fences.
 FENCE_NAMES: dict[str, tuple[str, ...]] = {
@@ -44,18 +45,6 @@ class LineSpan:
 
     start: int
     end: int
-
-
-def _indent_width(line: str) -> int:
-    width = 0
-    for ch in line:
-        if ch == " ":
-            width += 1
-        elif ch == "\t":
-            width += 4 - width % 4
-        else:
-            break
-    return width
 
 
 def _content(line: str) -> str:
@@ -104,7 +93,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
     # A decorator belongs to the definition below it.
     while anchor + 1 < len(lines) and _content(lines[anchor]).lstrip().startswith("@"):
         anchor += 1
-    level = _indent_width(lines[anchor])
+    level = indent_width(lines[anchor])
     if _content(lines[anchor]).lstrip().startswith(("}", ")", "]", "end")):
         level += 1  # a closing line belongs to the block it closes
     # The cursor may be on a header itself: then its own block is meant.
@@ -114,7 +103,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
     for i in range(anchor - 1, -1, -1):
         if _is_blank(lines[i]):
             continue
-        width = _indent_width(lines[i])
+        width = indent_width(lines[i])
         if width < level:
             level = width
             if _opens_block(lines[i]):
@@ -131,20 +120,20 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
 
 
 def _next_is_deeper(lines: Sequence[str], header: int) -> bool:
-    width = _indent_width(lines[header])
+    width = indent_width(lines[header])
     for line in lines[header + 1 :]:
         if not _is_blank(line):
-            return _indent_width(line) > width
+            return indent_width(line) > width
     return False
 
 
 def _block_end(lines: Sequence[str], header: int) -> int:
-    width = _indent_width(lines[header])
+    width = indent_width(lines[header])
     end = header
     for i in range(header + 1, len(lines)):
         if _is_blank(lines[i]):
             continue
-        if _indent_width(lines[i]) > width:
+        if indent_width(lines[i]) > width:
             end = i
             continue
         stripped = _content(lines[i]).strip()
@@ -263,13 +252,13 @@ def reindent(
         lines.pop(0)
     if not lines:
         return ""
-    common = min(_indent_width(line) for line in lines if line.strip())
+    common = min(indent_width(line) for line in lines if line.strip())
     out = []
     for number, line in enumerate(lines):
         if not line.strip():
             out.append("")
             continue
-        relative = _indent_width(line) - common
+        relative = indent_width(line) - common
         lead = "\t" * (relative // 4) + " " * (relative % 4) if tabs else " " * relative
         prefix = indent if number > 0 or first_line_indented else ""
         out.append(prefix + lead + line.lstrip(" \t"))

@@ -356,6 +356,11 @@ def _leading_ws(line: str) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
+def indent_width(line: str) -> int:
+    """Display width of a line's indentation (tabs at every TAB_WIDTH columns)."""
+    return _width(_leading_ws(line))
+
+
 def _width(indent: str) -> int:
     """Display width of leading whitespace; tabs advance to the next multiple of TAB_WIDTH."""
     column = 0
