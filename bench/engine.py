@@ -27,8 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import asyncio
 import contextlib
-import gzip
-import json
 import logging
 import os
 import platform
@@ -38,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from _common import RESULTS, humaneval_task, write_json
+
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
 from engine.models import ModelSpec, load_backend, resolve_model_path
@@ -45,15 +45,6 @@ from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, 
 
 log = logging.getLogger("bench.engine")
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-HUMAN_EVAL = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-SingleLineInfilling.jsonl.gz"
-)
 #: A real FIM prefix (the code before a single-line hole) of about 370 tokens with Gemma's
 #: tokenizer: long enough that prompt processing dominates the time to first token.
 DEFAULT_TASK = "SingleLineInfilling/HumanEval/81/L10"
@@ -91,14 +82,7 @@ class Run:
 
 def load_prompt(task_id: str) -> str:
     """The text before the hole of one HumanEval single-line infilling task."""
-    if not HUMAN_EVAL.is_file():
-        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            if row["task_id"] == task_id:
-                return str(row["prompt"])
-    raise SystemExit(f"no task {task_id!r} in {HUMAN_EVAL}")
+    return str(humaneval_task(task_id)["prompt"])
 
 
 def raw_once(backend: LlamaCppBackend, prompt: str, n: int, repeat: int) -> Run:
@@ -323,14 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(runs)
     print_table(summary, config)
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "benchmark": "engine",
         "config": config,
         "summary": summary,
         "runs": [asdict(r) for r in runs],
     }
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     log.info("wrote %s", args.json)
     return 0 if counts_ok else 1
 

@@ -61,8 +61,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import gzip
-import json
 import logging
 import os
 import platform
@@ -73,6 +71,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from _common import RESULTS, humaneval_rows, write_json
 from _lsp import ServerClient, apply_item, insert_text_of
 
 from engine.engine import Engine
@@ -83,15 +82,6 @@ from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench.humaneval")
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-HUMAN_EVAL = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-SingleLineInfilling.jsonl.gz"
-)
 LAYOUTS = ("hole", "blank", "indent")
 DEFAULT_LAYOUTS = ("hole",)
 LABELS = {
@@ -116,10 +106,7 @@ def layout_of(variant: str) -> str:
 
 
 def load_tasks(args: argparse.Namespace) -> tuple[list[tuple[int, dict[str, Any]]], int, str]:
-    if not HUMAN_EVAL.is_file():
-        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f]
+    rows = humaneval_rows()
     if args.tasks:
         by_id = {row["task_id"]: i for i, row in enumerate(rows)}
         missing = [t for t in args.tasks if t not in by_id]
@@ -621,9 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if mismatched:
         log.warning("prompt sizes differ from raw for %s", sorted(set(mismatched)))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     result = {"benchmark": "humaneval", "config": config, "summary": summary, "tasks": per_task}
-    args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_json(args.json, result)
     log.info("wrote %s (%.0f s)", args.json, config["seconds"]["total"])
     return 0
 

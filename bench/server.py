@@ -62,8 +62,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import gzip
-import json
 import logging
 import os
 import platform
@@ -74,6 +72,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from _common import RESULTS, ROOT, humaneval_task, write_json
 from _lsp import JobLine, Pending, ServerClient, Timer, insert_text_of
 
 from engine.backends.llama_cpp import LlamaCppBackend
@@ -88,15 +87,6 @@ from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench.server")
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-HUMAN_EVAL = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-SingleLineInfilling.jsonl.gz"
-)
 TARGET_LATENCY = 1.10
 TARGET_WARM = 0.25
 TARGET_REPLAY = 1.3
@@ -153,10 +143,7 @@ def demo_spot() -> Spot:
 
 def humaneval_spot(task_id: str, anchor: str) -> Spot:
     """A HumanEval program with its hole line typed up to and including `anchor`."""
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
-        row = next((r for r in map(json.loads, f) if r["task_id"] == task_id), None)
-    if row is None:
-        raise SystemExit(f"no task {task_id} in {HUMAN_EVAL}")
+    row = humaneval_task(task_id)
     line = row["canonical_solution"].rstrip("\n")
     typed = line[: line.index(anchor) + len(anchor)]
     text = row["prompt"] + typed + "\n" + row["suffix"]
@@ -850,8 +837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = asyncio.run(run(args))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
     print_tables(result)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_json(args.json, result)
     log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
     return 0
 

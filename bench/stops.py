@@ -25,14 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import gc
-import gzip
-import json
 import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from _common import RESULTS, humaneval_rows, write_json
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.models import ModelSpec, load_backend, resolve_model_path
@@ -42,15 +42,6 @@ from engine.types import Role, StopConditions
 
 log = logging.getLogger("bench.stops")
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-HUMAN_EVAL = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-SingleLineInfilling.jsonl.gz"
-)
 TARGET_PERCENT = 1.0
 #: The last quarter may cost this much more per token than the first and still count as flat
 #: (timer noise on a shared machine is about this large).
@@ -128,14 +119,10 @@ class Config:
 def code_text() -> str:
     """HumanEval programs (prompt, solution, rest), each once, as the body of an indented block:
     blank lines dropped, every line indented by four spaces."""
-    if not HUMAN_EVAL.is_file():
-        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
     programs: dict[str, str] = {}
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            task = row["task_id"].rsplit("/", 1)[0]  # SingleLineInfilling/HumanEval/0/L3
-            programs.setdefault(task, row["prompt"] + row["canonical_solution"] + row["suffix"])
+    for row in humaneval_rows():
+        task = row["task_id"].rsplit("/", 1)[0]  # SingleLineInfilling/HumanEval/0/L3
+        programs.setdefault(task, row["prompt"] + row["canonical_solution"] + row["suffix"])
     lines = (line for program in programs.values() for line in program.splitlines())
     return "\n".join("    " + line for line in lines if line.strip())
 
@@ -313,7 +300,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"under {TARGET_PERCENT:g}% of a decode step: {'yes' if cheap else 'NO'}"
     )
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "benchmark": "stops",
         "config": {
@@ -330,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "flat": flat,
         "under_target": cheap,
     }
-    args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    write_json(args.json, result)
     log.info("wrote %s", args.json)
     return 0 if flat and cheap else 1
 
