@@ -41,7 +41,7 @@ from lsp_server.actions import (
     reindent,
     rewrite_messages,
 )
-from lsp_server.documents import InvalidPosition, snapshot
+from lsp_server.documents import InvalidPosition, find_document, snapshot
 from lsp_server.host import ModelUnavailableError
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def _resolves_edits(ls: InfillServer) -> bool:
 
 def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     """The actions for the range, at once and without the model."""
-    document = ls.workspace.text_documents.get(params.text_document.uri)
+    document = find_document(ls.workspace, params.text_document.uri)
     if document is None:
         return []
     try:
@@ -251,7 +251,7 @@ def _document_and_target(
     uri = values.get("uri")
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams("the command needs a document uri")
-    document = ls.workspace.text_documents.get(uri)
+    document = find_document(ls.workspace, uri)
     if document is None:
         raise JsonRpcInvalidParams(f"unknown document {uri}: open it first")
     try:
@@ -375,7 +375,7 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
         sampling=ACTION_SAMPLING,
     )
     (answer,) = await engine.collect(request)
-    document = ls.workspace.text_documents.get(target.uri)
+    document = find_document(ls.workspace, target.uri)
     if document is None or document.version != target.version:
         return RewriteOutcome(
             None, "the document changed while the rewrite was being written: nothing was changed"
@@ -420,7 +420,7 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
     if data is None or "instruction" not in data:
         return action
     # The version first: after a change the action's range may no longer be in the document.
-    document = ls.workspace.text_documents.get(str(data.get("uri")))
+    document = find_document(ls.workspace, str(data.get("uri")))
     version = data.get("version")
     if document is not None and version is not None and document.version != version:
         ls.show_once(

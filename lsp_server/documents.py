@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.workspace import TextDocument, Workspace
@@ -44,6 +45,21 @@ def use_lsp_lines(workspace: Workspace) -> None:
         return document
 
     workspace._create_text_document = create  # type: ignore[method-assign]
+
+
+def find_document(workspace: Workspace, uri: str) -> TextDocument | None:
+    """The open document for `uri`, however the client escaped it; None if it is not open.
+
+    pygls 2.1 keys open documents by the percent-decoded URI (so `my%20dir`, `caf%C3%A9` and
+    VS Code's `c%3A` drive all find the document its didOpen stored), while a document's
+    `uri` stays as the client sent it. Looking up the raw URI would miss every escaped one.
+    Unlike `Workspace.get_text_document`, a document that is not open is not read from disk.
+    """
+    documents = workspace.text_documents
+    document = documents.get(unquote(uri))
+    if document is None:
+        document = documents.get(uri)  # a workspace keyed by the raw URI (pygls 2.0)
+    return document
 
 
 class InvalidPosition(ValueError):

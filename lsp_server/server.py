@@ -22,7 +22,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 
 from lsp_server import code_actions
-from lsp_server.documents import InvalidPosition, snapshot, use_lsp_lines
+from lsp_server.documents import InvalidPosition, find_document, snapshot, use_lsp_lines
 from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest
 from lsp_server.settings import Settings, parse_settings
@@ -126,7 +126,7 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         ls: InfillServer, params: types.InlineCompletionParams
     ) -> list[types.InlineCompletionItem]:
         # 1. Snapshot before the first await: later edits must not change this request.
-        document = ls.workspace.text_documents.get(params.text_document.uri)
+        document = find_document(ls.workspace, params.text_document.uri)
         if document is None:
             raise JsonRpcInvalidParams(
                 f"unknown document {params.text_document.uri}: open it first"

@@ -118,9 +118,17 @@ class Session:
     def codec(self) -> PositionCodec:
         return PositionCodec(self.encoding)
 
-    def open(self, text: str, *, name: str | None = None, language_id: str = "python") -> str:
-        """Open a new document (a fresh URI, so that no earlier request's state applies)."""
-        uri = f"file:///e2e/{name or 'doc'}-{next(self._names)}.py"
+    def open(
+        self,
+        text: str,
+        *,
+        name: str | None = None,
+        language_id: str = "python",
+        uri: str | None = None,
+    ) -> str:
+        """Open a new document (a fresh URI, so that no earlier request's state applies), or
+        the document at `uri` exactly as an editor would send it."""
+        uri = uri or f"file:///e2e/{name or 'doc'}-{next(self._names)}.py"
         self.client.text_document_did_open(
             types.DidOpenTextDocumentParams(
                 text_document=types.TextDocumentItem(

@@ -12,7 +12,7 @@ from lsprotocol import types
 from pygls.workspace import Workspace
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.documents import InvalidPosition, snapshot, use_lsp_lines
+from lsp_server.documents import InvalidPosition, find_document, snapshot, use_lsp_lines
 
 UTF8 = types.PositionEncodingKind.Utf8
 UTF16 = types.PositionEncodingKind.Utf16
@@ -248,3 +248,32 @@ def test_a_snapshot_does_not_follow_later_edits() -> None:
     assert snap.text == "x = 1\n"
     assert (snap.offset, snap.version) == (4, 1)
     assert workspace.get_text_document(URI).source == "y = 2\nx = 1\n"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///ws/my%20dir/x.py",  # a space
+        "file:///ws/caf%C3%A9.py",  # a non-ASCII name, escaped as VS Code sends it
+        "file:///c%3A/Users/me/x.py",  # a Windows drive as VS Code sends it
+        "file:///C:/Users/me/x.py",  # and as Neovim sends it
+        "file:///ws/a%23b/c%3Fd.py",  # `#` and `?` in the path
+        "untitled:Untitled-1",  # an unsaved buffer
+        URI,
+    ],
+)
+def test_an_open_document_is_found_by_the_uri_the_editor_sent(uri: str) -> None:
+    workspace, _ = open_document("x = 1\n", UTF16, uri)
+    document = find_document(workspace, uri)
+    assert document is not None
+    assert document.source == "x = 1\n"
+    assert document.uri == uri  # edits go back under the URI the editor knows
+
+
+def test_a_document_that_was_never_opened_is_not_read_from_disk(tmp_path) -> None:
+    path = tmp_path / "on disk.py"
+    path.write_text("x = 1\n")
+    workspace, _ = open_document("y = 2\n", UTF16)
+    assert find_document(workspace, path.as_uri()) is None
+    workspace.remove_text_document(URI)
+    assert find_document(workspace, URI) is None

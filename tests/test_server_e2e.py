@@ -27,6 +27,7 @@ from lsp_helpers import (
     load_recording,
     lsp_lines,
     lsp_session,
+    request_json,
     server_env,
     wait_until,
 )
@@ -289,6 +290,45 @@ async def test_the_range_belongs_to_the_document_the_request_was_made_on(
     assert item.range == types.Range(
         start=cursor, end=types.Position(line=1, character=cursor.character + 1)
     )
+
+
+#: Document URIs as editors send them: VS Code escapes a drive's colon and every non-ASCII
+#: byte; Neovim escapes spaces but keeps the drive's colon; unsaved buffers are `untitled:`.
+EDITOR_URIS = [
+    "file:///ws/my%20dir/x.py",
+    "file:///ws/caf%C3%A9/%E6%97%A5%E6%9C%AC.py",
+    "file:///c%3A/Users/me/My%20Project/main.py",
+    "file:///C:/Users/me/My%20Project/main.py",
+    "file:///ws/a%23b/c%3Fd.py",
+    "untitled:Untitled-",
+]
+
+
+@pytest.mark.parametrize("uri", EDITOR_URIS)
+async def test_documents_are_found_however_the_editor_escapes_their_uri(
+    session: Session, uri: str
+) -> None:
+    """A completion and the code actions for a document whose URI holds %-escapes, a drive
+    letter or another scheme; the edit a rewrite would make names the URI the editor sent."""
+    text = "def double(x):\n    return x * 2\n\n\ndef triple(x):\n    return \n"
+    # A fresh document per encoding's session: no earlier request's state applies.
+    n = next(session._names)
+    unique = f"{uri}{n}" if uri.startswith("untitled:") else uri.replace(".py", f"-{n}.py")
+    session.open(text, uri=unique)
+    cursor = session.position(text, 5, 11)
+    items = await session.inline(unique, cursor)
+    assert len(items) == 1
+    assert items[0].range is not None
+    assert items[0].range.start == cursor
+    at = {"line": cursor.line, "character": cursor.character}
+    params = {
+        "textDocument": {"uri": unique},
+        "range": {"start": at, "end": at},
+        "context": {"diagnostics": []},
+    }
+    actions = await request_json(session, types.TEXT_DOCUMENT_CODE_ACTION, params)
+    explain = next(a for a in actions if a["title"] == "Explain")
+    assert explain["command"]["arguments"][0]["uri"] == unique
 
 
 # --- document synchronization -------------------------------------------------------------------
