@@ -55,7 +55,7 @@ def find_document(workspace: Workspace, uri: str) -> TextDocument | None:
     `uri` stays as the client sent it. Looking up the raw URI would miss every escaped one.
     Unlike `Workspace.get_text_document`, a document that is not open is not read from disk.
     """
-    documents = workspace.text_documents
+    documents: dict[str, TextDocument] = workspace.text_documents
     document = documents.get(unquote(uri))
     if document is None:
         document = documents.get(uri)  # a workspace keyed by the raw URI (pygls 2.0)
