@@ -1,0 +1,102 @@
+-- Starting the infill-lsp client and finding it again; LSP positions in its encoding.
+local compat = require("infill.compat")
+local config = require("infill.config")
+
+local M = {}
+
+M.name = "infill"
+
+-- Notification handlers that other modules register (infill/explainChunk, ...). They go in
+-- the client's own `handlers` table so that they apply to this server only.
+M.handlers = {}
+
+function M.get_client(bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  return vim.lsp.get_clients({ bufnr = bufnr, name = M.name })[1]
+end
+
+--- Any running infill client (commands that do not need a buffer, such as :InfillStatus).
+function M.any_client()
+  return vim.lsp.get_clients({ name = M.name })[1]
+end
+
+local function wants(bufnr)
+  if not vim.api.nvim_buf_is_valid(bufnr) or vim.bo[bufnr].buftype ~= "" then
+    return false
+  end
+  if vim.api.nvim_buf_get_name(bufnr) == "" then
+    return false -- an LSP document needs a file URI
+  end
+  local fts = config.options.filetypes
+  if fts == nil or fts == "*" or (type(fts) == "table" and vim.tbl_contains(fts, "*")) then
+    return vim.bo[bufnr].filetype ~= ""
+  end
+  return vim.tbl_contains(fts, vim.bo[bufnr].filetype)
+end
+
+local function root_of(bufnr)
+  local root = vim.fs.root and vim.fs.root(bufnr, config.options.root_markers)
+  return root or vim.fs.dirname(vim.api.nvim_buf_get_name(bufnr))
+end
+
+local function settings_section()
+  local settings = config.options.settings or {}
+  -- An empty Lua table would go out as a JSON array.
+  return { infill = next(settings) and settings or vim.empty_dict() }
+end
+
+--- Starts the server for the buffer (or attaches the running one); returns the client id.
+function M.start(bufnr)
+  if not wants(bufnr) then
+    return nil
+  end
+  local opts = config.options
+  local capabilities = nil
+  if opts.position_encodings then
+    capabilities = vim.lsp.protocol.make_client_capabilities()
+    capabilities.general = capabilities.general or {}
+    capabilities.general.positionEncodings = opts.position_encodings
+  end
+  return vim.lsp.start({
+    name = M.name,
+    cmd = opts.cmd,
+    root_dir = root_of(bufnr),
+    init_options = settings_section(),
+    capabilities = capabilities,
+    handlers = M.handlers,
+  }, {
+    bufnr = bufnr,
+    -- One server for every project: each one would load its own copy of the models.
+    reuse_client = function(client, conf)
+      return client.name == conf.name and not compat.is_stopped(client)
+    end,
+  })
+end
+
+--- Sends changed settings to the running server (workspace/didChangeConfiguration).
+function M.send_settings()
+  local section = settings_section()
+  for _, client in ipairs(vim.lsp.get_clients({ name = M.name })) do
+    compat.notify(client, "workspace/didChangeConfiguration", { settings = section })
+  end
+end
+
+-- Positions ------------------------------------------------------------------------------------
+
+local function line_text(bufnr, row)
+  return vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ""
+end
+
+--- LSP position of a 0-based (row, byte column), in the client's encoding.
+function M.to_lsp(client, bufnr, row, col)
+  local line = line_text(bufnr, row)
+  return { line = row, character = compat.units_of_byte(line, col, client.offset_encoding) }
+end
+
+--- 0-based (row, byte column) of an LSP position, in the client's encoding.
+function M.from_lsp(client, bufnr, pos)
+  local line = line_text(bufnr, pos.line)
+  return pos.line, compat.byte_of_units(line, pos.character, client.offset_encoding)
+end
+
+return M

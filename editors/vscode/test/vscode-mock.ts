@@ -1,0 +1,228 @@
+/**
+ * A hand-written stand-in for the parts of the `vscode` API the tested modules use. It
+ * records what the extension shows (status bar items, webview pages and messages, messages
+ * to the user) so that tests can assert on it; `reset()` starts each test afresh.
+ */
+
+type Listener<T> = (value: T) => void;
+
+export class EventEmitter<T> {
+  private listeners: Listener<T>[] = [];
+  readonly event = (listener: Listener<T>) => {
+    this.listeners.push(listener);
+    return { dispose: () => (this.listeners = this.listeners.filter((l) => l !== listener)) };
+  };
+  fire(value: T): void {
+    for (const listener of [...this.listeners]) {
+      listener(value);
+    }
+  }
+  dispose(): void {
+    this.listeners = [];
+  }
+}
+
+export class CodeActionKind {
+  static readonly Empty = new CodeActionKind("");
+  static readonly QuickFix = new CodeActionKind("quickfix");
+  static readonly Refactor = new CodeActionKind("refactor");
+  static readonly RefactorRewrite = new CodeActionKind("refactor.rewrite");
+  constructor(readonly value: string) {}
+  append(part: string): CodeActionKind {
+    return new CodeActionKind(this.value ? `${this.value}.${part}` : part);
+  }
+}
+
+export interface Command {
+  title: string;
+  command: string;
+  arguments?: unknown[];
+}
+
+export class CodeAction {
+  command?: Command;
+  edit?: unknown;
+  diagnostics?: unknown[];
+  constructor(
+    public title: string,
+    public kind?: CodeActionKind,
+  ) {}
+}
+
+export class ThemeColor {
+  constructor(readonly id: string) {}
+}
+
+export enum StatusBarAlignment {
+  Left = 1,
+  Right = 2,
+}
+
+export enum ViewColumn {
+  Active = -1,
+  Beside = -2,
+  One = 1,
+}
+
+export enum ProgressLocation {
+  SourceControl = 1,
+  Window = 10,
+  Notification = 15,
+}
+
+export enum ConfigurationTarget {
+  Global = 1,
+  Workspace = 2,
+}
+
+export class CancellationTokenSource {
+  private readonly emitter = new EventEmitter<void>();
+  readonly token = {
+    isCancellationRequested: false,
+    onCancellationRequested: this.emitter.event,
+  };
+  cancel(): void {
+    if (!this.token.isCancellationRequested) {
+      this.token.isCancellationRequested = true;
+      this.emitter.fire();
+    }
+  }
+  dispose(): void {}
+}
+
+export class Uri {
+  private constructor(private readonly text: string) {}
+  static parse(text: string): Uri {
+    return new Uri(text);
+  }
+  toString(): string {
+    return this.text;
+  }
+}
+
+export class FakeStatusBarItem {
+  text = "";
+  tooltip: string | undefined;
+  command: string | undefined;
+  name: string | undefined;
+  backgroundColor: ThemeColor | undefined;
+  visible = false;
+  constructor(readonly id: string) {}
+  show(): void {
+    this.visible = true;
+  }
+  hide(): void {
+    this.visible = false;
+  }
+  dispose(): void {
+    this.visible = false;
+  }
+}
+
+export class FakeWebviewPanel {
+  title: string;
+  disposed = false;
+  revealed = 0;
+  readonly posted: unknown[] = [];
+  private readonly received = new EventEmitter<unknown>();
+  private readonly disposedEmitter = new EventEmitter<void>();
+  readonly webview = {
+    html: "",
+    postMessage: async (message: unknown) => {
+      this.posted.push(message);
+      return true;
+    },
+    onDidReceiveMessage: this.received.event,
+  };
+  readonly onDidDispose = this.disposedEmitter.event;
+
+  constructor(
+    readonly viewType: string,
+    title: string,
+    readonly showOptions: unknown,
+    readonly options: unknown,
+  ) {
+    this.title = title;
+  }
+  /** What the page's script would send. */
+  sendFromPage(message: unknown): void {
+    this.received.fire(message);
+  }
+  reveal(): void {
+    this.revealed++;
+  }
+  dispose(): void {
+    if (!this.disposed) {
+      this.disposed = true;
+      this.disposedEmitter.fire();
+    }
+  }
+  /** The last view the extension posted. */
+  get lastView(): Record<string, unknown> | undefined {
+    const last = this.posted.at(-1) as { view?: Record<string, unknown> } | undefined;
+    return last?.view;
+  }
+}
+
+/** What the extension showed, and the settings it reads, for the current test. */
+export const recorded = {
+  statusBarItems: [] as FakeStatusBarItem[],
+  panels: [] as FakeWebviewPanel[],
+  errors: [] as string[],
+  infos: [] as string[],
+  settings: new Map<string, unknown>(),
+};
+
+export function reset(): void {
+  recorded.statusBarItems.length = 0;
+  recorded.panels.length = 0;
+  recorded.errors.length = 0;
+  recorded.infos.length = 0;
+  recorded.settings.clear();
+  window.activeTextEditor = undefined;
+}
+
+export const window = {
+  activeTextEditor: undefined as unknown,
+  createStatusBarItem(id: string): FakeStatusBarItem {
+    const item = new FakeStatusBarItem(id);
+    recorded.statusBarItems.push(item);
+    return item;
+  },
+  createWebviewPanel(
+    viewType: string,
+    title: string,
+    showOptions: unknown,
+    options: unknown,
+  ): FakeWebviewPanel {
+    const panel = new FakeWebviewPanel(viewType, title, showOptions, options);
+    recorded.panels.push(panel);
+    return panel;
+  },
+  async showErrorMessage(message: string): Promise<undefined> {
+    recorded.errors.push(message);
+    return undefined;
+  },
+  async showInformationMessage(message: string): Promise<undefined> {
+    recorded.infos.push(message);
+    return undefined;
+  },
+  setStatusBarMessage(message: string) {
+    recorded.infos.push(message);
+    return { dispose() {} };
+  },
+};
+
+export const workspace = {
+  getConfiguration(section: string) {
+    return {
+      get: <T>(key: string, fallback?: T): T | undefined =>
+        (recorded.settings.has(`${section}.${key}`)
+          ? recorded.settings.get(`${section}.${key}`)
+          : fallback) as T,
+      update: async (key: string, value: unknown) => {
+        recorded.settings.set(`${section}.${key}`, value);
+      },
+    };
+  },
+};

@@ -1,0 +1,561 @@
+"""The Neovim plugin (editors/nvim) in a real headless Neovim, with the real server and the
+real default models.
+
+One Neovim and one server serve the whole module (the models load once); each test opens its
+own file, so the tests pass in any order. Waiting is polling with a deadline, never a sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nvim_helpers import (
+    PLUGIN_DIR,
+    Session,
+    find_nvim,
+    find_server,
+    nvim_version,
+    poll,
+    start_session,
+)
+
+NVIM, NVIM_WHY = find_nvim()
+SERVER, SERVER_WHY = find_server()
+
+
+def _needs() -> None:
+    if NVIM is None:
+        pytest.skip(NVIM_WHY)
+    if SERVER is None:
+        pytest.skip(SERVER_WHY)
+    try:
+        import pynvim  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError:
+        pytest.skip("pynvim is not installed: pip install pynvim")
+
+
+@pytest.fixture(scope="module")
+def nv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    _needs()
+    assert NVIM is not None
+    assert SERVER is not None
+    with start_session(NVIM, SERVER, tmp_path_factory.mktemp("nvim")) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def nv_utf16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """A second Neovim whose client offers only UTF-16 positions (as most editors do)."""
+    _needs()
+    assert NVIM is not None
+    assert SERVER is not None
+    folder = tmp_path_factory.mktemp("nvim-utf16")
+    with start_session(NVIM, SERVER, folder, 'position_encodings = { "utf-16" },') as session:
+        yield session
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / ".git").mkdir()  # a root marker: the project root is this folder
+    return tmp_path
+
+
+def byte_col(text: str, chars: int) -> int:
+    return len(text[:chars].encode("utf-8"))
+
+
+def start_insert_at(nv: Session, row: int, col: int) -> None:
+    """Insert mode with the cursor before byte `col` of 1-based `row` (like `i` there)."""
+    nv.lua("require('infill.ghost').last_error = nil")
+    nv.nvim.current.window.cursor = (row, col)
+    nv.nvim.input("i")
+    poll(lambda: nv.mode() == "i", what="insert mode", timeout=10)
+
+
+def wait_suggestion(nv: Session, what: str) -> dict[str, Any]:
+    """Waits for a suggestion to show; a request that fails ends the wait at once."""
+
+    def probe() -> dict[str, Any] | None:
+        if nv.lua("return require('infill.ghost').last_error ~= nil"):
+            raise AssertionError(f"a suggestion request failed: {nv.last_error()}")
+        return nv.suggestion()
+
+    return poll(probe, what=what)
+
+
+def shown_text(mark: Any) -> str:
+    """What the extmark shows: the inline text, then one line per virtual line."""
+    details = mark[3]
+    first = "".join(chunk[0] for chunk in details.get("virt_text") or [])
+    rest = ["".join(chunk[0] for chunk in line) for line in details.get("virt_lines") or []]
+    return "\n".join([first, *rest])
+
+
+def leave_insert(nv: Session) -> None:
+    nv.nvim.input("<Esc>")
+    poll(lambda: nv.mode() == "n", what="normal mode", timeout=10)
+
+
+# --- status and health ------------------------------------------------------------------------
+
+
+def test_status_becomes_ready(nv: Session, project: Path) -> None:
+    path = project / "status.py"
+    path.write_text("x = 1\n", encoding="utf-8")
+    nv.open(path)
+    status = poll(
+        lambda: (
+            (s := nv.lua("return require('infill').status()")) and s["status"] != "loading" and s
+        ),
+        what="the model to load",
+    )
+    assert status["status"] == "ready", status
+    assert status["model"]
+    assert status["backend"]
+    assert "infill: ready" in nv.output("InfillStatus")
+
+
+def test_checkhealth_reports_version_server_and_model(nv: Session, project: Path) -> None:
+    path = project / "health.py"
+    path.write_text("y = 2\n", encoding="utf-8")
+    nv.open(path)
+    poll(
+        lambda: (nv.lua("return require('infill').status()") or {}).get("status") != "loading",
+        what="the model to load",
+    )
+    nv.nvim.command("checkhealth infill")
+    report = "\n".join(nv.nvim.current.buffer[:])
+    nv.nvim.command("bwipeout!")
+    assert NVIM is not None
+    version = nvim_version(NVIM)
+    assert version is not None
+    assert f"Neovim {'.'.join(map(str, version))}" in report
+    assert "server executable" in report
+    assert str(SERVER) in report
+    assert "client" in report
+    assert "running" in report
+    assert "ready" in report
+
+
+# --- ghost text -------------------------------------------------------------------------------
+
+
+# The cursor goes before the last `)`: the emoji is before it on the line, and the closing
+# paren after it is one that a suggestion may absorb (its range then covers it).
+EMOJI_SOURCE = """\
+def greet(name):
+    message = "🎉 party for " + name
+    print(message)
+
+
+greet("🎉 ")
+"""
+EMOJI_ROW = 6
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_ghost_text_after_emoji_sits_at_the_cursor_and_accepts_exactly(
+    request: pytest.FixtureRequest, encoding: str, project: Path
+) -> None:
+    nv: Session = request.getfixturevalue("nv" if encoding == "utf-8" else "nv_utf16")
+    path = project / "emoji.py"
+    path.write_text(EMOJI_SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    assert nv.lua("return require('infill.lsp').get_client().offset_encoding") == encoding
+    line = EMOJI_SOURCE.splitlines()[EMOJI_ROW - 1]
+    col = byte_col(line, line.rindex(")"))
+    start_insert_at(nv, EMOJI_ROW, col)
+
+    wait_suggestion(nv, "a suggestion after the emoji")
+    (mark,) = nv.ghost_marks()
+    _, row, mark_col, details = mark
+    cursor = nv.nvim.current.window.cursor
+    assert (row + 1, mark_col) == (cursor[0], cursor[1]) == (EMOJI_ROW, col)
+    assert details["virt_text_pos"] == "inline" or not details.get("virt_text")
+    chunks = [c for c in details.get("virt_text") or []] + [
+        c for line_chunks in details.get("virt_lines") or [] for c in line_chunks
+    ]
+    assert chunks
+    assert all(c[1] == "InfillSuggestion" for c in chunks)
+    ghost = shown_text(mark)
+    assert ghost.strip(), details
+
+    # Accepting inserts exactly what was shown, between what was before and after the cursor.
+    raw = line.encode("utf-8")
+    before, after = raw[:col].decode("utf-8"), raw[col:].decode("utf-8")
+    expected = (before + ghost + after).split("\n")
+    buffer = nv.nvim.buffers[bufnr]
+    nv.nvim.input("<Tab>")
+    top = EMOJI_ROW - 1
+    poll(lambda: buffer[top] != line, what="the suggestion to be accepted", timeout=10)
+    assert buffer[top : top + len(expected)] == expected
+    # The cursor ends right after the inserted text: after the ghost text, and after the
+    # closers that the suggestion's range replaced (the item's text holds them too).
+    last = (before + ghost).split("\n")[-1].encode("utf-8")
+    cursor_row, cursor_col = nv.nvim.current.window.cursor
+    assert cursor_row == top + len(expected)
+    passed = expected[-1].encode("utf-8")[len(last) : cursor_col].decode("utf-8")
+    assert cursor_col >= len(last), (cursor_col, passed)
+    assert set(passed) <= set(")]}\"'"), (cursor_col, passed)
+    assert buffer[:top] == EMOJI_SOURCE.splitlines()[:top]
+    leave_insert(nv)
+
+    # One undo takes back the suggestion and nothing else.
+    nv.nvim.command("undo")
+    assert buffer[:] == EMOJI_SOURCE.splitlines()
+
+
+MULTI_LINE_SOURCE = (
+    'def is_prime(n):\n    """Whether n is a prime number."""\n'
+    "    if n < 2:\n        return False\n    \n"
+)
+
+
+def test_multi_line_ghost_text_accepts_line_by_line_then_whole(nv: Session, project: Path) -> None:
+    path = project / "primes.py"
+    path.write_text(MULTI_LINE_SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    start_insert_at(nv, 5, 3)
+    nv.nvim.input("<End>")
+    wait_suggestion(nv, "a multi-line suggestion")
+    (mark,) = nv.ghost_marks()
+    ghost = shown_text(mark)
+    if "\n" not in ghost:
+        pytest.skip(f"the model suggested a single line here: {ghost!r}")
+    assert mark[3]["virt_lines"]  # the lines below the cursor's line
+    first, rest = ghost.split("\n", 1)
+
+    # Accept a line: the first line goes in, the rest stays on show.
+    nv.nvim.input("<M-Down>")
+    poll(lambda: buffer[4] != "    ", what="the first line to be accepted", timeout=10)
+    assert buffer[4] == "    " + first
+    remaining = poll(nv.suggestion, what="the rest to stay on show", timeout=10)
+    assert remaining["text"] == "\n" + rest
+
+    # Accept the rest: the buffer now reads the whole suggestion.
+    nv.nvim.input("<Tab>")
+    expected = ("    " + ghost).split("\n")
+    poll(lambda: buffer[4:] == expected, what="the rest to be accepted", timeout=10)
+    assert buffer[:4] == MULTI_LINE_SOURCE.splitlines()[:4]
+    assert nv.nvim.current.window.cursor == (4 + len(expected), len(expected[-1].encode()))
+    leave_insert(nv)
+
+
+def test_next_cycles_through_invoked_suggestions(nv: Session, project: Path) -> None:
+    source = "def greet(name):\n    return \n"
+    path = project / "cycle.py"
+    path.write_text(source, encoding="utf-8")
+    nv.open(path)
+    start_insert_at(nv, 2, 3)
+    nv.nvim.input("<End>")
+    nv.nvim.input("<M-]>")
+    first = wait_suggestion(nv, "invoked suggestions")
+    seen = [first["text"]]
+    for _ in range(first["count"] - 1):
+        nv.nvim.input("<M-]>")
+        seen.append(
+            poll(
+                lambda: (s := nv.suggestion()) and s["text"] not in seen and s,
+                what="the next suggestion",
+                timeout=30,
+            )["text"]
+        )
+    print(f"invoked suggestions: {seen}")
+    assert len(set(seen)) == first["count"] >= 1
+    if first["count"] > 1:
+        nv.nvim.input("<M-[>")
+        poll(
+            lambda: (s := nv.suggestion()) and s["text"] == seen[-2],
+            what="the previous one",
+            timeout=10,
+        )
+    leave_insert(nv)
+
+
+def test_moving_the_cursor_or_leaving_insert_mode_clears_the_ghost_text(
+    nv: Session, project: Path
+) -> None:
+    source = "def area(width, height):\n    return width * \n"
+    path = project / "moving.py"
+    path.write_text(source, encoding="utf-8")
+    nv.open(path)
+    line = source.splitlines()[1]
+    start_insert_at(nv, 2, len(line))  # `i` at the end: before the last character
+    nv.nvim.input("<End>")
+    wait_suggestion(nv, "a suggestion at the end of the line")
+    assert nv.ghost_marks()
+
+    # No new suggestion may come for a while: what clears the old one is the move itself.
+    nv.lua("require('infill.config').options.debounce_ms = 600000")
+    try:
+        nv.nvim.input("<Left>")
+        poll(
+            lambda: not nv.ghost_marks() and nv.suggestion() is None,
+            what="ghost text to go",
+            timeout=10,
+        )
+    finally:
+        nv.lua("require('infill.config').options.debounce_ms = 30")
+
+    # Asked for again (the "next" key asks the server when there is nothing to cycle), then
+    # leaving insert mode clears it.
+    nv.nvim.input("<End>")
+    nv.lua("require('infill').next()")
+    wait_suggestion(nv, "an invoked suggestion")
+    leave_insert(nv)
+    poll(lambda: not nv.ghost_marks(), what="ghost text to go in normal mode", timeout=10)
+
+
+def test_tab_without_a_suggestion_types_a_tab(nv: Session, project: Path) -> None:
+    path = project / "tabs.py"
+    path.write_text("x = 1\n", encoding="utf-8")
+    bufnr = nv.open(path)
+    nv.lua("require('infill').toggle(false)")
+    try:
+        nv.nvim.command("setlocal expandtab shiftwidth=4 softtabstop=4")
+        start_insert_at(nv, 1, 0)
+        nv.nvim.input("<Tab>")
+        buffer = nv.nvim.buffers[bufnr]
+        poll(lambda: buffer[0] != "x = 1", what="the tab to be typed", timeout=10)
+        assert buffer[0] == "    x = 1"
+        leave_insert(nv)
+    finally:
+        nv.lua("require('infill').toggle(true)")
+
+
+def test_a_path_with_a_space_and_non_ascii_gets_suggestions(nv: Session, tmp_path: Path) -> None:
+    folder = tmp_path / "my project é"
+    folder.mkdir()
+    path = folder / "naïve module.py"
+    source = "def add(a, b):\n    return \n"
+    path.write_text(source, encoding="utf-8")
+    nv.open(path)
+    uri = nv.lua("return vim.uri_from_bufnr(0)")
+    assert "%20" in uri  # the URI the server sees does carry escapes
+    start_insert_at(nv, 2, len("    return "))
+    nv.nvim.input("<End>")
+    suggestion = wait_suggestion(nv, f"a suggestion in {path}")
+    assert suggestion["text"].strip()
+    leave_insert(nv)
+
+
+# --- explain ----------------------------------------------------------------------------------
+
+
+EXPLAIN_STATE = """
+local ex = require('infill.explain').current
+if not ex or not vim.api.nvim_buf_is_valid(ex.buf) then return vim.NIL end
+local win_ok = vim.api.nvim_win_is_valid(ex.win)
+return {
+  done = vim.b[ex.buf].infill_explain_done,
+  chunks = ex.chunks,
+  text = table.concat(vim.api.nvim_buf_get_lines(ex.buf, 0, -1, false), "\\n"),
+  filetype = vim.bo[ex.buf].filetype,
+  relative = win_ok and vim.api.nvim_win_get_config(ex.win).relative or "",
+  wrap = win_ok and vim.wo[ex.win].wrap,
+  win = ex.win,
+  token = ex.token,
+}
+"""
+
+EXPLAIN_SOURCE = """\
+def fibonacci(n):
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+"""
+
+
+def test_explain_fills_a_floating_window(nv: Session, project: Path) -> None:
+    path = project / "fib.py"
+    path.write_text(EXPLAIN_SOURCE, encoding="utf-8")
+    nv.open(path)
+    nv.nvim.current.window.cursor = (3, 4)  # inside the function: the server takes all of it
+    nv.nvim.command("InfillExplain")
+    state = poll(
+        lambda: (s := nv.lua(EXPLAIN_STATE)) and s["done"] and s,
+        what="the explanation to finish",
+    )
+    assert state["done"] == "done", state
+    assert state["chunks"] > 0  # it came in pieces, through infill/explainChunk
+    assert state["text"].strip()
+    assert "Thinking" not in state["text"]
+    assert state["filetype"] == "markdown"
+    assert state["relative"] == "editor"
+    assert state["wrap"]
+    # `q` closes it.
+    assert nv.nvim.current.window.handle == state["win"]
+    nv.nvim.input("q")
+    poll(
+        lambda: not nv.lua("return vim.api.nvim_win_is_valid(...)", state["win"]),
+        what="q to close",
+        timeout=10,
+    )
+
+
+RECORD_CANCELS = """
+_G.infill_test_cancels = {}
+vim.api.nvim_create_autocmd("LspNotify", {
+  callback = function(ev)
+    if ev.data.method == "window/workDoneProgress/cancel" then
+      table.insert(_G.infill_test_cancels, ev.data.params)
+    end
+  end,
+})
+"""
+
+
+def test_explain_of_a_selection_can_be_stopped(nv: Session, project: Path) -> None:
+    path = project / "stop.py"
+    path.write_text(EXPLAIN_SOURCE, encoding="utf-8")
+    nv.open(path)
+    nv.lua(RECORD_CANCELS)
+    nv.nvim.command("2,4InfillExplain")
+    poll(lambda: (s := nv.lua(EXPLAIN_STATE)) and s["chunks"] > 0, what="the first chunk")
+    nv.nvim.input("<C-c>")  # in the explanation's window
+    state = poll(
+        lambda: (s := nv.lua(EXPLAIN_STATE)) and s["done"] and s, what="the stop", timeout=10
+    )
+    assert state["done"] == "stopped"
+    # The stop is the progress's cancel, with the token the chunks came with.
+    sent = poll(lambda: nv.lua("return _G.infill_test_cancels"), what="the cancel", timeout=10)
+    assert sent == [{"token": state["token"]}]
+    nv.nvim.input("q")
+    poll(lambda: nv.lua(EXPLAIN_STATE) is None, what="q to close", timeout=10)
+    # The server is still well (the model stopped, it did not break).
+    status = nv.lua("return require('infill').status()")
+    assert status["status"] == "ready", status
+
+
+RECORD_EXPLAIN_RANGE = """
+local explain = require('infill.explain')
+local real = explain.explain
+explain.explain = function(_, _, range)
+  explain.explain = real
+  _G.infill_test_range = range
+end
+"""
+
+
+def units(text: str, encoding: str) -> int:
+    return len(text.encode("utf-8")) if encoding == "utf-8" else len(text.encode("utf-16-le")) // 2
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_explain_sends_the_selection_in_the_clients_encoding(
+    request: pytest.FixtureRequest, encoding: str, project: Path
+) -> None:
+    nv: Session = request.getfixturevalue("nv" if encoding == "utf-8" else "nv_utf16")
+    source = 'def party():\n    label = "🎉 party 🎈 time"\n    return label\n'
+    path = project / "ranges.py"
+    path.write_text(source, encoding="utf-8")
+    nv.open(path)
+    line = source.splitlines()[1]
+    start, end = line.index("party"), line.index("time") + len("time")
+    # A charwise selection from "party" to "time" (the 🎈 between them): exactly those
+    # characters; then a linewise one: whole lines; then none: the cursor.
+    cases = [
+        (f"normal! 0{start}lv{end - start - 1}l", "'<,'>InfillExplain", (1, start, 1, end)),
+        ("normal! V", "'<,'>InfillExplain", (1, 0, 1, len(line))),
+        (f"normal! 0{start}l", "InfillExplain", (1, start, 1, start)),
+    ]
+    for select, command, (row1, col1, row2, col2) in cases:
+        nv.nvim.current.window.cursor = (2, 0)
+        nv.nvim.command(select)
+        nv.lua(RECORD_EXPLAIN_RANGE)
+        nv.nvim.input("<Esc>")
+        nv.nvim.command(command)
+        sent = nv.lua("return _G.infill_test_range")
+        assert sent == {
+            "start": {"line": row1, "character": units(line[:col1], encoding)},
+            "end": {"line": row2, "character": units(line[:col2], encoding)},
+        }, (command, select)
+
+
+# --- rewrite ----------------------------------------------------------------------------------
+
+
+def test_rewrite_of_a_selection_applies_an_edit_or_says_why(nv: Session, project: Path) -> None:
+    source = "def double(x):\n    return x * 2\n"
+    path = project / "rewrite.py"
+    path.write_text(source, encoding="utf-8")
+    bufnr = nv.open(path)
+    nv.nvim.command("1,2InfillRewrite Add type hints.")
+    result = poll(
+        lambda: nv.lua("return require('infill.rewrite').last_result"),
+        what="the rewrite to finish",
+    )
+    assert "error" not in result, result
+    lines = nv.nvim.buffers[bufnr][:]
+    if result["applied"]:  # the model may also give the code back as it was
+        assert any("def double" in line for line in lines), lines
+    else:  # the small model's answer may hold no valid code: then nothing changes
+        assert result["reason"]
+        assert lines == source.splitlines()
+
+
+# --- terminal capture -------------------------------------------------------------------------
+
+
+def test_terminal_capture_shows_ghost_text(tmp_path: Path) -> None:
+    """The real TUI in tmux: editors/nvim/capture.sh writes what the terminal shows."""
+    _needs()
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    script = PLUGIN_DIR / "capture.sh"
+    suggestion_file = tmp_path / "suggestion.txt"
+    env = {
+        "NVIM_BIN": str(NVIM),
+        "INFILL_LSP": str(SERVER),
+        "SUGGESTION_FILE": str(suggestion_file),
+    }
+    done = subprocess.run(
+        ["bash", str(script), str(tmp_path)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    plain = (tmp_path / "ghost-text.txt").read_text(encoding="utf-8")
+    colored = (tmp_path / "ghost-text.ansi").read_text(encoding="utf-8")
+    assert "def is_prime(n):" in plain
+    suggestion = suggestion_file.read_text(encoding="utf-8").strip()
+    first_line = suggestion.splitlines()[0]
+    assert first_line
+    assert first_line in plain
+    assert "\x1b[" in colored  # with its colors
+
+
+def test_rewrite_without_an_instruction_offers_presets(nv: Session, project: Path) -> None:
+    path = project / "presets.py"
+    path.write_text("def half(x):\n    return x / 2\n", encoding="utf-8")
+    nv.open(path)
+    # The user picks the second preset in vim.ui.select.
+    nv.lua(
+        """
+        local real = vim.ui.select
+        vim.ui.select = function(items, opts, on_choice)
+          vim.ui.select = real
+          _G.infill_test_offered = { items = items, prompt = opts.prompt }
+          on_choice(items[2], 2)
+        end
+        """
+    )
+    nv.nvim.command("%InfillRewrite")
+    offered = nv.lua("return _G.infill_test_offered")
+    assert offered["items"][1] == "Add type hints."
+    result = poll(
+        lambda: nv.lua("return require('infill.rewrite').last_result"),
+        what="the rewrite to finish",
+    )
+    assert "error" not in result, result
