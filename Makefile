@@ -3,6 +3,7 @@
 #   make test   set up everything from nothing, then run the whole test suite
 #   make bench  benchmarks (tables on stdout, JSON in bench/results/)
 #   make lint   ruff format check, ruff check, mypy
+#   make vsix   the VS Code extension's package, editors/vscode/infill-lsp.vsix
 
 PYTHON ?= python3
 VENV   := .venv
@@ -18,7 +19,16 @@ TRANSFORMERS ?= 1
 comma := ,
 EXTRAS := llama,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
 
-.PHONY: install demo test bench lint format clean
+# The editors (issue 7): the VS Code extension is built with npm from its lock file; its end-to-end
+# test runs it in a real VS Code (code-server, from npm) in Debian's Chromium. When a system
+# package it needs is missing (chromium, libkrb5-dev, ripgrep: `.ci/run` installs them), the
+# install says why and the test skips, printing the reason.
+VSCODE      := editors/vscode
+VSIX        := $(VSCODE)/infill-lsp.vsix
+NODE_STAMP  := $(VSCODE)/node_modules/.package-lock.json
+CODE_SERVER := build/code-server
+
+.PHONY: install demo test test-editors vsix code-server bench lint format clean
 
 install: $(STAMP)
 
@@ -36,8 +46,28 @@ demo: $(STAMP)
 	# A real inline completion through the real server (started over stdio), at line 5, column 5.
 	$(BIN)/infill-lsp complete examples/fibonacci.py:5:5
 
-test: $(STAMP)
+test: $(STAMP) vsix code-server
+	cd $(VSCODE) && npm test
 	$(BIN)/python -m pytest
+
+# Only the editors' tests: the extension's unit tests, then Neovim and VS Code end to end.
+test-editors: $(STAMP) vsix code-server
+	cd $(VSCODE) && npm test
+	$(BIN)/python -m pytest tests/editors
+
+$(NODE_STAMP): $(VSCODE)/package-lock.json
+	cd $(VSCODE) && npm ci --no-audit --no-fund
+	touch $@
+
+vsix: $(VSIX)
+
+$(VSIX): $(NODE_STAMP) $(VSCODE)/package.json $(VSCODE)/esbuild.mjs $(wildcard $(VSCODE)/src/*.ts)
+	cd $(VSCODE) && npm run typecheck && npm run package
+
+# Not a failure when it cannot be installed: the end-to-end test then skips, saying why.
+code-server:
+	sh tests/editors/install_code_server.sh $(CODE_SERVER) \
+		|| echo "code-server is not installed: the VS Code end-to-end test will skip" >&2
 
 bench: $(STAMP)
 	$(BIN)/python bench/stops.py
@@ -56,3 +86,4 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VSCODE)/node_modules $(VSCODE)/dist $(VSIX)
