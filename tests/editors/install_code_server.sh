@@ -33,25 +33,33 @@ if [ -f "$STAMP" ] && [ -x "$BIN" ]; then
     exit 0
 fi
 
+# Why the install did not happen, for the end-to-end test's skip message.
+FAILED="$DEST/.install-failed"
+rm -f "$FAILED"
+fail() {
+    echo "error: $*" >&2
+    echo "$*" >"$FAILED"
+    exit 1
+}
+
 for tool in node npm rg; do
     if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "error: '$tool' not found (apt-get install nodejs npm ripgrep)" >&2
-        exit 1
+        fail "'$tool' not found (apt-get install nodejs npm ripgrep)"
     fi
 done
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$node_major" != 20 ]; then
-    echo "error: code-server $CODE_SERVER_VERSION needs Node 20; this is Node $node_major" >&2
-    exit 1
+    fail "code-server $CODE_SERVER_VERSION needs Node 20; this is Node $node_major"
+fi
+# The `kerberos` native module compiles against the GSSAPI headers.
+if [ ! -f /usr/include/gssapi/gssapi.h ]; then
+    fail "no GSSAPI headers for code-server's native modules (apt-get install libkrb5-dev)"
 fi
 
 case "$(uname -m)" in
     x86_64) rg_target=x86_64-unknown-linux-musl ;;
     aarch64) rg_target=aarch64-unknown-linux-musl ;;
-    *)
-        echo "error: no ripgrep stand-in for $(uname -m)" >&2
-        exit 1
-        ;;
+    *) fail "no ripgrep stand-in for $(uname -m)" ;;
 esac
 
 start=$(date +%s)
@@ -92,13 +100,13 @@ cat >package.json <<JSON
   }
 }
 JSON
-npm install --no-save "code-server@$CODE_SERVER_VERSION"
+npm install --no-save "code-server@$CODE_SERVER_VERSION" \
+    || fail "npm install code-server@$CODE_SERVER_VERSION failed (its output is above)"
 
 # Check what the tests rely on, so that a broken install fails here and not in the tests.
 vscode="$DEST/node_modules/code-server/lib/vscode"
 if [ ! -x "$vscode/node_modules/@vscode/ripgrep/bin/rg" ]; then
-    echo "error: ripgrep was not installed into $vscode/node_modules/@vscode/ripgrep/bin" >&2
-    exit 1
+    fail "ripgrep was not installed into $vscode/node_modules/@vscode/ripgrep/bin"
 fi
 # (XDG_*: code-server writes a default config file on its first run; keep it out of $HOME.)
 XDG_CONFIG_HOME="$tmp" XDG_DATA_HOME="$tmp" "$BIN" --version

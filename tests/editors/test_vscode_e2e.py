@@ -202,8 +202,11 @@ def _skip_reason() -> str | None:
     if not CHROMIUM.exists():
         return f"no Chromium at {CHROMIUM} (apt-get install chromium)"
     if not os.access(CODE_SERVER, os.X_OK):
+        # The install script leaves why it could not install beside where it would have.
+        failed = CODE_SERVER.parents[2] / ".install-failed"
+        why = f": {failed.read_text().strip()}" if failed.is_file() else ""
         return (
-            f"code-server is not installed at {CODE_SERVER} "
+            f"code-server is not installed at {CODE_SERVER}{why} "
             "(tests/editors/install_code_server.sh build/code-server, or set INFILL_CODE_SERVER)"
         )
     if not VSIX.is_file():
@@ -693,3 +696,10 @@ def test_rewrite_edits_the_function(vscode: VSCode) -> None:
         assert after.startswith(head), f"the rewrite changed the file above the function:\n{after}"
         assert after.endswith(tail), f"the rewrite changed the file below the function:\n{after}"
         assert "def circle_area(" in after, f"the rewritten function lost its name:\n{after}"
+        # The edit was one undo step: one Ctrl+Z in the editor gives the file back whole.
+        vscode.focused_editor()
+        page.keyboard.press("Control+Z")
+        expect(page.locator(f"{ACTIVE_TAB}.dirty")).to_have_count(1, timeout=UI_MS)
+        vscode.save()
+        undone = vscode.file.read_text(encoding="utf-8")
+        assert undone == before, f"one undo did not take the whole rewrite back:\n{undone}"
