@@ -75,9 +75,8 @@ from _common import RESULTS, humaneval_rows, write_json
 from _lsp import ServerClient, apply_item, insert_text_of
 
 from engine.engine import Engine
-from engine.models import load_backend
+from engine.models import load_backend, model_spec
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
-from lsp_server.host import model_specs
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench.humaneval")
@@ -131,7 +130,7 @@ def raw_phase(
     tasks: Sequence[tuple[int, dict[str, Any]]], settings: Settings
 ) -> dict[str, dict[str, Any]]:
     """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"."""
-    backend = load_backend(model_specs(settings)[Role.COMPLETION])
+    backend = load_backend(model_spec(Role.COMPLETION, settings.model_options()))
     engine = Engine(backend, name="raw")
     out: dict[str, dict[str, Any]] = {}
 
@@ -548,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, problems = parse_settings({"infill": options})
     if problems:
         raise SystemExit("; ".join(problems))
-    spec = model_specs(settings)[Role.COMPLETION]
+    spec = model_spec(Role.COMPLETION, settings.model_options())
 
     log.info("raw: %d tasks through the engine", len(tasks))
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import EngineError, ModelLoadError
-from engine.models import ModelSet, ModelSpec, resolve_model_path
+from engine.models import ModelOptions, ModelSet, model_specs
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -52,23 +52,6 @@ def _token_counter(engine: Engine) -> Callable[[str], int]:
     return count
 
 
-def model_specs(settings: Settings) -> dict[Role, ModelSpec]:
-    """The model of each role, from the settings (then environment, then defaults)."""
-    common: dict[str, Any] = {
-        "backend": settings.backend,
-        "context_size": settings.context_size,
-        "threads": settings.threads,
-        "gpu_layers": settings.gpu_layers,
-        "device": settings.device,
-    }
-    return {
-        Role.COMPLETION: ModelSpec(
-            path=resolve_model_path(Role.COMPLETION, settings.model), **common
-        ),
-        Role.CHAT: ModelSpec(path=resolve_model_path(Role.CHAT, settings.chat_model), **common),
-    }
-
-
 class ModelHost:
     """Owns the ModelSet. `start` begins loading; requests await `completion()`."""
 
@@ -77,7 +60,7 @@ class ModelHost:
         self.last_error: str | None = None
         self._settings = Settings()
         self._models: ModelSet | None = None
-        self._models_for: tuple[object, ...] | None = None
+        self._models_for: ModelOptions | None = None
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
@@ -110,9 +93,10 @@ class ModelHost:
 
     def _model_set(self, settings: Settings) -> ModelSet:
         """The ModelSet for `settings` (call with the lock held): models load on first use."""
-        if self._models is None or self._models_for != settings.model_options():
-            old, self._models = self._models, ModelSet(model_specs(settings))
-            self._models_for = settings.model_options()
+        options = settings.model_options()
+        if self._models is None or self._models_for != options:
+            old, self._models = self._models, ModelSet(model_specs(options))
+            self._models_for = options
             if old is not None:
                 old.close()
         return self._models
