@@ -91,15 +91,12 @@ class Settings:
     threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))
 
     max_tokens_single_line: int = _setting(48, _int(1, 4096))
-    # A block ends earlier; this bounds the wait on a CPU.
-    max_tokens_multi_line: int = _setting(96, _int(1, 8192))
+    max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU
     debounce_ms: int = _setting(20, _int(0, 10_000))
-    # Distinct items when the user asks for completions.
-    invoked_suggestions: int = _setting(3, _int(1, 10))
+    invoked_suggestions: int = _setting(3, _int(1, 10))  # distinct items when asked for
     temperature: float = _setting(0.0, _float(0.0, 2.0))  # for automatic suggestions; 0: greedy
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
-    # And after it (for models with FIM tokens).
-    suffix_tokens: int = _setting(512, _int(0, 1_000_000))
+    suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
 
     def model_options(self) -> ModelOptions:
         """The values that decide which models are loaded and how."""
