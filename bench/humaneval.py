@@ -75,8 +75,9 @@ from _common import RESULTS, humaneval_rows, write_json
 from _lsp import ServerClient, apply_item, insert_text_of
 
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
+from engine.models import load_backend
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from lsp_server.host import model_specs
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench.humaneval")
@@ -130,7 +131,7 @@ def raw_phase(
     tasks: Sequence[tuple[int, dict[str, Any]]], settings: Settings
 ) -> dict[str, dict[str, Any]]:
     """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"."""
-    backend = load_backend(model_spec(Role.COMPLETION, settings.model_options()))
+    backend = load_backend(model_specs(settings)[Role.COMPLETION])
     engine = Engine(backend, name="raw")
     out: dict[str, dict[str, Any]] = {}
 
@@ -547,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings, problems = parse_settings({"infill": options})
     if problems:
         raise SystemExit("; ".join(problems))
-    spec = model_spec(Role.COMPLETION, settings.model_options())
+    spec = model_specs(settings)[Role.COMPLETION]
 
     log.info("raw: %d tasks through the engine", len(tasks))
     t0 = time.perf_counter()

@@ -77,11 +77,11 @@ from _lsp import JobLine, Pending, ServerClient, Timer, insert_text_of
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
+from engine.models import load_backend
 from engine.prompts import detect_fim_template
 from engine.types import Role, SamplingParams
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.host import CompletionModel
+from lsp_server.host import CompletionModel, model_specs
 from lsp_server.inline import Prompt, build_prompt
 from lsp_server.settings import Settings, parse_settings
 
@@ -230,7 +230,7 @@ class Raw:
     """The completion model in this process, loaded from the server's own specification."""
 
     def __init__(self, settings: Settings) -> None:
-        spec = model_spec(Role.COMPLETION, settings.model_options())
+        spec = model_specs(settings)[Role.COMPLETION]
         self.spec = spec
         backend = load_backend(spec)
         if not isinstance(backend, LlamaCppBackend):

@@ -168,11 +168,6 @@ def model_spec(
     return ModelSpec(path=resolve_model_path(role, explicit, environ), **loading)
 
 
-def model_specs(options: ModelOptions) -> dict[Role, ModelSpec]:
-    """The spec of each role's model."""
-    return {role: model_spec(role, options) for role in Role}
-
-
 def load_backend(spec: ModelSpec) -> Backend:
     """Load one model. Raises ModelLoadError (naming the path) or BackendUnavailableError."""
     kind = spec.resolved_backend()

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import EngineError, ModelLoadError
-from engine.models import ModelOptions, ModelSet, model_specs
+from engine.models import ModelOptions, ModelSet, ModelSpec, model_spec
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -50,6 +50,12 @@ def _token_counter(engine: Engine) -> Callable[[str], int]:
         return len(backend.tokenize(text, add_bos=False, special=False))
 
     return count
+
+
+def model_specs(settings: Settings) -> dict[Role, ModelSpec]:
+    """The model of each role, from the settings (then environment, then defaults)."""
+    options = settings.model_options()
+    return {role: model_spec(role, options) for role in Role}
 
 
 class ModelHost:
@@ -93,10 +99,9 @@ class ModelHost:
 
     def _model_set(self, settings: Settings) -> ModelSet:
         """The ModelSet for `settings` (call with the lock held): models load on first use."""
-        options = settings.model_options()
-        if self._models is None or self._models_for != options:
-            old, self._models = self._models, ModelSet(model_specs(options))
-            self._models_for = options
+        if self._models is None or self._models_for != settings.model_options():
+            old, self._models = self._models, ModelSet(model_specs(settings))
+            self._models_for = settings.model_options()
             if old is not None:
                 old.close()
         return self._models

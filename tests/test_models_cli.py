@@ -21,7 +21,7 @@ from engine.models import (
     ModelSpec,
     default_completion_model,
     load_backend,
-    model_specs,
+    model_spec,
     resolve_model_path,
 )
 from engine.types import Role
@@ -83,7 +83,7 @@ def test_each_role_gets_its_own_model_and_the_same_load_options(tmp_path: Path) 
         gpu_layers=-1,
         device="cpu",
     )
-    specs = model_specs(options)
+    specs = {role: model_spec(role, options) for role in Role}
     assert specs[Role.COMPLETION].path == (tmp_path / "coder.gguf").resolve()
     assert specs[Role.CHAT].path == (tmp_path / "chat").resolve()
     loading = {f.name: getattr(options, f.name) for f in dataclasses.fields(LoadOptions)}

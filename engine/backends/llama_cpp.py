@@ -43,6 +43,23 @@ def default_threads() -> int:
 BATCH_SIZE = 512
 
 
+def llama_params(spec: ModelSpec) -> dict[str, Any]:
+    """The `llama_cpp.Llama` arguments our backend loads `spec` with (the benchmarks' raw
+    baseline loads its model with the same ones)."""
+    threads = spec.threads or default_threads()
+    return {
+        "model_path": str(spec.path.expanduser()),
+        "n_ctx": spec.context_size,
+        "n_batch": min(BATCH_SIZE, spec.context_size),
+        "n_threads": threads,
+        # As many as for decoding: with all cores, the few-token prompt evaluation of each
+        # keystroke stalled for seconds whenever another process took a core.
+        "n_threads_batch": threads,
+        "n_gpu_layers": spec.gpu_layers,
+        "verbose": False,
+    }
+
+
 def _import_llama_cpp() -> Any:
     try:
         import llama_cpp
@@ -62,19 +79,8 @@ class LlamaCppBackend(Backend):
         lib = _import_llama_cpp()
         self._lib = lib
         started = time.perf_counter()
-        threads = spec.threads or default_threads()
         try:
-            self._llm = lib.Llama(
-                model_path=str(path),
-                n_ctx=spec.context_size,
-                n_batch=min(BATCH_SIZE, spec.context_size),
-                n_threads=threads,
-                # As many as for decoding: with all cores, the few-token prompt evaluation of
-                # each keystroke stalled for seconds whenever another process took a core.
-                n_threads_batch=threads,
-                n_gpu_layers=spec.gpu_layers,
-                verbose=False,
-            )
+            self._llm = lib.Llama(**llama_params(spec))
         except (ValueError, RuntimeError, OSError) as e:
             raise ModelLoadError(f"cannot load model {path}: {e}") from e
         self._llama_vocab = self._llm._model.vocab
