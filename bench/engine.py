@@ -94,7 +94,7 @@ def raw_once(backend: LlamaCppBackend, prompt: str, n: int, repeat: int) -> Run:
     # sides evaluate exactly the same tokens every time.
     llm.reset()
     started = time.perf_counter()
-    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.adds_bos, special=True)
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.vocab.adds_bos, special=True)
     out: list[int] = []
     first: float | None = None
     tokens = llm.generate(ids, reset=True, **GREEDY)
@@ -246,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert isinstance(backend, LlamaCppBackend)
     engine = Engine(backend, name="bench")
     llm = backend._llm
-    prompt_ids = backend.tokenize(prompt, add_bos=backend.adds_bos)
-    raw_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.adds_bos, special=True)
+    prompt_ids = backend.tokenize(prompt, add_bos=backend.vocab.adds_bos)
+    raw_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.vocab.adds_bos, special=True)
     if list(raw_ids) != prompt_ids:
         raise SystemExit("raw and our tokenizer disagree on the prompt: the comparison is unfair")
 

@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info("timing %s", config.name)
             timings[config.name] = time_config(config, ids, texts, args.repeats, backend)
         log.info("timing a decode step (%d greedy tokens, 3 runs)", args.decode_tokens)
-        prompt_ids = backend.tokenize("".join(texts[:100]), add_bos=backend.adds_bos)
+        prompt_ids = backend.tokenize("".join(texts[:100]), add_bos=backend.vocab.adds_bos)
         decode_s = decode_step_seconds(backend, prompt_ids, args.decode_tokens)
     finally:
         backend.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 from engine.detokenizer import Detokenizer
@@ -30,12 +30,26 @@ class ModelInfo:
     load_seconds: float
 
 
-class Backend(abc.ABC):
-    """One loaded model: tokenizer, special tokens, chat template and a token generator."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vocabulary:
+    """The special tokens and chat template a model ships: what prompts are built with."""
 
-    @property
-    @abc.abstractmethod
-    def info(self) -> ModelInfo: ...
+    bos_token: str | None
+    eos_token: str | None
+    adds_bos: bool  # whether the model wants BOS before a prompt (Gemma does, or it babbles)
+    chat_template: str | None  # the model's own Jinja chat template, if it ships one
+
+
+class Backend(abc.ABC):
+    """One loaded model: tokenizer, special tokens, chat template and a token generator.
+
+    A subclass loads its model, then hands what it learnt to `__init__`: `info` (what is
+    reported) and `vocab` (what prompts are built with) never change afterwards.
+    """
+
+    def __init__(self, *, info: ModelInfo, vocab: Vocabulary) -> None:
+        self.info = info
+        self.vocab = vocab
 
     @property
     def context_size(self) -> int:
@@ -45,24 +59,6 @@ class Backend(abc.ABC):
     def eog_token_ids(self) -> frozenset[int]:
         """End-of-generation ids the model declares (tokenizer, GGUF metadata, config)."""
         return frozenset(token_id for token_id, _ in self.info.eog_tokens)
-
-    @property
-    @abc.abstractmethod
-    def adds_bos(self) -> bool:
-        """Whether the model wants its BOS token before a prompt (Gemma does, or it babbles)."""
-
-    @property
-    @abc.abstractmethod
-    def bos_token(self) -> str | None: ...
-
-    @property
-    @abc.abstractmethod
-    def eos_token(self) -> str | None: ...
-
-    @property
-    @abc.abstractmethod
-    def chat_template(self) -> str | None:
-        """The model's own Jinja chat template, if it ships one."""
 
     @abc.abstractmethod
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
@@ -85,7 +81,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def iter_token_ids(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
-    ) -> Iterator[int]:
+    ) -> Generator[int, None, None]:
         """Sampled token ids, one at a time, until the caller stops or `cancelled` is set.
 
         `cancelled` is checked before every step, so a cancel stops the model within one token.

@@ -9,6 +9,9 @@ A role's model is chosen, first match wins, by: the explicit setting (`--model`,
 `--chat-model`, or the LSP configuration), then `INFILL_MODEL` / `INFILL_CHAT_MODEL`, then the
 default. Any GGUF file or Hugging Face model folder may be named; when both roles name the
 same model it is loaded once and serves both.
+
+The command line's flags and the LSP settings both come down to one `ModelOptions`, and
+`model_spec` turns it into the `ModelSpec` of a role: the one place a spec is built.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from engine.backend import Backend
@@ -31,6 +34,8 @@ ENV_VARS = {Role.COMPLETION: "INFILL_MODEL", Role.CHAT: "INFILL_CHAT_MODEL"}
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BACKENDS = ("auto", "llama.cpp", "transformers")
+DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
+DEFAULT_CONTEXT_SIZE = 4096
 
 
 def cache_dir() -> Path:
@@ -108,16 +113,40 @@ def resolve_model_path(
     return default_completion_model() if role is Role.COMPLETION else default_chat_model()
 
 
+def check_device(value: object) -> str:
+    """`value` if it names a device the transformers backend knows; else ValueError."""
+    if not isinstance(value, str) or not (
+        value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())
+    ):
+        raise ValueError(DEVICES)
+    return value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
+class LoadOptions:
+    """How a model is loaded, whichever it is: the `--backend`, `--context-size`, ... flags."""
+
+    backend: str = "auto"
+    context_size: int = DEFAULT_CONTEXT_SIZE
+    threads: int | None = None  # llama.cpp; None: default_threads()
+    gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
+    device: str = "auto"  # transformers: see check_device
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelOptions(LoadOptions):
+    """What the user sets about the models (command line or LSP settings): a model per role,
+    None for the environment's or the default one, and how both are loaded."""
+
+    model: str | None = None
+    chat_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec(LoadOptions):
     """Everything that decides how a model is loaded. Equal specs share one loaded model."""
 
     path: Path
-    backend: str = "auto"
-    context_size: int = 4096
-    threads: int | None = None
-    gpu_layers: int = 0
-    device: str = "auto"  # transformers: "auto", "cpu", "cuda", "cuda:1", ...
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
@@ -129,20 +158,25 @@ class ModelSpec:
         return "transformers" if self.path.is_dir() else "llama.cpp"
 
 
+def model_spec(
+    role: Role, options: ModelOptions, environ: Mapping[str, str] | None = None
+) -> ModelSpec:
+    """The spec of `role`'s model: its path resolved (setting, environment, default) and the
+    options every model is loaded with. The one place a ModelSpec is built from options."""
+    explicit = options.model if role is Role.COMPLETION else options.chat_model
+    loading = {f.name: getattr(options, f.name) for f in fields(LoadOptions)}
+    return ModelSpec(path=resolve_model_path(role, explicit, environ), **loading)
+
+
 def load_backend(spec: ModelSpec) -> Backend:
     """Load one model. Raises ModelLoadError (naming the path) or BackendUnavailableError."""
     kind = spec.resolved_backend()
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
     if kind == "llama.cpp":
-        from engine.backends.llama_cpp import LlamaCppBackend, LlamaCppOptions
+        from engine.backends.llama_cpp import LlamaCppBackend
 
-        return LlamaCppBackend(
-            spec.path,
-            LlamaCppOptions(
-                context_size=spec.context_size, threads=spec.threads, gpu_layers=spec.gpu_layers
-            ),
-        )
+        return LlamaCppBackend(spec)
     try:
         from engine.backends.transformers import TransformersBackend
     except ImportError as e:
@@ -150,10 +184,7 @@ def load_backend(spec: ModelSpec) -> Backend:
             "the transformers backend needs torch and transformers: "
             "pip install 'infill-lsp[transformers]'"
         ) from e
-    loaded: Backend = TransformersBackend(
-        spec.path, context_size=spec.context_size, device=spec.device
-    )
-    return loaded
+    return TransformersBackend(spec)
 
 
 @dataclass(slots=True)

@@ -277,11 +277,11 @@ def build_fim_prompt(
     """
     ids: list[int] = []
     text: list[str] = []
-    if backend.adds_bos and backend.bos_token is not None:
-        bos = backend.special_token_id(backend.bos_token)
+    if backend.vocab.adds_bos and backend.vocab.bos_token is not None:
+        bos = backend.special_token_id(backend.vocab.bos_token)
         if bos is not None:
             ids.append(bos)
-            text.append(backend.bos_token)
+            text.append(backend.vocab.bos_token)
     if template is None:
         ids.extend(backend.tokenize(prefix, add_bos=False, special=False))
         text.append(prefix)
@@ -379,12 +379,12 @@ def render_chat_template(
 
 def render_chat(backend: Backend, messages: Sequence[ChatMessage]) -> str:
     """The chat prompt for `messages`, with the model's own template."""
-    source = backend.chat_template
+    source = backend.vocab.chat_template
     if not source:
         raise ChatTemplateError(
             f"model {backend.info.name} has no chat template; use it for completion, or pick a "
             "chat model (--chat-model)"
         )
     return render_chat_template(
-        source, messages, bos_token=backend.bos_token, eos_token=backend.eos_token
+        source, messages, bos_token=backend.vocab.bos_token, eos_token=backend.vocab.eos_token
     )

@@ -58,10 +58,11 @@ def prepare_prompt_ids(backend: Backend, request: GenerationRequest) -> list[int
         return list(request.prompt_token_ids)
     if request.messages is not None:
         text = render_chat(backend, request.messages)
-        starts_with_bos = bool(backend.bos_token) and text.startswith(backend.bos_token or "")
-        return backend.tokenize(text, add_bos=backend.adds_bos and not starts_with_bos)
+        bos = backend.vocab.bos_token
+        starts_with_bos = bool(bos) and text.startswith(bos or "")
+        return backend.tokenize(text, add_bos=backend.vocab.adds_bos and not starts_with_bos)
     assert request.prompt is not None
-    return backend.tokenize(request.prompt, add_bos=backend.adds_bos)
+    return backend.tokenize(request.prompt, add_bos=backend.vocab.adds_bos)
 
 
 class _Run:
@@ -246,9 +247,7 @@ class Worker:
                     if self._should_yield(run):
                         return True
             finally:
-                close = getattr(tokens, "close", None)
-                if close is not None:
-                    close()
+                tokens.close()
             if job.cancelled.is_set():
                 return False
             for delta in processor.end(index):  # the tokens ran out without a stop

@@ -18,11 +18,19 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from typing import Any, BinaryIO
 
 from engine.errors import EngineError
-from engine.models import BACKENDS, ModelSet, ModelSpec, resolve_model_path
+from engine.models import (
+    BACKENDS,
+    DEVICES,
+    LoadOptions,
+    ModelOptions,
+    ModelSet,
+    ModelSpec,
+    model_spec,
+)
 from engine.prompts import detect_fim_template
 from engine.types import (
     CHAT_SAMPLING,
@@ -38,43 +46,42 @@ log = logging.getLogger("infill_lsp")
 
 
 def _model_options() -> argparse.ArgumentParser:
+    """The flags of `LoadOptions`, one each (`--context-size` sets `context_size`)."""
+    defaults = LoadOptions()
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("model")
     group.add_argument(
         "--backend",
         choices=BACKENDS,
-        default="auto",
+        default=defaults.backend,
         help="auto: llama.cpp for a .gguf file, transformers for a folder",
     )
-    group.add_argument("--context-size", type=int, default=4096, metavar="N")
+    group.add_argument("--context-size", type=int, default=defaults.context_size, metavar="N")
     group.add_argument(
         "--threads",
         type=int,
-        default=None,
+        default=defaults.threads,
         metavar="N",
         help="generation threads (llama.cpp; default: half the cores, at most 8)",
     )
     group.add_argument(
         "--gpu-layers",
         type=int,
-        default=0,
+        default=defaults.gpu_layers,
         metavar="N",
         help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)",
     )
-    group.add_argument("--device", default="auto", help="transformers: auto, cpu, cuda, cuda:N")
+    group.add_argument("--device", default=defaults.device, help=f"transformers: {DEVICES}")
     group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
     return parent
 
 
-def _spec(args: argparse.Namespace, role: Role, explicit: str | None) -> ModelSpec:
-    return ModelSpec(
-        path=resolve_model_path(role, explicit),
-        backend=args.backend,
-        context_size=args.context_size,
-        threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        device=args.device,
-    )
+def _options(
+    args: argparse.Namespace, *, model: str | None, chat_model: str | None
+) -> ModelOptions:
+    """The model options of the command line: the `_model_options` flags and a model per role."""
+    loading = {f.name: getattr(args, f.name) for f in fields(LoadOptions)}
+    return ModelOptions(model=model, chat_model=chat_model, **loading)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +225,9 @@ async def _generate(args: argparse.Namespace) -> int:
         sampling=sampling,
         stops=stops,
     )
-    models = ModelSet({role: _spec(args, role, args.model)})
+    # --model names the model of the role in use.
+    options = _options(args, model=args.model, chat_model=args.model)
+    models = ModelSet({role: model_spec(role, options)})
     engine = await asyncio.to_thread(models.engine, role)
     loop = asyncio.get_running_loop()
     # Ctrl-C cancels the request: the stream ends with "cancelled" deltas, then we exit.
@@ -249,9 +258,10 @@ def _doctor(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {}
     failed = False
     specs: dict[Role, ModelSpec] = {}
-    for role, explicit in ((Role.COMPLETION, args.model), (Role.CHAT, args.chat_model)):
+    options = _options(args, model=args.model, chat_model=args.chat_model)
+    for role in Role:
         try:
-            specs[role] = _spec(args, role, explicit)
+            specs[role] = model_spec(role, options)
         except EngineError as e:
             report[role.value] = {"ok": False, "error": str(e)}
             failed = True

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import EngineError, ModelLoadError
-from engine.models import ModelSet, ModelSpec, resolve_model_path
+from engine.models import ModelOptions, ModelSet, ModelSpec, model_spec
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -54,19 +54,8 @@ def _token_counter(engine: Engine) -> Callable[[str], int]:
 
 def model_specs(settings: Settings) -> dict[Role, ModelSpec]:
     """The model of each role, from the settings (then environment, then defaults)."""
-    common: dict[str, Any] = {
-        "backend": settings.backend,
-        "context_size": settings.context_size,
-        "threads": settings.threads,
-        "gpu_layers": settings.gpu_layers,
-        "device": settings.device,
-    }
-    return {
-        Role.COMPLETION: ModelSpec(
-            path=resolve_model_path(Role.COMPLETION, settings.model), **common
-        ),
-        Role.CHAT: ModelSpec(path=resolve_model_path(Role.CHAT, settings.chat_model), **common),
-    }
+    options = settings.model_options()
+    return {role: model_spec(role, options) for role in Role}
 
 
 class ModelHost:
@@ -77,7 +66,7 @@ class ModelHost:
         self.last_error: str | None = None
         self._settings = Settings()
         self._models: ModelSet | None = None
-        self._models_for: tuple[object, ...] | None = None
+        self._models_for: ModelOptions | None = None
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None

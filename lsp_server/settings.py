@@ -3,6 +3,9 @@
 Clients send camelCase keys, in `initializationOptions` and in
 `workspace/didChangeConfiguration` (either the `infill` section itself or an object holding
 it). Unknown keys are ignored; a bad value falls back to its default with one message.
+
+Each setting is one field: its default, and beside it the check a client's value must pass
+(`_setting`). The client's key is the field's name in camelCase.
 """
 
 from __future__ import annotations
@@ -10,59 +13,22 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from engine.models import BACKENDS
+from engine.models import BACKENDS, ModelOptions, check_device
 
+T = TypeVar("T")
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
-    """Everything the user can set. Defaults suit the default models on a laptop CPU."""
+#: Takes a client's value and returns it as the setting's; raises ValueError naming what it
+#: must be ("an integer from 1 to 10").
+Check = Callable[[Any], T]
 
-    model: str | None = None  # completion model: GGUF file or Hugging Face folder
-    chat_model: str | None = None
-    backend: str = "auto"
-    device: str = "auto"  # transformers: auto, cpu, cuda, cuda:N
-    gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
-    context_size: int = 4096
-    threads: int | None = None
-    max_tokens_single_line: int = 48
-    max_tokens_multi_line: int = 96  # a block ends earlier; this bounds the wait on a CPU
-    debounce_ms: int = 20
-    invoked_suggestions: int = 3  # distinct items when the user asks for completions
-    temperature: float = 0.0  # for automatic suggestions; 0 is greedy
-    prefix_tokens: int = 1536  # context budget before the cursor
-    suffix_tokens: int = 512  # and after it (for models with FIM tokens)
-
-    def model_options(self) -> tuple[object, ...]:
-        """The values that decide which models are loaded and how."""
-        return (
-            self.model,
-            self.chat_model,
-            self.backend,
-            self.device,
-            self.gpu_layers,
-            self.context_size,
-            self.threads,
-        )
+_MODEL = ModelOptions()  # the model options' defaults are the engine's
 
 
-_KEYS = {
-    "model": "model",
-    "chatModel": "chat_model",
-    "backend": "backend",
-    "device": "device",
-    "gpuLayers": "gpu_layers",
-    "contextSize": "context_size",
-    "threads": "threads",
-    "maxTokensSingleLine": "max_tokens_single_line",
-    "maxTokensMultiLine": "max_tokens_multi_line",
-    "debounceMs": "debounce_ms",
-    "invokedSuggestions": "invoked_suggestions",
-    "temperature": "temperature",
-    "prefixTokens": "prefix_tokens",
-    "suffixTokens": "suffix_tokens",
-}
+def _setting(default: T, check: Check[T]) -> T:
+    """A setting's field: its default, and the check a client's value must pass."""
+    return dataclasses.field(default=default, metadata={"check": check})
 
 
 def _path(value: Any) -> str | None:
@@ -73,10 +39,8 @@ def _path(value: Any) -> str | None:
     return value
 
 
-def _int(low: int, high: int, *, allow_none: bool = False) -> Callable[[Any], int | None]:
-    def check(value: Any) -> int | None:
-        if value is None and allow_none:
-            return None
+def _int(low: int, high: int) -> Check[int]:
+    def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"an integer from {low} to {high}")
         return value
@@ -84,7 +48,14 @@ def _int(low: int, high: int, *, allow_none: bool = False) -> Callable[[Any], in
     return check
 
 
-def _float(low: float, high: float) -> Callable[[Any], float]:
+def _optional(check: Check[T]) -> Check[T | None]:
+    def optional(value: Any) -> T | None:
+        return None if value is None else check(value)
+
+    return optional
+
+
+def _float(low: float, high: float) -> Check[float]:
     def check(value: Any) -> float:
         if (
             isinstance(value, bool)
@@ -97,7 +68,7 @@ def _float(low: float, high: float) -> Callable[[Any], float]:
     return check
 
 
-def _choice(*options: str) -> Callable[[Any], str]:
+def _choice(*options: str) -> Check[str]:
     def check(value: Any) -> str:
         if value not in options:
             raise ValueError("one of " + ", ".join(options))
@@ -106,31 +77,41 @@ def _choice(*options: str) -> Callable[[Any], str]:
     return check
 
 
-def _device(value: Any) -> str:
-    if not isinstance(value, str) or not (
-        value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())
-    ):
-        raise ValueError("auto, cpu, cuda or cuda:N")
-    return value
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything the user can set. Defaults suit the default models on a laptop CPU."""
+
+    # How the models are loaded (`model_options()`): a field of the same name each.
+    model: str | None = _setting(_MODEL.model, _path)  # GGUF file or Hugging Face folder
+    chat_model: str | None = _setting(_MODEL.chat_model, _path)
+    backend: str = _setting(_MODEL.backend, _choice(*BACKENDS))
+    device: str = _setting(_MODEL.device, check_device)  # transformers: auto, cpu, cuda, cuda:N
+    gpu_layers: int = _setting(_MODEL.gpu_layers, _int(-1, 10_000))  # llama.cpp; -1: all
+    context_size: int = _setting(_MODEL.context_size, _int(256, 1_048_576))
+    threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))
+
+    max_tokens_single_line: int = _setting(48, _int(1, 4096))
+    max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU
+    debounce_ms: int = _setting(20, _int(0, 10_000))
+    invoked_suggestions: int = _setting(3, _int(1, 10))  # distinct items when asked for
+    temperature: float = _setting(0.0, _float(0.0, 2.0))  # for automatic suggestions; 0: greedy
+    prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
+    suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
+
+    def model_options(self) -> ModelOptions:
+        """The values that decide which models are loaded and how."""
+        return ModelOptions(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(ModelOptions)}
+        )
 
 
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "model": _path,
-    "chat_model": _path,
-    "backend": _choice(*BACKENDS),
-    "device": _device,
-    "gpu_layers": _int(-1, 10_000),
-    "context_size": _int(256, 1_048_576),
-    "threads": _int(1, 512, allow_none=True),
-    "max_tokens_single_line": _int(1, 4096),
-    "max_tokens_multi_line": _int(1, 8192),
-    "debounce_ms": _int(0, 10_000),
-    "invoked_suggestions": _int(1, 10),
-    "temperature": _float(0.0, 2.0),
-    "prefix_tokens": _int(16, 1_000_000),
-    "suffix_tokens": _int(0, 1_000_000),
-}
-assert set(_CHECKS) == {f.name for f in dataclasses.fields(Settings)}
+def _camel_case(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+#: The client's key of each setting.
+_FIELDS = {_camel_case(f.name): f for f in dataclasses.fields(Settings)}
 
 
 def parse_settings(raw: object, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -140,7 +121,6 @@ def parse_settings(raw: object, base: Settings | None = None) -> tuple[Settings,
     leaves out keeps its value in `base`; a bad value gets its default.
     """
     base = base or Settings()
-    defaults = Settings()
     if raw is None:
         return base, []
     if isinstance(raw, Mapping) and isinstance(raw.get("infill"), Mapping):
@@ -150,13 +130,12 @@ def parse_settings(raw: object, base: Settings | None = None) -> tuple[Settings,
     changes: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in raw.items():
-        name = _KEYS.get(key)
-        if name is None:
+        setting = _FIELDS.get(key)
+        if setting is None:
             continue  # unknown keys are someone else's (or a newer version's)
         try:
-            changes[name] = _CHECKS[name](value)
+            changes[setting.name] = setting.metadata["check"](value)
         except ValueError as e:
-            default = getattr(defaults, name)
-            changes[name] = default
-            problems.append(f"infill.{key} must be {e}, got {value!r}: using {default!r}")
+            changes[setting.name] = setting.default
+            problems.append(f"infill.{key} must be {e}, got {value!r}: using {setting.default!r}")
     return replace(base, **changes), problems

@@ -9,7 +9,7 @@ import pytest
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import ModelSpec, load_backend, resolve_model_path
+from engine.models import ModelOptions, load_backend, model_spec
 from engine.types import Role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -24,14 +24,14 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def completion_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(ModelSpec(path=resolve_model_path(Role.COMPLETION, environ={})))
+    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(), environ={}))
     assert isinstance(backend, LlamaCppBackend)
     return backend
 
 
 @pytest.fixture(scope="session")
 def chat_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(ModelSpec(path=resolve_model_path(Role.CHAT, environ={})))
+    backend = load_backend(model_spec(Role.CHAT, ModelOptions(), environ={}))
     assert isinstance(backend, LlamaCppBackend)
     return backend
 

@@ -13,12 +13,13 @@ transformers' `split_special_tokens=True` does. Two copies, so that no call flip
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from engine.backend import Backend, ModelInfo
+from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
+from engine.models import DEFAULT_CONTEXT_SIZE
 from engine.types import SamplingParams
 
 #: Words that get their own BPE token, so that plain text is not all single bytes.
@@ -78,42 +79,27 @@ class HFTokenizerBackend(Backend):
             if token is not None and token not in self._special:
                 raise ValueError(f"{token!r} is not one of the special tokens")
         self._bos_token = bos_token
-        self._eos_token = eos_token
-        self._adds_bos = adds_bos
-        self._chat_template = chat_template
-        self._name = name
-
-    @property
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            name=self._name,
-            path="<memory>",
-            backend="hf-test",
-            device="cpu",
-            context_size=4096,
-            vocab_size=self.tokenizer.get_vocab_size(),
-            eog_tokens=((self._special[self._eos_token], self._eos_token),)
-            if self._eos_token is not None
-            else (),
-            has_chat_template=self._chat_template is not None,
-            load_seconds=0.0,
+        super().__init__(
+            info=ModelInfo(
+                name=name,
+                path="<memory>",
+                backend="hf-test",
+                device="cpu",
+                context_size=DEFAULT_CONTEXT_SIZE,
+                vocab_size=self.tokenizer.get_vocab_size(),
+                eog_tokens=((self._special[eos_token], eos_token),)
+                if eos_token is not None
+                else (),
+                has_chat_template=chat_template is not None,
+                load_seconds=0.0,
+            ),
+            vocab=Vocabulary(
+                bos_token=bos_token,
+                eos_token=eos_token,
+                adds_bos=adds_bos,
+                chat_template=chat_template,
+            ),
         )
-
-    @property
-    def adds_bos(self) -> bool:
-        return self._adds_bos
-
-    @property
-    def bos_token(self) -> str | None:
-        return self._bos_token
-
-    @property
-    def eos_token(self) -> str | None:
-        return self._eos_token
-
-    @property
-    def chat_template(self) -> str | None:
-        return self._chat_template
 
     @property
     def special_token_texts(self) -> tuple[str, ...]:
@@ -140,5 +126,5 @@ class HFTokenizerBackend(Backend):
 
     def iter_token_ids(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
-    ) -> Iterator[int]:
+    ) -> Generator[int, None, None]:
         raise NotImplementedError("a tokenizer-only backend cannot generate")

@@ -146,4 +146,4 @@ async def test_chat_uses_the_models_template_and_stops_at_its_end_token(
 
 def test_end_of_generation_tokens_come_from_the_model(completion_backend: LlamaCppBackend) -> None:
     assert {1, 106} <= completion_backend.eog_token_ids  # <eos>, <end_of_turn>
-    assert completion_backend.adds_bos  # Gemma needs its BOS
+    assert completion_backend.vocab.adds_bos  # Gemma needs its BOS

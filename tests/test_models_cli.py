@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,13 +15,17 @@ from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
     SMOLLM2_FILE,
+    LoadOptions,
+    ModelOptions,
     ModelSet,
     ModelSpec,
     default_completion_model,
     load_backend,
+    model_spec,
     resolve_model_path,
 )
 from engine.types import Role
+from lsp_server.cli import build_parser
 
 CLI = [sys.executable, "-m", "lsp_server.cli"]
 
@@ -66,6 +71,46 @@ def test_the_default_completion_model_is_assembled_once_and_checked(
     path.write_bytes(b"GGUF broken")
     assert default_completion_model().stat().st_size > 100_000_000
     assert not list((tmp_path / "models").glob(".assemble-*"))  # no temporary left behind
+
+
+def test_each_role_gets_its_own_model_and_the_same_load_options(tmp_path: Path) -> None:
+    options = ModelOptions(
+        model=str(tmp_path / "coder.gguf"),
+        chat_model=str(tmp_path / "chat"),
+        backend="llama.cpp",
+        context_size=1024,
+        threads=2,
+        gpu_layers=-1,
+        device="cpu",
+    )
+    specs = {role: model_spec(role, options) for role in Role}
+    assert specs[Role.COMPLETION].path == (tmp_path / "coder.gguf").resolve()
+    assert specs[Role.CHAT].path == (tmp_path / "chat").resolve()
+    loading = {f.name: getattr(options, f.name) for f in dataclasses.fields(LoadOptions)}
+    for spec in specs.values():
+        assert {name: getattr(spec, name) for name in loading} == loading
+
+
+FLAGS = {
+    "backend": ("--backend", "transformers"),
+    "context_size": ("--context-size", "1024"),
+    "threads": ("--threads", "2"),
+    "gpu_layers": ("--gpu-layers", "-1"),
+    "device": ("--device", "cuda:1"),
+}
+
+
+@pytest.mark.parametrize("command", ["generate", "doctor"])
+def test_the_model_flags_are_the_load_options_with_their_defaults(command: str) -> None:
+    assert set(FLAGS) == {f.name for f in dataclasses.fields(LoadOptions)}
+    defaults = build_parser().parse_args([command])
+    for name in FLAGS:
+        assert getattr(defaults, name) == getattr(LoadOptions(), name), name
+    given = build_parser().parse_args(
+        [command, *(part for flag in FLAGS.values() for part in flag)]
+    )
+    for name, (_, value) in FLAGS.items():
+        assert str(getattr(given, name)) == value, name
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from engine.models import ModelOptions
 from lsp_server.settings import Settings, parse_settings
 
 DEFAULTS = Settings()
@@ -161,3 +162,26 @@ def test_an_integer_temperature_is_taken_as_a_number() -> None:
     assert problems == []
     assert settings.temperature == 1.0
     assert isinstance(settings.temperature, float)
+
+
+def test_each_key_is_its_field_name_in_camel_case() -> None:
+    for key, _, field in GOOD:
+        first, *rest = field.split("_")
+        assert key == first + "".join(word.title() for word in rest)
+
+
+def test_the_model_settings_default_to_the_engine_model_options() -> None:
+    assert DEFAULTS.model_options() == ModelOptions()
+    for option in dataclasses.fields(ModelOptions):
+        assert getattr(DEFAULTS, option.name) == option.default, option.name
+
+
+@pytest.mark.parametrize(("key", "value", "field"), GOOD)
+def test_only_model_settings_change_the_model_options(key: str, value: object, field: str) -> None:
+    settings, _ = parse_settings({key: value})
+    options = settings.model_options()
+    if field in {f.name for f in dataclasses.fields(ModelOptions)}:
+        assert getattr(options, field) == value
+        assert options != DEFAULTS.model_options()
+    else:
+        assert options == DEFAULTS.model_options()

@@ -109,7 +109,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend(model_dir: Path) -> Iterator[TransformersBackend]:
-    backend = TransformersBackend(model_dir, context_size=4096, device="cpu")
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
     yield backend
     backend.close()
 
@@ -254,7 +254,7 @@ def test_a_sliding_window_model_is_exact_across_cropped_requests(tmp_path: Path)
         model_class=transformers.MistralForCausalLM,
         sliding_window=6,
     )
-    backend = TransformersBackend(folder, device="cpu")
+    backend = TransformersBackend(ModelSpec(path=folder, device="cpu"))
     reference = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     prompt_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
     assert len(prompt_ids) > 12  # well past the window
@@ -284,9 +284,9 @@ def test_special_false_keeps_special_token_text_in_code_as_plain_text(
 
 
 def test_bos_is_added_once_and_eos_never(backend: TransformersBackend) -> None:
-    assert backend.adds_bos
-    assert backend.bos_token == "<s>"
-    assert backend.eos_token == "</s>"
+    assert backend.vocab.adds_bos
+    assert backend.vocab.bos_token == "<s>"
+    assert backend.vocab.eos_token == "</s>"
     with_bos = backend.tokenize("x = 1", add_bos=True)
     assert with_bos[0] == BOS
     assert with_bos[1:] == backend.tokenize("x = 1", add_bos=False)
@@ -354,7 +354,7 @@ def test_a_folder_without_a_model_is_a_load_error_naming_the_path(
 @pytest.mark.parametrize("device", ["tpu", "cuda:x", "cudaa"])
 def test_an_unknown_device_is_a_load_error(model_dir: Path, device: str) -> None:
     with pytest.raises(ModelLoadError, match="unknown device"):
-        TransformersBackend(model_dir, device=device)
+        TransformersBackend(ModelSpec(path=model_dir, device=device))
 
 
 # --- sampling ----------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def test_the_repetition_penalty_lowers_seen_tokens_of_either_sign() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_the_model_is_bf16_and_greedy_cache_reuse_repeats(model_dir: Path) -> None:
-    backend = TransformersBackend(model_dir, device="cuda")
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cuda"))
     try:
         assert backend.info.device == "cuda"
         assert backend._model.dtype in (torch.bfloat16, torch.float16)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
-from engine.backend import Backend, ModelInfo
+from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
+from engine.models import DEFAULT_CONTEXT_SIZE
 from engine.types import SamplingParams
 
 SPECIAL_TOKENS: dict[str, int] = {
@@ -44,7 +45,6 @@ class FakeCall:
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams
     yielded: int = 0
-    cancelled_seen: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -52,7 +52,7 @@ class FakeBackend(Backend):
     script: list[ScriptEntry] = field(default_factory=list)
     repeat_last: bool = True
     eog_ids: tuple[int, ...] = (1, 6)
-    context: int = 4096
+    context: int = DEFAULT_CONTEXT_SIZE
     pieces: dict[int, bytes] = field(default_factory=dict)
     template: str | None = None
     step_seconds: float = 0.0
@@ -63,10 +63,9 @@ class FakeBackend(Backend):
     on_step: Callable[[FakeCall], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def info(self) -> ModelInfo:
+    def __post_init__(self) -> None:
         names = {v: k for k, v in SPECIAL_TOKENS.items()}
-        return ModelInfo(
+        info = ModelInfo(
             name=self.name,
             path="<fake>",
             backend="fake",
@@ -77,22 +76,11 @@ class FakeBackend(Backend):
             has_chat_template=self.template is not None,
             load_seconds=0.0,
         )
-
-    @property
-    def adds_bos(self) -> bool:
-        return True
-
-    @property
-    def bos_token(self) -> str | None:
-        return "<bos>"
-
-    @property
-    def eos_token(self) -> str | None:
-        return "<eos>"
-
-    @property
-    def chat_template(self) -> str | None:
-        return self.template
+        vocab = Vocabulary(
+            bos_token="<bos>", eos_token="<eos>", adds_bos=True, chat_template=self.template
+        )
+        # Zero-argument super() fails in a slotted dataclass (its class is created anew).
+        Backend.__init__(self, info=info, vocab=vocab)
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         ids = [SPECIAL_TOKENS["<bos>"]] if add_bos else []
@@ -142,7 +130,7 @@ class FakeBackend(Backend):
 
     def iter_token_ids(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
-    ) -> Iterator[int]:
+    ) -> Generator[int, None, None]:
         call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling)
         self.calls.append(call)
         ids = self._continuation(call.prompt_ids)
@@ -156,7 +144,6 @@ class FakeBackend(Backend):
                 self._plays.append((call.prompt_ids, ids))
         for token_id in ids:
             if cancelled.is_set():
-                call.cancelled_seen = True
                 return
             if self.fail_after is not None and call.yielded >= self.fail_after:
                 raise RuntimeError("simulated backend failure")

@@ -17,15 +17,17 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.backend import Backend, ModelInfo
+from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.types import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.models import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +39,25 @@ def default_threads() -> int:
     return max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LlamaCppOptions:
-    context_size: int = 4096
-    threads: int | None = None  # None: default_threads()
-    batch_threads: int | None = None  # None: as many as `threads`
-    gpu_layers: int = 0  # -1: all layers on the GPU (needs a CUDA build of llama-cpp-python)
-    batch_size: int = 512
+#: Prompt tokens evaluated per batch (at most the context size).
+BATCH_SIZE = 512
+
+
+def llama_params(spec: ModelSpec) -> dict[str, Any]:
+    """The `llama_cpp.Llama` arguments our backend loads `spec` with (the benchmarks' raw
+    baseline loads its model with the same ones)."""
+    threads = spec.threads or default_threads()
+    return {
+        "model_path": str(spec.path.expanduser()),
+        "n_ctx": spec.context_size,
+        "n_batch": min(BATCH_SIZE, spec.context_size),
+        "n_threads": threads,
+        # As many as for decoding: with all cores, the few-token prompt evaluation of each
+        # keystroke stalled for seconds whenever another process took a core.
+        "n_threads_batch": threads,
+        "n_gpu_layers": spec.gpu_layers,
+        "verbose": False,
+    }
 
 
 def _import_llama_cpp() -> Any:
@@ -59,97 +73,72 @@ def _import_llama_cpp() -> Any:
 class LlamaCppBackend(Backend):
     """A GGUF model loaded with llama.cpp."""
 
-    def __init__(self, path: str | Path, options: LlamaCppOptions | None = None) -> None:
-        options = options or LlamaCppOptions()
-        path = Path(path).expanduser()
+    def __init__(self, spec: ModelSpec) -> None:
+        path = spec.path.expanduser()
         _check_readable(path)
         lib = _import_llama_cpp()
         self._lib = lib
         started = time.perf_counter()
         try:
-            self._llm = lib.Llama(
-                model_path=str(path),
-                n_ctx=options.context_size,
-                n_batch=min(options.batch_size, options.context_size),
-                n_threads=options.threads or default_threads(),
-                # As many as for decoding: with all cores, the few-token prompt evaluation of
-                # each keystroke stalled for seconds whenever another process took a core.
-                n_threads_batch=options.batch_threads or options.threads or default_threads(),
-                n_gpu_layers=options.gpu_layers,
-                verbose=False,
-            )
+            self._llm = lib.Llama(**llama_params(spec))
         except (ValueError, RuntimeError, OSError) as e:
             raise ModelLoadError(f"cannot load model {path}: {e}") from e
-        self._vocab = self._llm._model.vocab
+        self._llama_vocab = self._llm._model.vocab
         self._pieces: dict[int, bytes] = {}
         self._special_ids: dict[str, int | None] = {}
         self._lock = threading.Lock()
         metadata: dict[str, str] = dict(self._llm.metadata)
-        self._chat_template = metadata.get("tokenizer.chat_template") or None
-        n_vocab = lib.llama_vocab_n_tokens(self._vocab)
+        chat_template = metadata.get("tokenizer.chat_template") or None
+        n_vocab = lib.llama_vocab_n_tokens(self._llama_vocab)
         eog = tuple(
-            (i, self._piece(i, special=True).decode("utf-8", "replace"))
+            (i, self._special_text(i))
             for i in range(n_vocab)
-            if lib.llama_vocab_is_eog(self._vocab, i)
+            if lib.llama_vocab_is_eog(self._llama_vocab, i)
         )
-        bos = lib.llama_vocab_bos(self._vocab)
-        eos = lib.llama_vocab_eos(self._vocab)
-        self._bos = self._piece(bos, special=True).decode("utf-8", "replace") if bos >= 0 else None
-        self._eos = self._piece(eos, special=True).decode("utf-8", "replace") if eos >= 0 else None
-        self._adds_bos = bool(lib.llama_vocab_get_add_bos(self._vocab)) and bos >= 0
-        offload = options.gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
-        self._info = ModelInfo(
+        bos = lib.llama_vocab_bos(self._llama_vocab)
+        eos = lib.llama_vocab_eos(self._llama_vocab)
+        offload = spec.gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
+        info = ModelInfo(
             name=metadata.get("general.name") or path.stem,
             path=str(path),
             backend="llama.cpp",
-            device=f"cuda ({_layers(options.gpu_layers)} layers offloaded)" if offload else "cpu",
+            device=f"cuda ({_layers(spec.gpu_layers)} layers offloaded)" if offload else "cpu",
             # llama.cpp may round the context up (to 256); llama-cpp-python's buffers keep the
             # size asked for, so that is the real limit.
-            context_size=min(self._llm.n_ctx(), options.context_size),
+            context_size=min(self._llm.n_ctx(), spec.context_size),
             vocab_size=n_vocab,
             eog_tokens=eog,
-            has_chat_template=self._chat_template is not None,
+            has_chat_template=chat_template is not None,
             load_seconds=time.perf_counter() - started,
         )
-        if options.gpu_layers != 0 and not offload:
+        vocab = Vocabulary(
+            bos_token=self._special_text(bos) if bos >= 0 else None,
+            eos_token=self._special_text(eos) if eos >= 0 else None,
+            adds_bos=bool(lib.llama_vocab_get_add_bos(self._llama_vocab)) and bos >= 0,
+            chat_template=chat_template,
+        )
+        super().__init__(info=info, vocab=vocab)
+        if spec.gpu_layers != 0 and not offload:
             log.warning(
                 "gpu_layers=%d asked, but llama-cpp-python has no GPU support: using the CPU",
-                options.gpu_layers,
+                spec.gpu_layers,
             )
 
     # --- tokenizer ---------------------------------------------------------------------------
-
-    @property
-    def info(self) -> ModelInfo:
-        return self._info
-
-    @property
-    def adds_bos(self) -> bool:
-        return self._adds_bos
-
-    @property
-    def bos_token(self) -> str | None:
-        return self._bos
-
-    @property
-    def eos_token(self) -> str | None:
-        return self._eos
-
-    @property
-    def chat_template(self) -> str | None:
-        return self._chat_template
 
     def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         # At most one token per byte, plus BOS/EOS the vocabulary may add.
         capacity = len(data) + 4
         buf = (self._lib.llama_token * capacity)()
-        n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_bos, special)
+        n = self._lib.llama_tokenize(
+            self._llama_vocab, data, len(data), buf, capacity, add_bos, special
+        )
         if n < 0:  # never expected with this capacity; the library says how many it needs
             capacity = -n
             buf = (self._lib.llama_token * capacity)()
             n = self._lib.llama_tokenize(
-                self._vocab, data, len(data), buf, capacity, add_bos, special
+                self._llama_vocab, data, len(data), buf, capacity, add_bos, special
             )
         return list(buf[:n])
 
@@ -160,10 +149,10 @@ class LlamaCppBackend(Backend):
         found: int | None = None
         ids = self.tokenize(text, add_bos=False, special=True)
         if len(ids) == 1:
-            attr = self._lib.llama_vocab_get_attr(self._vocab, ids[0])
+            attr = self._lib.llama_vocab_get_attr(self._llama_vocab, ids[0])
             special = self._lib.LLAMA_TOKEN_ATTR_CONTROL | self._lib.LLAMA_TOKEN_ATTR_USER_DEFINED
             # Compare with the vocabulary's own spelling: CodeLlama's "▁<PRE>" is shown " <PRE>".
-            spelled = self._lib.llama_vocab_get_text(self._vocab, ids[0])
+            spelled = self._lib.llama_vocab_get_text(self._llama_vocab, ids[0])
             if attr & special and spelled == text.encode("utf-8"):
                 found = ids[0]
         with self._lock:
@@ -174,16 +163,19 @@ class LlamaCppBackend(Backend):
         size = 64
         while True:
             buf = ctypes.create_string_buffer(size)
-            n = self._lib.llama_token_to_piece(self._vocab, token_id, buf, size, 0, special)
+            n = self._lib.llama_token_to_piece(self._llama_vocab, token_id, buf, size, 0, special)
             if n >= 0:
                 return buf.raw[:n]
             size = -n
+
+    def _special_text(self, token_id: int) -> str:
+        return self._piece(token_id, special=True).decode("utf-8", "replace")
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` adds to the text (nothing for control tokens)."""
         piece = self._pieces.get(token_id)
         if piece is None:
-            if not 0 <= token_id < self._info.vocab_size:
+            if not 0 <= token_id < self.info.vocab_size:
                 raise ValueError(f"token id {token_id} is outside the vocabulary")
             piece = self._piece(token_id)
             self._pieces[token_id] = piece
@@ -196,7 +188,7 @@ class LlamaCppBackend(Backend):
 
     def iter_token_ids(
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
-    ) -> Iterator[int]:
+    ) -> Generator[int, None, None]:
         if cancelled.is_set():
             return
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
-import re
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -26,9 +25,10 @@ from typing import Any
 import torch
 import transformers
 
-from engine.backend import Backend, ModelInfo
+from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
+from engine.models import ModelSpec, check_device
 from engine.sampling import Sampler
 from engine.types import SamplingParams
 
@@ -38,18 +38,18 @@ log = logging.getLogger(__name__)
 class TransformersBackend(Backend):
     """A Hugging Face model folder (config.json, weights, tokenizer.json) loaded with torch."""
 
-    def __init__(self, path: str | Path, *, context_size: int = 4096, device: str = "auto") -> None:
-        path = Path(path).expanduser()
+    def __init__(self, spec: ModelSpec) -> None:
+        path = spec.path.expanduser()
         started = time.perf_counter()
         _check_folder(path)
         try:
-            target = _resolve_device(device)
+            target = _resolve_device(spec.device)
             tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
             # Our detokenizer is the `tokenizers` library's DecodeStream: a fast tokenizer only.
             backend_tokenizer = getattr(tokenizer, "backend_tokenizer", None)
             if backend_tokenizer is None:
                 raise ModelLoadError(f"cannot load model {path}: it has no fast tokenizer.json")
-            model, placed_on = _load_model(path, target, spread=_spread_over_gpus(device))
+            model, placed_on = _load_model(path, target, spread=_spread_over_gpus(spec.device))
         except ModelLoadError:
             raise
         except Exception as e:  # transformers raises OSError, ValueError, KeyError, ImportError...
@@ -80,66 +80,50 @@ class TransformersBackend(Backend):
         # sampled: no detokenizer could show them.
         self._vocab_size = min(len(tokenizer), model_vocab)
         self._bos_id: int | None = tokenizer.bos_token_id
-        self._bos: str | None = tokenizer.bos_token
-        self._eos: str | None = tokenizer.eos_token
-        self._adds_bos = self._bos_id is not None and (
-            tokenizer("x").input_ids[:1] == [self._bos_id]
-            or bool(getattr(tokenizer, "add_bos_token", False))
-        )
         self._special_ids = _special_tokens(tokenizer)
         template = tokenizer.chat_template
         if isinstance(template, dict):  # named templates (transformers 4): the default one
             template = template.get("default")
-        self._chat_template: str | None = template or None
+        adds_bos = self._bos_id is not None and (
+            tokenizer("x").input_ids[:1] == [self._bos_id]
+            or bool(getattr(tokenizer, "add_bos_token", False))
+        )
+        vocab = Vocabulary(
+            bos_token=tokenizer.bos_token,
+            eos_token=tokenizer.eos_token,
+            adds_bos=adds_bos,
+            chat_template=template or None,
+        )
 
         eog_ids = _eog_ids(tokenizer.eos_token_id, getattr(model, "generation_config", None))
         max_positions = getattr(config, "max_position_embeddings", None) or getattr(
             config, "n_positions", None
         )
-        self._info = ModelInfo(
+        info = ModelInfo(
             name=_model_name(getattr(model.config, "_name_or_path", ""), path),
             path=str(path),
             backend="transformers",
             device=placed_on,
-            context_size=min(context_size, max_positions) if max_positions else context_size,
+            context_size=min(spec.context_size, max_positions or spec.context_size),
             vocab_size=self._vocab_size,
             eog_tokens=tuple(
                 (i, str(tokenizer.convert_ids_to_tokens(i)))
                 for i in eog_ids
                 if 0 <= i < self._vocab_size
             ),
-            has_chat_template=self._chat_template is not None,
+            has_chat_template=vocab.chat_template is not None,
             load_seconds=time.perf_counter() - started,
         )
+        super().__init__(info=info, vocab=vocab)
         log.info(
             "loaded %s on %s (%s) in %.1f s",
             path,
             placed_on,
             str(model.dtype).removeprefix("torch."),
-            self._info.load_seconds,
+            info.load_seconds,
         )
 
     # --- tokenizer ---------------------------------------------------------------------------
-
-    @property
-    def info(self) -> ModelInfo:
-        return self._info
-
-    @property
-    def adds_bos(self) -> bool:
-        return self._adds_bos
-
-    @property
-    def bos_token(self) -> str | None:
-        return self._bos
-
-    @property
-    def eos_token(self) -> str | None:
-        return self._eos
-
-    @property
-    def chat_template(self) -> str | None:
-        return self._chat_template
 
     @property
     def last_prefill_tokens(self) -> int:
@@ -169,7 +153,7 @@ class TransformersBackend(Backend):
         self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
     ) -> Generator[int, None, None]:
         if self._model is None:
-            raise RuntimeError(f"the model {self._info.name} is closed")
+            raise RuntimeError(f"the model {self.info.name} is closed")
         if cancelled.is_set():
             return
         prompt = list(prompt_ids)
@@ -264,16 +248,18 @@ def _check_folder(path: Path) -> None:
 
 def _resolve_device(device: str) -> str:
     """ "auto" is the first GPU, else the CPU; "cpu", "cuda" and "cuda:N" are taken as said."""
+    try:
+        check_device(device)
+    except ValueError as e:
+        raise ModelLoadError(f"unknown device {device!r}; use {e}") from e
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return device
-    match = re.fullmatch(r"cuda(?::(\d+))?", device)
-    if match is None:
-        raise ModelLoadError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
         raise ModelLoadError(f"device {device} asked, but torch sees no CUDA device")
-    if match[1] is not None and int(match[1]) >= torch.cuda.device_count():
+    index = device.partition(":")[2]
+    if index and int(index) >= torch.cuda.device_count():
         raise ModelLoadError(
             f"device {device} asked, but torch sees {torch.cuda.device_count()} CUDA devices"
         )
