@@ -63,6 +63,9 @@ class InfillClient:
         on_log: Callable[[str], None] | None = None,
         on_show: Callable[[str], None] | None = None,
     ) -> None:
+        # pygls logs every feature it registers and every message it sends at INFO; callers
+        # want the server's log only.
+        logging.getLogger("pygls").setLevel(logging.WARNING)
         self.lsp = LanguageClient(name, "1")
         self._drain: asyncio.Task[None] | None = None
 
@@ -86,8 +89,6 @@ class InfillClient:
     ) -> types.InitializeResult:
         """Start the server (`serve` plus `server_args`) and initialize it with the `infill`
         settings in `options`."""
-        # pygls logs every message it sends at INFO; callers want the server's log only.
-        logging.getLogger("pygls").setLevel(logging.WARNING)
         await self.lsp.start_io(sys.executable, "-m", SERVER_MODULE, "serve", *server_args, cwd=cwd)
         process = self.lsp._server  # pygls keeps the subprocess here; it exposes no accessor
         if process is not None and process.stderr is not None:
