@@ -40,7 +40,7 @@ from typing import Any
 import _compare
 from _compare import Raw, bust_cache, median, ok
 from _lsp import Pending, ServerClient, Timer
-from _spots import TypingDoc, typing_doc
+from _spots import TypingDoc, add_document_arguments, typing_doc
 
 from lsp_server.client import insert_text_of
 from lsp_server.settings import Settings
@@ -214,12 +214,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replays", type=int, default=3, help="replays per variant (3)")
-    parser.add_argument(
-        "--document", default="engine/worker.py", help="the file to cut the document from"
-    )
-    parser.add_argument(
-        "--document-tokens", type=int, default=1500, help="document size in tokens (1500)"
-    )
+    add_document_arguments(parser)
     parser.add_argument(
         "--replay-debounce-ms",
         type=int,

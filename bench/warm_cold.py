@@ -34,7 +34,7 @@ from typing import Any
 import _compare
 from _compare import OursRun, Raw, bust_cache, median, ok, ours_once
 from _lsp import ServerClient
-from _spots import TypingDoc, typing_doc
+from _spots import TypingDoc, add_document_arguments, typing_doc
 
 log = _compare.log.getChild("warm_cold")
 
@@ -158,12 +158,7 @@ def print_table(result: dict[str, Any]) -> None:
 
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-repeats", type=int, default=2, help="cold/warm pairs (2)")
-    parser.add_argument(
-        "--document", default="engine/worker.py", help="the file to cut the document from"
-    )
-    parser.add_argument(
-        "--document-tokens", type=int, default=1500, help="document size in tokens (1500)"
-    )
+    add_document_arguments(parser)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
