@@ -147,11 +147,13 @@ def print_table(result: dict[str, Any]) -> None:
         f"(type-ahead cache; engine jobs: {wc['type_ahead_engine_jobs']})"
     )
     run0 = wc["runs"][0]
+    cold_ms, warm_ms = run0["cold_engine_first_token_ms"], run0["warm_engine_first_token_ms"]
     print(
         f"prompt {run0['cold_prompt_tokens']} tokens cold, {run0['warm_prompt_tokens']} warm "
         f"({run0['prompt_tokens_shared']} shared); engine first token "
-        f"{run0['cold_engine_first_token_ms']} ms cold, {run0['warm_engine_first_token_ms']} ms "
-        f"warm; target warm < {TARGET_WARM} x cold: {ok(wc['ratio'] < TARGET_WARM)}"
+        f"{'-' if cold_ms is None else f'{cold_ms:.0f}'} ms cold, "
+        f"{'-' if warm_ms is None else f'{warm_ms:.0f}'} ms warm; "
+        f"target warm < {TARGET_WARM} x cold: {ok(wc['ratio'] < TARGET_WARM)}"
     )
     print()
 
