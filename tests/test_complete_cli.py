@@ -1,14 +1,20 @@
-"""`infill-lsp complete PATH:LINE:COL` as a user runs it: a real server, a real suggestion."""
+"""`infill-lsp complete PATH:LINE:COL` as a user runs it: a real server, a real suggestion; and
+the client it is built on (`lsp_server/client.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from lsp_helpers import server_env
+from lsprotocol import types
+
+from lsp_server.client import InfillClient, insert_text_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "lsp_server.cli", "complete"]
@@ -64,3 +70,35 @@ def test_a_bad_location_is_one_line_on_stderr_and_exit_status_1(
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("infill-lsp: error: "), result.stderr
     assert message in line, result.stderr
+
+
+@pytest.mark.slow
+async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json() -> None:
+    """`lsp_server.client` (what `complete` and the benchmarks use) against the real server:
+    an inline completion, then `infill/stats` holds its engine job."""
+    shown: list[str] = []
+    client = InfillClient("infill-lsp-tests", on_show=shown.append)
+    text = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
+    uri = (ROOT / "examples" / "fibonacci.py").as_uri()
+    try:
+        await client.start(root_uri=ROOT.as_uri(), options={"debounceMs": 0}, cwd=str(ROOT))
+        client.open(uri, text)
+        items = await client.inline(uri, types.Position(line=4, character=4))
+        status = await client.status()
+        deadline = time.monotonic() + 60
+        while not (engines := (await client.stats())["engines"])[0]["jobs"]:
+            assert time.monotonic() < deadline, "no job in infill/stats"
+            await asyncio.sleep(0.02)
+    finally:
+        await client.stop()
+    assert items
+    assert insert_text_of(items[0]).strip()
+    assert status["status"] == "ready"
+    (engine,) = engines
+    assert engine["roles"] == ["completion"]
+    assert engine["model"] == status["model"]
+    (job,) = engine["jobs"]
+    assert isinstance(job, dict)
+    assert job["prompt_tokens"] > 0
+    assert job["generated_tokens"] >= 1
+    assert shown == []
