@@ -72,7 +72,9 @@ code-server:
 bench: $(STAMP)
 	$(BIN)/python bench/stops.py
 	$(BIN)/python bench/engine.py
-	$(BIN)/python bench/server.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/warm_cold.py
+	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/humaneval.py --layouts hole,blank
 
 lint: $(STAMP)

@@ -1,21 +1,18 @@
-"""A pygls client for the benchmarks: the real server (`python -m lsp_server.cli serve`) over
-stdio, driven the way an editor drives it (the pattern of `lsp_server/complete.py`).
+"""The real server for the benchmarks: `python -m lsp_server.cli serve` over stdio, through the
+shared client (`lsp_server/client.py`), driven the way an editor drives it.
 
-The client keeps its own copy of every open document so that it can turn code-point offsets
-into LSP positions (UTF-16, the default encoding, which it negotiates), send incremental
-`didChange` insertions and apply returned items. It records every `window/logMessage` with its
-arrival time: the server's engine logs one line per generation job, which is how the
-benchmarks learn how many tokens the engine really generated for a request.
+`ServerClient` keeps its own copy of every open document so that it can turn code-point
+offsets into LSP positions (UTF-16, the default encoding, which it negotiates), send
+incremental `didChange` insertions and apply returned items. What the engine really did for a
+request (prompt tokens, tokens generated, times, finish) comes from `infill/stats`, which
+reports the completion engine's recent jobs and how many it has finished in all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import itertools
-import logging
-import re
 import sys
 import tempfile
 import time
@@ -25,58 +22,43 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 from pygls.workspace.position_codec import PositionCodec
 
+from lsp_server.client import InfillClient, insert_text_of, items_of
+from lsp_server.postprocess import CursorContext, decide_mode
+
 ROOT = Path(__file__).resolve().parents[1]
-
-#: `engine/worker.py` logs this after every job (the client sees "<logger>: <message>").
-WORKER_LINE = re.compile(
-    r"^engine\.worker: (?P<worker>\S+) (?P<request>\S+): prompt (?P<prompt>\d+) tokens, "
-    r"generated (?P<generated>\d+), first token (?:(?P<first>\d+) ms|-), "
-    r"total (?P<total>\d+) ms, finish (?P<finish>\S+)$"
-)
-#: `lsp_server/server.py` logs this for every answered (not superseded) inline request.
-INLINE_LINE = re.compile(
-    r"^lsp_server\.server: inline (?P<file>\S+): (?P<mode>\S+), (?P<items>\d+) item\(s\), "
-    r"prompt (?P<prompt>\d+) tokens, (?P<ms>\d+) ms$"
-)
-
-#: `lsp_server/host.py` logs this once the completion model is loaded.
-LOADED = "lsp_server.host: completion model"
 
 _UTF16 = PositionCodec(encoding=types.PositionEncodingKind.Utf16)
 
 
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    at: float  # perf_counter() when the client received it
-    message: str
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobLine:
-    """One engine job as the server's worker logged it."""
+    """One completion engine job, as `infill/stats` reports it."""
 
-    at: float
     request_id: str
     prompt_tokens: int
     generated: int
-    first_token_ms: int | None
-    total_ms: int
+    first_token_ms: float | None
+    total_ms: float
     finish: str  # "stop", "length", "cancelled", ... (comma-separated when n > 1)
 
+    @classmethod
+    def from_stats(cls, job: dict[str, Any]) -> JobLine:
+        return cls(
+            request_id=job["request_id"],
+            prompt_tokens=job["prompt_tokens"],
+            generated=job["generated_tokens"],
+            first_token_ms=job["first_token_ms"],
+            total_ms=job["total_ms"],
+            finish=",".join(str(r) for r in job["finish_reasons"]),
+        )
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class InlineLine:
-    """One answered inline request as the server logged it."""
 
-    at: float
-    file: str
-    mode: str  # "single_line", "multi_line" or "None" (nothing to suggest)
-    items: int
-    prompt_tokens: int
-    ms: int
+def mode_at(text: str, offset: int) -> str:
+    """The server's mode decision for a cursor: "single_line", "multi_line" or "None" (nothing
+    to suggest, no engine job). The same public function the server calls, on the same text."""
+    return str(decide_mode(CursorContext(prefix=text[:offset], suffix=text[offset:])))
 
 
 @dataclass(slots=True)
@@ -115,19 +97,6 @@ class _Doc:
     text: str
     version: int = 1
     language: str = "python"
-
-
-def items_of(result: Any) -> list[types.InlineCompletionItem]:
-    if result is None:
-        return []
-    if isinstance(result, types.InlineCompletionList):
-        return list(result.items)
-    return list(result)
-
-
-def insert_text_of(item: types.InlineCompletionItem) -> str:
-    text = item.insert_text
-    return text if isinstance(text, str) else text.value
 
 
 def line_start(text: str, offset: int) -> int:
@@ -169,27 +138,20 @@ def apply_item(text: str, item: types.InlineCompletionItem, cursor: int) -> tupl
 
 
 class ServerClient:
-    """The real server as a subprocess, spoken to over stdio."""
+    """The real server as a subprocess, with a copy of every document the benchmark opened."""
 
     def __init__(self, settings: dict[str, Any] | None = None, *, model: str | None = None) -> None:
         self.settings = dict(settings or {})
         self.model = model
-        self.logs: list[LogLine] = []
         self.shown: list[str] = []  # window/showMessage texts
-        self.client = LanguageClient("infill-lsp-bench", "1")
+        self.client = InfillClient("infill-lsp-bench", on_show=self._show)
         self._docs: dict[str, _Doc] = {}
         self._ids = itertools.count(1)
         self._tmp = tempfile.TemporaryDirectory(prefix="infill-bench-")
-        self._drain: asyncio.Task[None] | None = None
 
-        @self.client.feature(types.WINDOW_LOG_MESSAGE)  # type: ignore[untyped-decorator]
-        def log_message(params: types.LogMessageParams) -> None:
-            self.logs.append(LogLine(time.perf_counter(), params.message))
-
-        @self.client.feature(types.WINDOW_SHOW_MESSAGE)  # type: ignore[untyped-decorator]
-        def show_message(params: types.ShowMessageParams) -> None:
-            self.shown.append(params.message)
-            print(f"server: {params.message}", file=sys.stderr)
+    def _show(self, message: str) -> None:
+        self.shown.append(message)
+        print(f"server: {message}", file=sys.stderr)
 
     @property
     def log_file(self) -> Path:
@@ -197,98 +159,73 @@ class ServerClient:
 
     async def start(self, wait_s: float = 300.0) -> dict[str, Any]:
         """Start the server, initialize, and wait until the completion model is loaded."""
-        logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message at INFO
-        command = [
-            sys.executable,
-            "-m",
-            "lsp_server.cli",
-            "serve",
-            "--log-file",
-            str(self.log_file),
-        ]
+        args = ["--log-file", str(self.log_file)]
         if self.model:
-            command += ["--model", self.model]
-        await self.client.start_io(*command, cwd=str(ROOT))
-        # Whatever the model library prints to stderr must not fill the pipe and block it.
-        server = self.client._server
-        if server is not None and server.stderr is not None:
-            self._drain = asyncio.create_task(_drain(server.stderr))
-        await self.client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(
-                    general=types.GeneralClientCapabilities(
-                        position_encodings=[types.PositionEncodingKind.Utf16]
-                    ),
-                    window=types.WindowClientCapabilities(work_done_progress=False),
-                ),
-                process_id=None,
-                root_uri=ROOT.as_uri(),
-                initialization_options={"infill": self.settings},
-            )
+            args += ["--model", self.model]
+        await self.client.start(
+            root_uri=ROOT.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
         )
-        self.client.initialized(types.InitializedParams())
-        # Nothing is sent until the model has loaded: llama-cpp-python (verbose=False) points
-        # the process's stdout at /dev/null while it loads a model, so a response the server
-        # writes meanwhile is lost (see the benchmark report). The server logs the load.
         deadline = time.monotonic() + wait_s
-        while not any(LOADED in line.message for line in self.logs) and not self.shown:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the server did not load its model in {wait_s:.0f} s")
-            await asyncio.sleep(0.05)
         while True:
             status = await asyncio.wait_for(self.status(), 30)
             if status.get("status") == "ready":
                 return status
-            if status.get("status") == "error":
+            if status.get("status") == "error" or self.shown:
                 raise RuntimeError(f"the server could not load its model: {status}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the server was not ready after {wait_s:.0f} s")
             await asyncio.sleep(0.05)
 
     async def status(self) -> dict[str, Any]:
-        result = await self.client.protocol.send_request_async("infill/status", {})
-        if isinstance(result, dict):
-            return result
-        # pygls hands back a named tuple (`pygls.protocol.Object`) for custom requests.
-        return dict(result._asdict())
+        return await self.client.status()
 
     def configure(self, settings: dict[str, Any]) -> None:
         """`workspace/didChangeConfiguration` with the `infill` section (merged by the server
         over its current settings)."""
         self.settings.update(settings)
-        self.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(settings={"infill": settings})
-        )
+        self.client.configure(settings)
 
     async def stop(self) -> None:
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 30)
-            self.client.exit(None)
-        except Exception:  # the server may be gone already
-            pass
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.client.stop(), 30)  # type: ignore[no-untyped-call]
-        if self._drain is not None:
-            self._drain.cancel()
+        await self.client.stop()
         self._tmp.cleanup()
+
+    # --- the engine's jobs (`infill/stats`) --------------------------------------------------
+
+    async def _completion_engine(self) -> dict[str, Any]:
+        report = await self.client.stats()
+        for engine in report["engines"]:
+            if "completion" in engine["roles"]:
+                return dict(engine)
+        return {"total_jobs": 0, "jobs": []}
+
+    async def job_count(self) -> int:
+        """How many jobs the completion engine has finished so far."""
+        return int((await self._completion_engine())["total_jobs"])
+
+    async def jobs_since(
+        self, count: int, *, at_least: int = 0, wait_s: float = 5.0
+    ) -> list[JobLine]:
+        """The completion engine's jobs finished after `job_count()` returned `count`, oldest
+        first, once there are `at_least` of them (a job is recorded when it ends, which may
+        be just after the response went out) or `wait_s` has passed."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            engine = await self._completion_engine()
+            new = engine["total_jobs"] - count
+            if new >= at_least or time.monotonic() > deadline:
+                jobs = engine["jobs"][len(engine["jobs"]) - new :] if new > 0 else []
+                return [JobLine.from_stats(job) for job in jobs]
+            await asyncio.sleep(0.01)
 
     # --- documents ----------------------------------------------------------------------------
 
     def open(self, uri: str, text: str, language: str = "python") -> None:
         self._docs[uri] = _Doc(uri=uri, text=text, language=language)
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(
-                    uri=uri, language_id=language, version=1, text=text
-                )
-            )
-        )
+        self.client.open(uri, text, language)
 
     def close(self, uri: str) -> None:
         self._docs.pop(uri, None)
-        self.client.text_document_did_close(
-            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
-        )
+        self.client.close(uri)
 
     def text(self, uri: str) -> str:
         return self._docs[uri].text
@@ -313,12 +250,7 @@ class ServerClient:
             )
             doc.text = doc.text[:start] + new_text + doc.text[end:]
         doc.version += 1
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=doc.version),
-                content_changes=changes,
-            )
-        )
+        self.client.change(uri, doc.version, changes)
 
     def toggle_tail_edit(self, uri: str) -> tuple[int, int, str]:
         """An edit that adds or removes one blank line at the very end of the document.
@@ -339,18 +271,9 @@ class ServerClient:
         """Send `textDocument/inlineCompletion` for the cursor at `offset`; do not wait."""
         doc = self._docs[uri]
         msg_id = f"bench-{next(self._ids)}"
-        params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=position_of(doc.text, offset),
-            context=types.InlineCompletionContext(
-                trigger_kind=types.InlineCompletionTriggerKind.Invoked
-                if invoked
-                else types.InlineCompletionTriggerKind.Automatic
-            ),
-        )
         sent = time.perf_counter()
-        future = self.client.protocol.send_request(
-            types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id
+        future = self.client.send_inline(
+            uri, position_of(doc.text, offset), invoked=invoked, msg_id=msg_id
         )
         pending = Pending(msg_id=msg_id, uri=uri, offset=offset, sent_at=sent, future=future)
 
@@ -362,7 +285,7 @@ class ServerClient:
 
     def cancel(self, pending: Pending) -> None:
         """`$/cancelRequest` for a request, as VS Code sends it when the user types on."""
-        self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=pending.msg_id))
+        self.client.cancel(pending.msg_id)
 
     async def inline(
         self, uri: str, offset: int, *, invoked: bool = False
@@ -370,64 +293,6 @@ class ServerClient:
         pending = self.request_inline(uri, offset, invoked=invoked)
         items = await pending.wait()
         return items, pending
-
-    # --- the server's log ---------------------------------------------------------------------
-
-    def mark(self) -> int:
-        return len(self.logs)
-
-    def jobs(self, since: int = 0) -> list[JobLine]:
-        found = []
-        for line in self.logs[since:]:
-            m = WORKER_LINE.match(line.message)
-            if m is not None:
-                found.append(
-                    JobLine(
-                        at=line.at,
-                        request_id=m["request"],
-                        prompt_tokens=int(m["prompt"]),
-                        generated=int(m["generated"]),
-                        first_token_ms=None if m["first"] is None else int(m["first"]),
-                        total_ms=int(m["total"]),
-                        finish=m["finish"],
-                    )
-                )
-        return found
-
-    def inlines(self, since: int = 0) -> list[InlineLine]:
-        found = []
-        for line in self.logs[since:]:
-            m = INLINE_LINE.match(line.message)
-            if m is not None:
-                found.append(
-                    InlineLine(
-                        at=line.at,
-                        file=m["file"],
-                        mode=m["mode"],
-                        items=int(m["items"]),
-                        prompt_tokens=int(m["prompt"]),
-                        ms=int(m["ms"]),
-                    )
-                )
-        return found
-
-    async def settle(
-        self, since: int, *, jobs: int = 0, inlines: int = 0, wait_s: float = 5.0
-    ) -> None:
-        """Wait until at least `jobs` worker lines and `inlines` inline lines arrived since
-        `since` (log messages travel separately from responses), then a little longer."""
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if len(self.jobs(since)) >= jobs and len(self.inlines(since)) >= inlines:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.02)
-
-
-async def _drain(stream: asyncio.StreamReader) -> None:
-    with contextlib.suppress(Exception):
-        while await stream.read(65536):
-            pass
 
 
 @dataclass(slots=True)

@@ -4,10 +4,13 @@ Run from the repository root (the Makefile's `make bench` runs exactly this):
 
     .venv/bin/python bench/engine.py [--tokens 64] [--repeats 5] [--json PATH]
 
-Both sides drive the same loaded `Llama` object (the backend's `_llm`), so model, context and
-threads are identical. Raw is `Llama.generate()` on the prompt's token ids; ours is
+Raw is the raw llama.cpp baseline (bench/_raw.py): its own `Llama`, loaded with the options our
+backend uses, so model, context and threads are identical; `Llama.generate()` on the prompt's
+token ids, after `reset()` (a cold KV cache). Ours is
 `Engine.generate()` on the prompt text, through the worker thread, the detokenizer, the stop
 processor and the asyncio hand-off, measured where a consumer (the LSP layer) sees the deltas.
+Ours starts cold too: an untimed one-token job on a prompt that shares no token with the real
+one leaves nothing of it in the KV cache, so both sides evaluate the whole prompt every time.
 Both decode greedily, and ours has `ignore_eos=True`, so both make exactly `--tokens` tokens;
 the counts and the token ids are checked to match.
 
@@ -37,8 +40,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from _common import RESULTS, humaneval_task, write_json
+from _raw import RawLlama
 
-from engine.backends.llama_cpp import LlamaCppBackend
+from engine.backend import Backend
 from engine.engine import Engine
 from engine.models import ModelSpec, load_backend, resolve_model_path
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
@@ -49,17 +53,6 @@ log = logging.getLogger("bench.engine")
 #: tokenizer: long enough that prompt processing dominates the time to first token.
 DEFAULT_TASK = "SingleLineInfilling/HumanEval/81/L10"
 TARGET_RATIO = 1.05
-
-#: Exactly what `LlamaCppBackend.iter_token_ids` passes for greedy decoding, so that both sides
-#: build the same sampler chain.
-GREEDY = {
-    "temp": 0.0,
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "repeat_penalty": 1.0,
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,45 +78,41 @@ def load_prompt(task_id: str) -> str:
     return str(humaneval_task(task_id)["prompt"])
 
 
-def raw_once(backend: LlamaCppBackend, prompt: str, n: int, repeat: int) -> Run:
-    """Plain llama-cpp-python: tokenize, then `generate()` until `n` tokens came out."""
-    llm = backend._llm
-    # A cold KV cache for both sides: `reset()` sets the cached token count to 0, so the next
-    # `generate()` finds no shared prefix and evaluates the whole prompt again (`eval` drops
-    # the cache cells from position 0 on). We reset rather than vary the prompt so that both
-    # sides evaluate exactly the same tokens every time.
-    llm.reset()
+def raw_once(raw: RawLlama, prompt: str, n: int, repeat: int, *, add_bos: bool) -> Run:
+    """The raw baseline: tokenize, then `generate()` on a cold KV cache until `n` tokens came
+    out. We reset rather than vary the prompt so that both sides evaluate exactly the same
+    tokens every time."""
+    raw.reset()
     started = time.perf_counter()
-    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.vocab.adds_bos, special=True)
-    out: list[int] = []
-    first: float | None = None
-    tokens = llm.generate(ids, reset=True, **GREEDY)
-    try:
-        for token_id in tokens:
-            if first is None:
-                first = time.perf_counter()
-            out.append(int(token_id))
-            if len(out) >= n:
-                break
-    finally:
-        tokens.close()
-    done = time.perf_counter()
-    assert first is not None
+    ids = raw.tokenize(prompt, add_bos=add_bos)
+    tokenizing = time.perf_counter() - started
+    run = raw.generate(ids, n)
     return Run(
         side="raw",
         repeat=repeat,
-        first_token_s=first - started,
-        total_s=done - started,
-        tokens=len(out),
-        token_ids=tuple(out),
+        first_token_s=tokenizing + run.first_token_s,
+        total_s=tokenizing + run.seconds,
+        tokens=len(run.token_ids),
+        token_ids=run.token_ids,
+    )
+
+
+async def cool(engine: Engine, prompt_ids: Sequence[int]) -> None:
+    """Leave nothing of the prompt in the engine's KV cache: one token after a one-token
+    prompt that differs from the prompt's first token (llama.cpp then keeps no prefix)."""
+    other = (prompt_ids[0] + 1) % engine.info.vocab_size
+    await engine.collect(
+        GenerationRequest(
+            prompt_token_ids=(other,), sampling=SamplingParams(max_tokens=1, temperature=0.0)
+        )
     )
 
 
 async def ours_once(
-    engine: Engine, backend: LlamaCppBackend, prompt: str, n: int, repeat: int
+    engine: Engine, prompt_ids: Sequence[int], prompt: str, n: int, repeat: int
 ) -> Run:
     """Our engine, timed as its consumer sees it: from `generate()` to the last delta."""
-    backend._llm.reset()  # cold KV cache, as for raw; the worker is idle between jobs
+    await cool(engine, prompt_ids)  # a cold KV cache, as for raw; the worker is then idle
     started = time.perf_counter()
     request = GenerationRequest(
         prompt=prompt,
@@ -242,12 +231,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompt = load_prompt(args.task)
     path = resolve_model_path(Role.COMPLETION)
     log.info("loading %s", path)
-    backend = load_backend(ModelSpec(path=path))
-    assert isinstance(backend, LlamaCppBackend)
+    spec = ModelSpec(path=path)
+    backend: Backend = load_backend(spec)
     engine = Engine(backend, name="bench")
-    llm = backend._llm
+    raw = RawLlama(spec)
     prompt_ids = backend.tokenize(prompt, add_bos=backend.vocab.adds_bos)
-    raw_ids = llm.tokenize(prompt.encode("utf-8"), add_bos=backend.vocab.adds_bos, special=True)
+    raw_ids = raw.tokenize(prompt, add_bos=backend.vocab.adds_bos)
     if list(raw_ids) != prompt_ids:
         raise SystemExit("raw and our tokenizer disagree on the prompt: the comparison is unfair")
 
@@ -255,8 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with asyncio.Runner() as runner:
             log.info("warming up (one untimed run per side)")
-            raw_once(backend, prompt, args.tokens, -1)
-            runner.run(ours_once(engine, backend, prompt, args.tokens, -1))
+            raw_once(raw, prompt, args.tokens, -1, add_bos=backend.vocab.adds_bos)
+            runner.run(ours_once(engine, prompt_ids, prompt, args.tokens, -1))
             for repeat in range(args.repeats):
                 # Interleaved, and the order flips every repeat (raw, ours, ours, raw, ...): a
                 # steady drift of the machine then hits both sides alike, and neither always
@@ -264,9 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 order = ("raw", "ours") if repeat % 2 == 0 else ("ours", "raw")
                 for side in order:
                     if side == "raw":
-                        run = raw_once(backend, prompt, args.tokens, repeat)
+                        run = raw_once(
+                            raw, prompt, args.tokens, repeat, add_bos=backend.vocab.adds_bos
+                        )
                     else:
-                        run = runner.run(ours_once(engine, backend, prompt, args.tokens, repeat))
+                        run = runner.run(ours_once(engine, prompt_ids, prompt, args.tokens, repeat))
                     runs.append(run)
                     log.info(
                         "repeat %d %-4s: first token %.1f ms, total %.1f ms, %d tokens",
@@ -278,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
     finally:
         engine.close()
+        raw.close()
 
     raw_runs = [r for r in runs if r.side == "raw"]
     ours_runs = [r for r in runs if r.side == "ours"]
@@ -287,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("token counts differ from --tokens %d", args.tokens)
     if not same_ids:
         log.warning("greedy runs produced different token ids")
-    context = llm.context_params
+    threads, threads_batch = raw.threads
     config: dict[str, Any] = {
         "model": backend.info.name,
         "model_path": str(path),
@@ -296,8 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "prompt_tokens": len(prompt_ids),
         "tokens": args.tokens,
         "repeats": args.repeats,
-        "threads": context.n_threads,
-        "threads_batch": context.n_threads_batch,
+        "threads": threads,
+        "threads_batch": threads_batch,
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "raw_token_counts": sorted({r.tokens for r in raw_runs}),

@@ -72,11 +72,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _common import RESULTS, humaneval_rows, write_json
-from _lsp import ServerClient, apply_item, insert_text_of
+from _lsp import ServerClient, apply_item, mode_at
 
 from engine.engine import Engine
 from engine.models import load_backend
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from lsp_server.client import insert_text_of
 from lsp_server.host import model_specs
 from lsp_server.settings import Settings, parse_settings
 
@@ -211,21 +212,18 @@ async def ours_phase(
                 uri = f"file:///bench/humaneval/he_{index:04d}_{layout}.py"
                 ours = Ours(document=document, cursor=cursor)
                 client.open(uri, document)
-                mark = client.mark()
+                count = await client.job_count()
                 try:
                     items, pending = await client.inline(uri, cursor)
                     ours.seconds = pending.seconds
                 except Exception as e:  # an error response: recorded, the run goes on
                     items = []
                     ours.error = str(e)
-                # The engine's line may come after the response (a multi-line suggestion
-                # stops the model early, and the job ends after the answer went out).
-                await client.settle(mark, inlines=0 if ours.error else 1, wait_s=2.0)
-                inline = [x for x in client.inlines(mark) if x.file == uri.rsplit("/", 1)[-1]]
-                if inline and inline[-1].mode != "None":
-                    await client.settle(mark, jobs=1, wait_s=2.0)
-                jobs = client.jobs(mark)
-                ours.mode = inline[-1].mode if inline else None
+                # The engine's job may end after the response (a multi-line suggestion stops
+                # the model early, and the job ends after the answer went out).
+                ours.mode = None if ours.error else mode_at(document, cursor)
+                wanted = 1 if ours.mode not in (None, "None") else 0
+                jobs = await client.jobs_since(count, at_least=wanted, wait_s=2.0)
                 if jobs:
                     ours.generated_tokens = jobs[-1].generated
                     ours.finish = jobs[-1].finish

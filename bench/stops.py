@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import RESULTS, humaneval_rows, write_json
+from _raw import RawLlama
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.models import ModelSpec, load_backend, resolve_model_path
@@ -195,25 +196,6 @@ def time_config(
     return per_segment
 
 
-def decode_step_seconds(backend: LlamaCppBackend, prompt_ids: Sequence[int], tokens: int) -> float:
-    """Median seconds per token of greedy llama.cpp generation, prompt processing excluded."""
-    llm = backend._llm
-    samples = []
-    for _ in range(3):
-        llm.reset()  # the same prompt and context length every time
-        stamps: list[float] = []
-        generator = llm.generate(list(prompt_ids), temp=0.0, top_k=0, top_p=1.0, min_p=0.0)
-        try:
-            for _token in generator:
-                stamps.append(time.perf_counter())
-                if len(stamps) >= tokens:
-                    break
-        finally:
-            generator.close()
-        samples.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
-    return statistics.median(samples)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=2000, help="output length (default 2000)")
@@ -228,7 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     path = resolve_model_path(Role.COMPLETION)
     log.info("loading %s", path)
-    backend = load_backend(ModelSpec(path=path))
+    spec = ModelSpec(path=path)
+    backend = load_backend(spec)
     assert isinstance(backend, LlamaCppBackend)
     try:
         ids, texts = output_tokens(backend, args.tokens)
@@ -248,7 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             timings[config.name] = time_config(config, ids, texts, args.repeats, backend)
         log.info("timing a decode step (%d greedy tokens, 3 runs)", args.decode_tokens)
         prompt_ids = backend.tokenize("".join(texts[:100]), add_bos=backend.vocab.adds_bos)
-        decode_s = decode_step_seconds(backend, prompt_ids, args.decode_tokens)
+        raw = RawLlama(spec)  # the raw llama.cpp baseline: one decode step
+        try:
+            decode_s = raw.decode_step_seconds(prompt_ids, args.decode_tokens)
+        finally:
+            raw.close()
     finally:
         backend.close()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from engine.backend import Backend, ModelInfo
 from engine.types import FinishReason, GenerationRequest, TextDelta
-from engine.worker import END, Job, JobStats, Worker
+from engine.worker import END, Job, JobRecord, JobStats, Worker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +87,13 @@ class Engine:
 
     @property
     def recent_stats(self) -> tuple[JobStats, ...]:
-        return tuple(self._worker.recent_stats)
+        """The figures of the most recent finished jobs, oldest first."""
+        return self.job_record.snapshot()[1]
+
+    @property
+    def job_record(self) -> JobRecord:
+        """The bounded record of finished jobs (what `infill/stats` reports)."""
+        return self._worker.record
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
         """Stream the request's deltas; raises `EngineError` subclasses for bad requests."""

@@ -51,6 +51,29 @@ class JobStats:
     finish_reasons: tuple[FinishReason | None, ...]
 
 
+class JobRecord:
+    """The figures of the last `size` finished jobs, and how many jobs finished in all.
+
+    The worker thread adds; any thread reads (the `infill/stats` request, benchmarks). A lock
+    keeps a reader from iterating the deque while the worker appends to it.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._jobs: collections.deque[JobStats] = collections.deque(maxlen=size)
+        self._total = 0
+        self._lock = threading.Lock()
+
+    def add(self, stats: JobStats) -> None:
+        with self._lock:
+            self._jobs.append(stats)
+            self._total += 1
+
+    def snapshot(self) -> tuple[int, tuple[JobStats, ...]]:
+        """(jobs finished since the engine started, the most recent ones, oldest first)."""
+        with self._lock:
+            return self._total, tuple(self._jobs)
+
+
 def prepare_prompt_ids(backend: Backend, request: GenerationRequest) -> list[int]:
     """The prompt's token ids: given ids as they are; text with the model's BOS rule; chat
     messages rendered with the model's own template (which writes its BOS itself)."""
@@ -111,7 +134,7 @@ class Worker:
     def __init__(self, backend: Backend, name: str) -> None:
         self.backend = backend
         self.name = name
-        self.recent_stats: collections.deque[JobStats] = collections.deque(maxlen=256)
+        self.record = JobRecord()
         self._inbox: queue.SimpleQueue[tuple[Job, float] | None] = queue.SimpleQueue()
         self._urgent: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._background: collections.deque[tuple[Job, float] | _Run] = collections.deque()
@@ -272,7 +295,7 @@ class Worker:
             total_seconds=done - run.started,
             finish_reasons=tuple(processor.finish_reason(i) for i in range(n)),
         )
-        self.recent_stats.append(stats)
+        self.record.add(stats)
         first = stats.first_token_seconds
         log.info(
             "%s %s: prompt %d tokens, generated %d, first token %s, total %.0f ms, finish %s",

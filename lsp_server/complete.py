@@ -9,19 +9,17 @@ modifier counts as its own).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 from pygls.workspace.position_codec import PositionCodec
 
 from engine.prompts import split_lines
+from lsp_server.client import InfillClient, insert_text_of
 
 #: Languages the demo and users are likely to point at; others go as plain text.
 LANGUAGES = {
@@ -68,8 +66,6 @@ def lsp_position(text: str, line: int, column: int) -> types.Position:
 
 
 async def run_complete(args: argparse.Namespace) -> int:
-    # pygls logs every message it sends at INFO; the user asked for the server's log only.
-    logging.getLogger("pygls").setLevel(logging.WARNING)
     try:
         path, line, column = parse_location(args.location)
         text = path.read_text(encoding="utf-8")
@@ -78,75 +74,29 @@ async def run_complete(args: argparse.Namespace) -> int:
         print(f"infill-lsp: error: {e}", file=sys.stderr)
         return 1
 
-    command = [sys.executable, "-m", "lsp_server.cli", "serve"]
-    if args.model:
-        command += ["--model", args.model]
-    client = LanguageClient("infill-lsp-complete", "1")
-    log_lines: list[str] = []
-
-    @client.feature(types.WINDOW_LOG_MESSAGE)  # type: ignore[untyped-decorator]  # pygls client
-    def log_message(params: types.LogMessageParams) -> None:
-        log_lines.append(params.message)
-        if args.verbose:
-            print(params.message, file=sys.stderr)
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE)  # type: ignore[untyped-decorator]
-    def show_message(params: types.ShowMessageParams) -> None:
-        print(f"infill-lsp: {params.message}", file=sys.stderr)
-
+    client = InfillClient(
+        "infill-lsp-complete",
+        on_log=(lambda message: print(message, file=sys.stderr)) if args.verbose else None,
+        on_show=lambda message: print(f"infill-lsp: {message}", file=sys.stderr),
+    )
     started = time.perf_counter()
-    await client.start_io(*command)
     uri = path.resolve().as_uri()
     try:
-        await client.initialize_async(
-            types.InitializeParams(
-                capabilities=types.ClientCapabilities(
-                    general=types.GeneralClientCapabilities(
-                        position_encodings=[types.PositionEncodingKind.Utf16]
-                    )
-                ),
-                process_id=None,
-                root_uri=path.resolve().parent.as_uri(),
-            )
+        await client.start(
+            root_uri=path.resolve().parent.as_uri(),
+            server_args=["--model", args.model] if args.model else [],
         )
-        client.initialized(types.InitializedParams())
-        client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                text_document=types.TextDocumentItem(
-                    uri=uri,
-                    language_id=LANGUAGES.get(path.suffix, "plaintext"),
-                    version=1,
-                    text=text,
-                )
-            )
-        )
+        client.open(uri, text, LANGUAGES.get(path.suffix, "plaintext"))
         ready = time.perf_counter()
-        trigger = (
-            types.InlineCompletionTriggerKind.Invoked
-            if args.invoked
-            else types.InlineCompletionTriggerKind.Automatic
-        )
-        result = await client.text_document_inline_completion_async(
-            types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri),
-                position=position,
-                context=types.InlineCompletionContext(trigger_kind=trigger),
-            )
-        )
+        items = await client.inline(uri, position, invoked=args.invoked)
         done = time.perf_counter()
-        status = await client.protocol.send_request_async("infill/status", {})
+        status = await client.status()
     except Exception as e:  # the server answered with an error: one line, no traceback
         print(f"infill-lsp: error: {e}", file=sys.stderr)
         return 1
     finally:
-        try:
-            await asyncio.wait_for(client.shutdown_async(None), 10)
-            client.exit(None)
-        except Exception:  # the server may be gone already
-            pass
-        await client.stop()  # type: ignore[no-untyped-call]
+        await client.stop()
 
-    items = _items(result)
     if args.json:
         report: dict[str, Any] = {
             "items": [
@@ -165,20 +115,12 @@ async def run_complete(args: argparse.Namespace) -> int:
                 "startup_and_load": round((ready - started) * 1000),
                 "completion": round((done - ready) * 1000),
             },
-            "model": getattr(status, "model", None),
+            "model": status.get("model"),
         }
         print(json.dumps(report, ensure_ascii=False, indent=2))
     elif items:
         for item in items:
-            print(item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value)
+            print(insert_text_of(item))
     else:
         print("(no suggestion)", file=sys.stderr)
     return 0
-
-
-def _items(result: Any) -> list[types.InlineCompletionItem]:
-    if result is None:
-        return []
-    if isinstance(result, types.InlineCompletionList):
-        return list(result.items)
-    return list(result)

@@ -194,6 +194,17 @@ class ModelHost:
             )
         return result
 
+    def loaded_engines(self) -> dict[Role, Engine]:
+        """The engine of each role whose model is loaded (one engine may serve both)."""
+        engines: dict[Role, Engine] = {}
+        for role, future in ((Role.COMPLETION, self._completion), (Role.CHAT, self._chat)):
+            if future is None or not future.done() or future.cancelled():
+                continue
+            if future.exception() is None:
+                loaded = future.result()
+                engines[role] = loaded.engine if isinstance(loaded, CompletionModel) else loaded
+        return engines
+
     def close(self) -> None:
         if self._models is not None:
             self._models.close()

@@ -26,6 +26,7 @@ from lsp_server.documents import InvalidPosition, find_document, snapshot, use_l
 from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest
 from lsp_server.settings import Settings, parse_settings
+from lsp_server.stats import register_stats
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         ls.host.close()
 
     code_actions.register(server)
+    register_stats(server)
     return server
 
 

@@ -1,0 +1,203 @@
+"""What the server benchmarks (latency, warm_cold, replay) share: the raw side, one measured
+server request, and the run around them.
+
+The server is the real one: `python -m lsp_server.cli serve` as a subprocess, spoken to over
+stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
+(bench/_raw.py) in this process, loaded with the same specification as the server's model
+(same file, context, threads), on the prompt token ids that `lsp_server.inline.build_prompt`
+makes in-process for the same document and cursor (the prompt token count is checked against
+the one the server's engine reports in `infill/stats`). The two processes hold a model each
+but never compute at the same time: every step waits for the previous one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import RESULTS, write_json
+from _lsp import JobLine, ServerClient, mode_at
+from _raw import RawLlama, RawRun
+
+from engine.engine import Engine
+from engine.models import load_backend
+from engine.prompts import detect_fim_template
+from engine.types import Role, SamplingParams
+from lsp_server.client import insert_text_of
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.host import CompletionModel, model_specs
+from lsp_server.inline import Prompt, build_prompt
+from lsp_server.settings import Settings, parse_settings
+
+log = logging.getLogger("bench")
+
+
+class Raw:
+    """The server's prompt, built in this process, and the raw baseline to run it on."""
+
+    def __init__(self, settings: Settings) -> None:
+        spec = model_specs(settings)[Role.COMPLETION]
+        self.settings = settings
+        self.llama = RawLlama(spec)
+        # Our backend, only to build prompts exactly as the server does (its engine stays idle).
+        backend = load_backend(spec)
+        self.info = backend.info
+        self.engine = Engine(backend, name="raw")
+
+        @functools.lru_cache(maxsize=16384)
+        def count(text: str) -> int:
+            return len(backend.tokenize(text, add_bos=False, special=False))
+
+        self.count = count
+        self.model = CompletionModel(
+            engine=self.engine,
+            fim=detect_fim_template(backend.special_token_id),
+            count_tokens=count,
+        )
+        # What `lsp_server.inline` passes for an automatic (greedy) request.
+        self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
+
+    def prompt(self, text: str, offset: int) -> Prompt:
+        line = text.count("\n", 0, offset)
+        character = offset - (text.rfind("\n", 0, offset) + 1)
+        snap = DocumentSnapshot(
+            uri="file:///raw.py",
+            version=1,
+            language_id="python",
+            text=text,
+            offset=offset,
+            line=line,
+            character=character,
+        )
+        return build_prompt(self.model, snap, self.settings)
+
+    def generate(self, ids: Sequence[int], n: int, *, cold: bool = False) -> RawRun:
+        """The raw baseline on `ids` until `n` tokens came out (`cold`: empty KV cache)."""
+        return self.llama.generate(ids, n, cold=cold)
+
+    def text(self, run: RawRun) -> str:
+        return self.llama.detokenize(run.token_ids)
+
+    def close(self) -> None:
+        self.engine.close()
+        self.llama.close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OursRun:
+    seconds: float
+    job: JobLine | None
+    mode: str  # the server's mode decision for the cursor ("None": nothing to suggest)
+    suggestion: str | None
+
+
+async def ours_once(client: ServerClient, uri: str, offset: int) -> OursRun:
+    """One inline request, timed from sending it to its response, and the engine job it ran
+    (None when the server answered without the model)."""
+    before = await client.job_count()
+    mode = mode_at(client.text(uri), offset)
+    items, pending = await client.inline(uri, offset)
+    jobs = await client.jobs_since(before, at_least=0 if mode == "None" else 1)
+    return OursRun(
+        seconds=pending.seconds,
+        job=jobs[-1] if jobs else None,
+        mode=mode,
+        suggestion=insert_text_of(items[0]) if items else None,
+    )
+
+
+def bust_cache(client: ServerClient, uri: str) -> None:
+    """Make the next request run the model: one blank line more or less at the end of the
+    document changes the server's type-ahead cache key but neither the prompt nor the fit."""
+    client.edit_many(uri, [client.toggle_tail_edit(uri)])
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def ok(good: bool) -> str:
+    return "yes" if good else "NO"
+
+
+#: A benchmark's body: the server and the raw side, ready; returns its part of the JSON.
+Body = Callable[[ServerClient, Raw, argparse.Namespace], Awaitable[dict[str, Any]]]
+
+
+def main(
+    name: str,
+    doc: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    body: Body,
+    print_table: Callable[[dict[str, Any]], None],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse the arguments, load the raw side, start the server (`debounceMs` 0), run `body`,
+    print its table and write bench/results/<name>.json."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--model", help="completion model for both sides (default: the default)")
+    parser.add_argument("--json", type=Path, default=RESULTS / f"{name}.json", help="output file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    logging.getLogger("engine").setLevel(logging.WARNING)
+    started = time.perf_counter()
+    result = asyncio.run(_run(name, args, body))
+    result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
+    config = result["config"]
+    print(
+        f"server vs raw engine: {config['model']} ({config['device']}, threads "
+        f"{config['threads']}/{config['threads_batch']} decode/prompt), "
+        f"{config['cpu_count']} cores"
+    )
+    print()
+    print_table(result)
+    write_json(args.json, result)
+    log.info("wrote %s in %.0f s", args.json, config["wall_s"])
+    return 0
+
+
+async def _run(name: str, args: argparse.Namespace, body: Body) -> dict[str, Any]:
+    options: dict[str, Any] = {"debounceMs": 0}
+    if args.model:
+        options["model"] = args.model
+    settings, problems = parse_settings({"infill": options})
+    assert not problems
+    log.info("loading the raw side's model")
+    raw = Raw(settings)
+    client = ServerClient(options)
+    try:
+        log.info("starting the server")
+        status = await client.start()
+        log.info("server ready: %s", status.get("model"))
+        part = await body(client, raw, args)
+    finally:
+        await client.stop()
+        raw.close()
+    threads, threads_batch = raw.llama.threads
+    return {
+        "benchmark": name,
+        "config": {
+            "model": raw.info.name,
+            "model_path": raw.info.path,
+            "device": raw.info.device,
+            "threads": threads,
+            "threads_batch": threads_batch,
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "server_settings": {"debounceMs": 0},
+            **{k: v for k, v in vars(args).items() if k not in ("json", "model")},
+        },
+        **part,
+    }

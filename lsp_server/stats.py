@@ -1,0 +1,67 @@
+"""The `infill/stats` request: the engines' figures for their most recent jobs.
+
+Each loaded engine keeps a bounded record of its finished jobs (`engine.worker.JobRecord`);
+this request reports it as JSON, so that benchmarks and tools read the figures through the
+protocol instead of parsing log lines. One engine that serves both roles is reported once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.engine import Engine
+from engine.types import Role
+from engine.worker import JobStats
+
+if TYPE_CHECKING:
+    from lsp_server.server import InfillServer
+
+STATS_REQUEST = "infill/stats"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def job_json(stats: JobStats) -> dict[str, Any]:
+    """One job's figures: token counts, times in milliseconds, each choice's finish reason."""
+    return {
+        "request_id": stats.request_id,
+        "prompt_tokens": stats.prompt_tokens,
+        "generated_tokens": stats.generated_tokens,
+        "queued_ms": _ms(stats.queued_seconds),
+        "first_token_ms": _ms(stats.first_token_seconds),
+        "total_ms": _ms(stats.total_seconds),
+        "finish_reasons": [None if r is None else str(r) for r in stats.finish_reasons],
+    }
+
+
+def stats_report(engines: Mapping[Role, Engine]) -> dict[str, Any]:
+    """Per loaded engine: its roles, its model, how many jobs it finished and the most recent
+    ones (oldest first). A client counts new jobs by comparing `total_jobs` between calls."""
+    report: list[dict[str, Any]] = []
+    by_engine: dict[int, dict[str, Any]] = {}
+    for role, engine in engines.items():
+        entry = by_engine.get(id(engine))
+        if entry is not None:
+            entry["roles"].append(role.value)
+            continue
+        total, jobs = engine.job_record.snapshot()
+        entry = {
+            "roles": [role.value],
+            "model": engine.info.name,
+            "total_jobs": total,
+            "jobs": [job_json(job) for job in jobs],
+        }
+        by_engine[id(engine)] = entry
+        report.append(entry)
+    return {"engines": report}
+
+
+def register_stats(server: InfillServer) -> None:
+    """The `infill/stats` request: no params, answered from the host's loaded engines."""
+
+    @server.feature(STATS_REQUEST)
+    def stats(ls: InfillServer, params: Any) -> dict[str, Any]:
+        return stats_report(ls.host.loaded_engines())

@@ -1,0 +1,104 @@
+"""`infill-lsp complete PATH:LINE:COL` as a user runs it: a real server, a real suggestion; and
+the client it is built on (`lsp_server/client.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lsp_helpers import server_env
+from lsprotocol import types
+
+from lsp_server.client import InfillClient, insert_text_of
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "lsp_server.cli", "complete"]
+
+
+def run_complete(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=server_env(),
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_the_demo_position_gets_a_suggestion_with_its_range_timings_and_model() -> None:
+    result = run_complete("examples/fibonacci.py:5:5", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["items"], report
+    item = report["items"][0]
+    assert item["insert_text"].strip()
+    assert item["range"]["start"] == [4, 4]  # LINE:COL are 1-based, LSP's 0-based
+    assert set(report["timings_ms"]) == {"startup_and_load", "completion"}
+    assert report["model"]
+
+
+@pytest.mark.slow
+def test_the_plain_output_is_the_suggestion_text() -> None:
+    result = run_complete("examples/fibonacci.py:5:5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip()
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("examples/fibonacci.py", "expected PATH:LINE:COL"),
+        ("examples/fibonacci.py:0:1", "LINE and COL start at 1"),
+        ("examples/fibonacci.py:999:1", "past the end of the file"),
+        ("examples/no-such-file.py:1:1", "No such file"),
+    ],
+)
+def test_a_bad_location_is_one_line_on_stderr_and_exit_status_1(
+    location: str, message: str
+) -> None:
+    result = run_complete(location)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("infill-lsp: error: "), result.stderr
+    assert message in line, result.stderr
+
+
+@pytest.mark.slow
+async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json() -> None:
+    """`lsp_server.client` (what `complete` and the benchmarks use) against the real server:
+    an inline completion, then `infill/stats` holds its engine job."""
+    shown: list[str] = []
+    client = InfillClient("infill-lsp-tests", on_show=shown.append)
+    text = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
+    uri = (ROOT / "examples" / "fibonacci.py").as_uri()
+    try:
+        await client.start(root_uri=ROOT.as_uri(), options={"debounceMs": 0}, cwd=str(ROOT))
+        client.open(uri, text)
+        items = await client.inline(uri, types.Position(line=4, character=4))
+        status = await client.status()
+        deadline = time.monotonic() + 60
+        while not (engines := (await client.stats())["engines"])[0]["jobs"]:
+            assert time.monotonic() < deadline, "no job in infill/stats"
+            await asyncio.sleep(0.02)
+    finally:
+        await client.stop()
+    assert items
+    assert insert_text_of(items[0]).strip()
+    assert status["status"] == "ready"
+    (engine,) = engines
+    assert engine["roles"] == ["completion"]
+    assert engine["model"] == status["model"]
+    (job,) = engine["jobs"]
+    assert isinstance(job, dict)
+    assert job["prompt_tokens"] > 0
+    assert job["generated_tokens"] >= 1
+    assert shown == []

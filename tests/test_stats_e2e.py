@@ -1,0 +1,88 @@
+"""`infill/stats` end to end: the real server with the real default model reports the engine's
+figures for the inline completion it just ran (the same figures as its log line)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsp_helpers import Session, lsp_session, request_json, wait_until
+from pytest_lsp import client_capabilities
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+STATS = "infill/stats"
+FAST = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
+ENGINE_JOB = re.compile(
+    r"completion (?P<id>\S+): prompt (?P<prompt>\d+) tokens, generated (?P<generated>\d+), "
+    r".* finish (?P<finish>\S+)$"
+)
+DOCUMENT = (
+    "def fibonacci(n: int) -> int:\n"
+    '    """Return the n-th Fibonacci number."""\n'
+    "    if n < 2:\n"
+    "        return n\n"
+    "    return "  # the cursor
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def session() -> AsyncIterator[Session]:
+    async with lsp_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
+        status = await s.until_loaded()
+        assert status["status"] == "ready", status
+        yield s
+
+
+async def completion_engine(session: Session) -> dict[str, Any]:
+    report = await request_json(session, STATS, None)
+    (engine,) = [e for e in report["engines"] if "completion" in e["roles"]]
+    return engine
+
+
+async def test_stats_name_the_loaded_completion_engine_and_its_model(session: Session) -> None:
+    engine = await completion_engine(session)
+    status = await session.status()
+    assert engine["model"] == status["model"]
+    assert engine["total_jobs"] >= len(engine["jobs"]) >= 0
+
+
+async def test_an_inline_completions_figures_show_up_in_stats(session: Session) -> None:
+    before = (await completion_engine(session))["total_jobs"]
+    since = len(session.client.log_messages)
+    uri = session.open(DOCUMENT)
+    items = await session.inline(uri, session.position(DOCUMENT, 4, 11))
+    assert items, "the default model suggests something after `return `"
+
+    # The worker records the job when it ends, which may be just after the response.
+    deadline = time.monotonic() + 60
+    while (engine := await completion_engine(session))["total_jobs"] == before:
+        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
+        await asyncio.sleep(0.02)
+    assert engine["total_jobs"] == before + 1
+    job = engine["jobs"][-1]
+    assert job["prompt_tokens"] > 0
+    assert job["generated_tokens"] >= 1
+    assert job["finish_reasons"] in (["stop"], ["length"], ["cancelled"])
+    assert job["total_ms"] >= job["first_token_ms"] > 0
+
+    # The log line is kept, and says the same.
+    line = await wait_until(
+        lambda: next(
+            (
+                m
+                for message in session.client.log_messages[since:]
+                if (m := ENGINE_JOB.search(message.message)) and m["id"] == job["request_id"]
+            ),
+            None,
+        ),
+        "the engine's log line for the job",
+    )
+    assert int(line["prompt"]) == job["prompt_tokens"]
+    assert int(line["generated"]) == job["generated_tokens"]
+    assert line["finish"] == ",".join(job["finish_reasons"])
