@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-from pygls.lsp.server import LanguageServer
+from pygls.capabilities import get_capability
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
 from engine.types import CHAT_SAMPLING, GenerationRequest, Role
@@ -41,18 +41,23 @@ from lsp_server.actions import (
     reindent,
     rewrite_messages,
 )
+from lsp_server.commands import (
+    EXPLAIN_COMMAND,
+    REWRITE_COMMAND,
+    ExplainArguments,
+    RewriteArguments,
+    structure_arguments,
+)
 from lsp_server.documents import InvalidPosition, find_document, snapshot
 from lsp_server.host import ModelUnavailableError
-
-if TYPE_CHECKING:
-    from lsp_server.server import InfillServer
+from lsp_server.protocol import InfillServer, request_failed
 
 log = logging.getLogger(__name__)
 
-EXPLAIN_COMMAND = "infill.explain"
-REWRITE_COMMAND = "infill.rewrite"
 EXPLAIN_CHUNK = "infill/explainChunk"
 EXPLAIN_KIND = "refactor.explain"
+#: The kinds of action `list_actions` offers (the server advertises them).
+ACTION_KINDS = (EXPLAIN_KIND, types.CodeActionKind.RefactorRewrite, types.CodeActionKind.QuickFix)
 DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
 #: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
 PRESET_INSTRUCTIONS = (
@@ -146,21 +151,8 @@ def _range_json(rng: types.Range) -> dict[str, Any]:
     }
 
 
-def parse_range(value: Any) -> types.Range:
-    try:
-        start, end = value["start"], value["end"]
-        return types.Range(
-            start=types.Position(line=int(start["line"]), character=int(start["character"])),
-            end=types.Position(line=int(end["line"]), character=int(end["character"])),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise JsonRpcInvalidParams(f"a range needs start and end line/character: {e}") from None
-
-
 def _resolves_edits(ls: InfillServer) -> bool:
-    text_document = ls.client_capabilities.text_document
-    code_action = text_document.code_action if text_document else None
-    support = code_action.resolve_support if code_action else None
+    support = get_capability(ls.client_capabilities, "text_document.code_action.resolve_support")
     return support is not None and "edit" in support.properties
 
 
@@ -238,24 +230,12 @@ def _rewrite_action(title: str, kind: str, data: dict[str, Any], resolve: bool) 
 # --- explain ----------------------------------------------------------------------------------
 
 
-def command_arguments(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
-    """Command arguments as one object (`[{uri, range, ...}]`) or in order (`[uri, range]`)."""
-    if len(args) == 1 and isinstance(args[0], Mapping):
-        return dict(args[0])
-    return dict(zip(names, args, strict=False))
-
-
 def _document_and_target(
-    ls: InfillServer, values: Mapping[str, Any]
+    ls: InfillServer, arguments: ExplainArguments | RewriteArguments
 ) -> tuple[TextDocument, Target]:
-    uri = values.get("uri")
-    if not isinstance(uri, str):
-        raise JsonRpcInvalidParams("the command needs a document uri")
-    document = find_document(ls.workspace, uri)
-    if document is None:
-        raise JsonRpcInvalidParams(f"unknown document {uri}: open it first")
+    document = ls.open_document(arguments.uri)
     try:
-        target = find_target(document, parse_range(values.get("range")))
+        target = find_target(document, arguments.range)
     except InvalidPosition as e:
         raise JsonRpcInvalidParams(str(e)) from None
     if target is None:
@@ -267,12 +247,12 @@ async def _chat_engine(ls: InfillServer) -> Any:
     try:
         return await ls.host.chat()
     except ModelUnavailableError as e:
-        raise JsonRpcException(str(e), code=types.LSPErrorCodes.RequestFailed) from None
+        raise request_failed(str(e)) from None
 
 
-async def explain(ls: InfillServer, *args: Any) -> str:
+async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
     """Stream an explanation of the code; the result is the whole answer (markdown)."""
-    _, target = _document_and_target(ls, command_arguments(args, ("uri", "range")))
+    _, target = _document_and_target(ls, arguments)
     engine = await _chat_engine(ls)
     request = GenerationRequest(
         messages=explain_messages(
@@ -281,8 +261,8 @@ async def explain(ls: InfillServer, *args: Any) -> str:
         role=Role.CHAT,
         sampling=ACTION_SAMPLING,
     )
-    token = f"infill-explain-{uuid.uuid4()}"
-    progress = await _begin_progress(ls, token, "Explain")
+    progress = await ls.begin_progress("explain", "Explain", cancellable=True)
+    token = progress or f"infill-explain-{uuid.uuid4()}"  # chunks name it all the same
     parts: list[str] = []
     reported = [0.0]  # when the progress was last updated: a few times a second is enough
 
@@ -315,27 +295,13 @@ async def explain(ls: InfillServer, *args: Any) -> str:
     finally:
         ls.protocol.notify(EXPLAIN_CHUNK, {"token": token, "text": "", "done": True})
         if progress:
-            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=outcome))
-            ls.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
+            ls.end_progress(progress, outcome)
     return "".join(parts)
 
 
 def _tail(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else "…" + flat[-width:]
-
-
-async def _begin_progress(ls: InfillServer, token: str, title: str) -> bool:
-    window = ls.client_capabilities.window
-    if window is None or not window.work_done_progress:
-        return False
-    try:
-        await ls.work_done_progress.create_async(token)
-    except Exception:  # the client refused the token: stream without progress
-        log.warning("the client refused a progress token", exc_info=True)
-        return False
-    ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
-    return True
 
 
 def _cancel_on_progress_cancel(ls: InfillServer, token: str, work: asyncio.Future[None]) -> None:
@@ -428,8 +394,9 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
             types.MessageType.Info,
         )
         return action
-    _, target = _document_and_target(ls, data)
-    outcome = await compute_rewrite(ls, target, str(data["instruction"] or DEFAULT_INSTRUCTION))
+    arguments = structure_arguments(ls.converter, data, RewriteArguments)
+    _, target = _document_and_target(ls, arguments)
+    outcome = await compute_rewrite(ls, target, arguments.instruction or DEFAULT_INSTRUCTION)
     if outcome.edit is None:
         ls.show_once(f"infill: {outcome.message}", types.MessageType.Warning)
         return action
@@ -437,11 +404,10 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
     return action
 
 
-async def rewrite(ls: InfillServer, *args: Any) -> dict[str, Any]:
+async def rewrite(ls: InfillServer, arguments: RewriteArguments) -> dict[str, Any]:
     """The `infill.rewrite` command: compute the edit and apply it with workspace/applyEdit."""
-    values = command_arguments(args, ("uri", "range", "instruction"))
-    _, target = _document_and_target(ls, values)
-    instruction = values.get("instruction")
+    _, target = _document_and_target(ls, arguments)
+    instruction = arguments.instruction
     if not instruction:
         instruction = await _ask_instruction(ls)
         if instruction is None:
@@ -469,35 +435,3 @@ async def _ask_instruction(ls: InfillServer) -> str | None:
         )
     )
     return choice.title if choice is not None else None
-
-
-def register(server: InfillServer) -> None:
-    """Adapters from the protocol to the functions above."""
-
-    @server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[
-                EXPLAIN_KIND,
-                types.CodeActionKind.RefactorRewrite,
-                types.CodeActionKind.QuickFix,
-            ],
-            resolve_provider=True,
-        ),
-    )
-    def code_action(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return list_actions(ls, params)
-
-    @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
-        return await resolve_action(ls, action)
-
-    # pygls reads a command handler's annotations at run time to convert its arguments, and
-    # InfillServer is only a type-checking import here: annotate with pygls's own class.
-    @server.command(EXPLAIN_COMMAND)
-    async def explain_command(ls: LanguageServer, *args: Any) -> str:
-        return await explain(cast("InfillServer", ls), *args)
-
-    @server.command(REWRITE_COMMAND)
-    async def rewrite_command(ls: LanguageServer, *args: Any) -> dict[str, Any]:
-        return await rewrite(cast("InfillServer", ls), *args)
