@@ -31,6 +31,7 @@ from pygls.capabilities import get_capability
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
+from engine.text import leading_whitespace, newline_of
 from engine.types import CHAT_SAMPLING, GenerationRequest, Role
 from lsp_server.actions import (
     document_uses_tabs,
@@ -90,13 +91,6 @@ class Target:
     use_tabs: bool
 
 
-def _newline(text: str) -> str:
-    for ending in ("\r\n", "\n", "\r"):
-        if ending in text:
-            return ending
-    return "\n"
-
-
 def find_target(document: TextDocument, selection: types.Range) -> Target | None:
     """The selected code; for an empty selection, the enclosing function or block (None if
     there is none). Raises InvalidPosition for a range outside the document."""
@@ -120,7 +114,7 @@ def find_target(document: TextDocument, selection: types.Range) -> Target | None
         start = snapshot(document, rng.start)
         end = snapshot(document, rng.end)
     line_text = lines[start.line] if start.line < len(lines) else ""
-    indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
+    indent = leading_whitespace(line_text)
     if 0 < start.character < len(indent):  # inside the indentation: take the whole line
         rng = types.Range(start=types.Position(line=rng.start.line, character=0), end=rng.end)
         start = snapshot(document, rng.start)
@@ -136,7 +130,7 @@ def find_target(document: TextDocument, selection: types.Range) -> Target | None
         file_name=PurePosixPath(unquote(urlparse(document.uri).path)).name or document.uri,
         indent=indent,
         first_line_indented=start.character == 0,
-        newline=_newline(text),
+        newline=newline_of(text),
         use_tabs=document_uses_tabs(text),
     )
 

@@ -21,7 +21,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 from pygls.workspace.position_codec import PositionCodec
 
-from engine.prompts import split_lines
+from engine.text import split_lines
 
 #: Languages the demo and users are likely to point at; others go as plain text.
 LANGUAGES = {

@@ -12,7 +12,6 @@ default, UTF-8 for Neovim). Two corrections to its document:
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +20,7 @@ from urllib.parse import unquote
 from lsprotocol import types
 from pygls.workspace import TextDocument, Workspace
 
-from engine.prompts import split_lines
-
-_ENDING = re.compile(r"(?:\r\n|\r|\n)$")
+from engine.text import lines_and_endings, split_lines
 
 
 class LspTextDocument(TextDocument):
@@ -90,14 +87,12 @@ class DocumentSnapshot:
 def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapshot:
     """Freeze `document` with the cursor at `position` (client units). Raises InvalidPosition."""
     text = document.source
-    lines = list(document.lines)
-    if lines == [] or _ENDING.search(lines[-1]):
-        lines.append("")  # the empty line after a final line break can hold the cursor
+    lines = lines_and_endings(text)  # the empty line after a final break can hold the cursor
     if not 0 <= position.line < len(lines):
         raise InvalidPosition(
             f"line {position.line} is past the end of the document ({len(lines)} lines)"
         )
-    content = _ENDING.sub("", lines[position.line])
+    content = lines[position.line][0]
     codec = document.position_codec
     width = codec.client_num_units(content)
     if not 0 <= position.character <= width:
@@ -109,7 +104,8 @@ def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapsh
         [content], types.Position(line=0, character=position.character)
     )
     character = server.character
-    offset = sum(len(line) for line in lines[: position.line]) + character
+    offset = sum(len(content) + len(ending) for content, ending in lines[: position.line])
+    offset += character
     return DocumentSnapshot(
         uri=document.uri,
         version=document.version,

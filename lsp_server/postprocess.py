@@ -12,15 +12,13 @@ Conventions, chosen once for the whole module:
   UTF-16 units (the server converts at the protocol boundary). Emoji, CJK and combining marks
   need nothing special, except that a combining mark right after the cursor counts as part of
   a word (the cursor splits a character as the user sees it).
-- Lines end at `\\r\\n`, `\\r` or `\\n` only (LSP's rule). `str.splitlines` is never used on
-  document text: it also splits at `\\x0b`, `\\x0c`, `\\x1c`-`\\x1e`, `\\x85`, `\\u2028` and
-  `\\u2029`, which LSP does not count as line ends.
+- Lines end at `\\r\\n`, `\\r` or `\\n` only (LSP's rule; `engine.text` splits them).
 - Line endings in a suggestion are left as the model wrote them (cuts recognise all three).
   The buffer's line-ending setting is the editor's business when it applies the text (VS
   Code's text model normalises inserted line ends; Neovim's LSP client splits on `\\r?\\n`).
-- Indentation is compared by width, with tabs advancing to the next multiple of `TAB_WIDTH`
-  (4, the default tab size of VS Code and most editors' displays), so a tab and four spaces
-  count as the same depth; mixed indentation is compared, never rejected.
+- Indentation is compared by width (`engine.text.indent_width`: tabs advance to the next
+  multiple of `TAB_WIDTH`), so a tab and four spaces count as the same depth; mixed
+  indentation is compared, never rejected.
 - Brackets and string literals are tracked by a rough scanner that knows `()[]{}`, quotes
   (`"`, `'`, backticks, Python's triple quotes, backslash escapes, Rust lifetimes after `&`
   or `<`) and comments (`#` followed by a space; `//` and `/* */` unless the document looks
@@ -34,8 +32,20 @@ import enum
 import functools
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from engine.text import (
+    LINE_BREAK,
+    TAB_WIDTH,
+    first_line,
+    indent_width,
+    leading_whitespace,
+    line_start,
+    lines_and_endings,
+    newline_of,
+    opens_block,
+)
 
 __all__ = [
     "TAB_WIDTH",
@@ -45,25 +55,14 @@ __all__ = [
     "block_ended",
     "decide_mode",
     "fit_completion",
+    "line_opens_block",
 ]
-
-#: Tab stops for comparing indentation (see the module docstring).
-TAB_WIDTH = 4
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 #: What may follow the cursor for it to count as "at the end of the line": closing brackets,
 #: quotes and statement punctuation an editor's auto-pairing typically leaves there.
 _CLOSING_CHARS = frozenset(")]}\"'`;,")
 _OPENER_OF = {")": "(", "]": "[", "}": "{"}
 _CLOSER_LINE_CHARS = frozenset(")]};,")
-
-#: A line ending in one of these opens a block whose body follows on the next lines: Python's
-#: `:`, brace languages' `{`, an open call or literal `(` `[`, JS arrows `=>`, and `->` (Rust
-#: return types, Erlang/Elixir/Haskell clauses). The words are Ruby/Lua/shell block openers.
-_BLOCK_OPENER_ENDINGS = (":", "{", "(", "[", "=>", "->")
-_BLOCK_OPENER_WORDS = frozenset({"do", "then", "begin", "else"})
-_LAST_WORD = re.compile(r"(\w+)$")
 
 
 class CompletionMode(enum.StrEnum):
@@ -87,24 +86,22 @@ class CursorContext:
     @property
     def line_prefix(self) -> str:
         """The cursor line up to the cursor."""
-        start = max(self.prefix.rfind("\n"), self.prefix.rfind("\r")) + 1
-        return self.prefix[start:]
+        return self.prefix[line_start(self.prefix) :]
 
     @property
     def line_suffix(self) -> str:
         """The cursor line after the cursor, without its line ending."""
-        match = _LINE_BREAK.search(self.suffix)
-        return self.suffix if match is None else self.suffix[: match.start()]
+        return first_line(self.suffix)
 
     @property
     def indent(self) -> str:
         """The cursor line's leading spaces and tabs."""
-        return _leading_ws(self.line_prefix + self.line_suffix)
+        return leading_whitespace(self.line_prefix + self.line_suffix)
 
     @property
     def indent_width(self) -> int:
         """Width of `indent`, tabs expanded to multiples of `TAB_WIDTH`."""
-        return _width(self.indent)
+        return indent_width(self.indent)
 
     @property
     def is_blank_line(self) -> bool:
@@ -117,7 +114,7 @@ class CursorContext:
         end = len(self.prefix) - len(self.line_prefix)  # just after the line break above
         while end > 0:
             end -= 2 if self.prefix.endswith("\r\n", 0, end) else 1  # before that break
-            start = max(self.prefix.rfind("\n", 0, end), self.prefix.rfind("\r", 0, end)) + 1
+            start = line_start(self.prefix, end)
             line = self.prefix[start:end]
             if line.strip():
                 return line
@@ -127,9 +124,7 @@ class CursorContext:
     @property
     def next_nonblank_line(self) -> str | None:
         """The nearest line below the cursor line that is not blank (None at the end)."""
-        lines = _iter_lines(self.suffix)
-        next(lines)  # the rest of the cursor line
-        for line in lines:
+        for line, _ in lines_and_endings(self.suffix)[1:]:  # after the rest of the cursor line
             if line.strip():
                 return line
         return None
@@ -182,13 +177,11 @@ def decide_mode(ctx: CursorContext) -> CompletionMode | None:
         return CompletionMode.SINGLE_LINE
     previous = ctx.previous_nonblank_line
     following = ctx.next_nonblank_line
-    if previous is not None and _opens_block(previous, ctx):
-        body_exists = following is not None and _width(_leading_ws(following)) > _width(
-            _leading_ws(previous)
-        )
+    if previous is not None and line_opens_block(previous, ctx.prefix):
+        body_exists = following is not None and indent_width(following) > indent_width(previous)
         if not body_exists:
             return CompletionMode.MULTI_LINE
-    if following is None or _width(_leading_ws(following)) < ctx.indent_width:
+    if following is None or indent_width(following) < ctx.indent_width:
         return CompletionMode.MULTI_LINE
     return CompletionMode.SINGLE_LINE
 
@@ -226,7 +219,7 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
        instead of being glued to the suggestion. A suggestion equal to that statement: None.
     """
     # 1. Lines.
-    lines = _split_lines(raw)
+    lines = lines_and_endings(raw)
     if mode is CompletionMode.SINGLE_LINE:
         lines = lines[:1]
     stop = _block_end_index([content for content, _ in lines], ctx)
@@ -260,7 +253,7 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
     tail = text[len(stripped) :]
     code_follows = bool(follow) and not follow[0].isspace() and follow[0] not in _CLOSING_CHARS
     in_string = doc.scan(text).state.string is not None
-    if _LINE_BREAK.search(tail) or not (code_follows or in_string):
+    if LINE_BREAK.search(tail) or not (code_follows or in_string):
         text = stripped
 
     # 6. Empty or no change.
@@ -273,13 +266,12 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
         doc.run_closes is None
         and not ctx.line_prefix.strip()
         and follow.strip()
-        and not _LINE_BREAK.search(text)
+        and not LINE_BREAK.search(text)
     ):
         if text.strip() == follow.strip():
             return None  # the model wrote the line that is already there
-        newline = _LINE_BREAK.search(ctx.prefix + ctx.suffix)
         return Fitted(
-            text=text.rstrip() + (newline.group() if newline else "\n") + ctx.line_prefix,
+            text=text.rstrip() + newline_of(ctx.prefix + ctx.suffix) + ctx.line_prefix,
             replace_chars=0,
         )
     if doc.run_closes is None:
@@ -310,7 +302,7 @@ def block_ended(generated: str, ctx: CursorContext) -> bool:
 
     A trailing lone `\\r` does not complete a line yet: the `\\n` of a `\\r\\n` may follow.
     """
-    lines = _split_lines(generated)
+    lines = lines_and_endings(generated)
     complete = [content for content, ending in lines if ending]
     if generated.endswith("\r") and complete:
         complete.pop()
@@ -319,25 +311,6 @@ def block_ended(generated: str, ctx: CursorContext) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # Lines and indentation
-
-
-def _split_lines(text: str) -> list[tuple[str, str]]:
-    """(content, line ending) pairs; the last pair's ending is empty."""
-    lines: list[tuple[str, str]] = []
-    start = 0
-    for match in _LINE_BREAK.finditer(text):
-        lines.append((text[start : match.start()], match.group()))
-        start = match.end()
-    lines.append((text[start:], ""))
-    return lines
-
-
-def _iter_lines(text: str) -> Iterator[str]:
-    start = 0
-    for match in _LINE_BREAK.finditer(text):
-        yield text[start : match.start()]
-        start = match.end()
-    yield text[start:]
 
 
 def _join_lines(lines: Sequence[tuple[str, str]]) -> str:
@@ -352,23 +325,6 @@ def _join_lines(lines: Sequence[tuple[str, str]]) -> str:
     return "".join(parts)
 
 
-def _leading_ws(line: str) -> str:
-    return line[: len(line) - len(line.lstrip(" \t"))]
-
-
-def indent_width(line: str) -> int:
-    """Display width of a line's indentation (tabs at every TAB_WIDTH columns)."""
-    return _width(_leading_ws(line))
-
-
-def _width(indent: str) -> int:
-    """Display width of leading whitespace; tabs advance to the next multiple of TAB_WIDTH."""
-    column = 0
-    for char in indent:
-        column = (column // TAB_WIDTH + 1) * TAB_WIDTH if char == "\t" else column + 1
-    return column
-
-
 def _is_word_char(char: str) -> bool:
     return char == "_" or char.isalnum() or unicodedata.category(char).startswith("M")
 
@@ -377,13 +333,10 @@ def _is_closing_text(text: str) -> bool:
     return all(char in _CLOSING_CHARS or char.isspace() for char in text)
 
 
-def _opens_block(line: str, ctx: CursorContext) -> bool:
-    """Does this line of `ctx`'s document (comments aside) end by opening a block?"""
-    code = _code_part(line, slash_comments=_slash_comments(ctx.prefix)).rstrip()
-    if code.endswith(_BLOCK_OPENER_ENDINGS):
-        return True
-    word = _LAST_WORD.search(code)
-    return word is not None and word.group(1) in _BLOCK_OPENER_WORDS
+def line_opens_block(line: str, document: str) -> bool:
+    """Does this line of `document` end by opening a block (`engine.text.opens_block`), its
+    trailing comment aside? The document decides what starts a comment (`_slash_comments`)."""
+    return opens_block(_code_part(line, slash_comments=_slash_comments(document)))
 
 
 def _opened_block_indent(ctx: CursorContext) -> int | None:
@@ -391,10 +344,10 @@ def _opened_block_indent(ctx: CursorContext) -> int | None:
     blank right after one; None otherwise."""
     line_prefix = ctx.line_prefix
     if line_prefix.strip():
-        return _width(_leading_ws(line_prefix)) if _opens_block(line_prefix, ctx) else None
+        return indent_width(line_prefix) if line_opens_block(line_prefix, ctx.prefix) else None
     previous = ctx.previous_nonblank_line
-    if previous is not None and _opens_block(previous, ctx):
-        return _width(_leading_ws(previous))
+    if previous is not None and line_opens_block(previous, ctx.prefix):
+        return indent_width(previous)
     return None
 
 
@@ -420,9 +373,7 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
         if following is None or not stripped or stripped != following.strip():
             return False
         # A `}` at another depth closes another block: only the same depth repeats it.
-        return not _is_closer_line(stripped) or _width(_leading_ws(line)) == _width(
-            _leading_ws(following)
-        )
+        return not _is_closer_line(stripped) or indent_width(line) == indent_width(following)
 
     line_prefix = ctx.line_prefix
     first = line_prefix + lines[0]
@@ -431,10 +382,10 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
 
     opener = _opened_block_indent(ctx)
     if line_prefix.strip():
-        block = _width(_leading_ws(line_prefix))
+        block = indent_width(line_prefix)
     else:
         # A blank cursor line: the block is as deep as the first line the model wrote there.
-        block = _width(_leading_ws(first)) if first.strip() else _width(line_prefix)
+        block = indent_width(first) if first.strip() else indent_width(line_prefix)
 
     previous = first.rstrip()
     block_closed = False
@@ -445,7 +396,7 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
             continue
         if block_closed or repeats_following(line):
             return index
-        width = _width(_leading_ws(line))
+        width = indent_width(line)
         if (width <= opener) if opener is not None else (width < block):
             if not _is_closer_line(stripped):
                 return index
@@ -649,7 +600,7 @@ def _feed(
                 if line_start >= 0 and (j == line_start or text[j - 1] in " \t"):
                     before = text[line_start:j]
                     if not before.strip(" \t"):
-                        leading = _width(before)
+                        leading = indent_width(before)
                 depth = _opener_depth(sc.stack, want, leading)
                 if depth is None:
                     continue
@@ -662,7 +613,7 @@ def _feed(
 
 def _indent_width_at(text: str, line_start: int) -> int:
     match = _INDENT.match(text, line_start)
-    return _width(match.group()) if match is not None else 0
+    return indent_width(match.group()) if match is not None else 0
 
 
 def _opener_depth(stack: Sequence[_Open], want: str, indent: int | None) -> int | None:
@@ -740,8 +691,7 @@ def _surroundings(prefix: str, suffix: str) -> _Surroundings:
     """Cached: every choice of a request, and every streamed line, asks about the same
     document, and a long prefix is the one costly scan here."""
     state = _cursor_state(prefix)
-    match = _LINE_BREAK.search(suffix)
-    run = (suffix if match is None else suffix[: match.start()]).rstrip()
+    run = first_line(suffix).rstrip()
     run_closes = _closing_run(run, state)
     after_state = state.copy()
     if run_closes is not None:

@@ -54,6 +54,15 @@ JS = """function g(a) {
         pytest.param(PY, 10, LineSpan(start=10, end=12), id="on the class line"),
         pytest.param(JS, 2, LineSpan(start=0, end=5), id="braces: up to the closing brace"),
         pytest.param(JS, 5, LineSpan(start=0, end=5), id="on the closing brace"),
+        pytest.param(
+            "x = 0\nif x:  # why\n    y = 1\nz = 2\n",
+            2,
+            LineSpan(start=1, end=2),
+            id="a header's trailing comment does not hide it",
+        ),
+        pytest.param(
+            "xs = [\n    1,\n    2,\n]\n", 1, LineSpan(start=0, end=3), id="a list literal"
+        ),
         pytest.param("", 0, None, id="empty document"),
         pytest.param(PY, 99, None, id="line past the end"),
     ],
