@@ -2,7 +2,7 @@
 handed, and nothing of any one feature.
 
 `server.py` builds an `InfillServer` and registers the features on it; the feature modules
-(`inline`, `code_actions`) take an `InfillServer` and import it from here, so no module
+(`inline`, `action_handlers`) take an `InfillServer` and import it from here, so no module
 imports the one that registers it.
 """
 

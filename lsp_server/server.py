@@ -2,7 +2,7 @@
 plain functions (STYLE 1).
 
 Each handler takes what it needs out of the protocol objects, freezes a document snapshot
-before its first `await`, calls into `inline`, `code_actions`, `host` or `settings`, and wraps
+before its first `await`, calls into `inline`, `action_handlers`, `host` or `settings`, and wraps
 the answer in lsprotocol types. Model work runs on the engine's worker thread, never in pygls's
 pool. The server object itself, its protocol and its log handler live in `protocol.py`.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from lsp_server import code_actions
+from lsp_server import action_handlers
 from lsp_server.commands import (
     EXPLAIN_COMMAND,
     REWRITE_COMMAND,
@@ -127,24 +127,24 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(
-            code_action_kinds=list(code_actions.ACTION_KINDS), resolve_provider=True
+            code_action_kinds=list(action_handlers.ACTION_KINDS), resolve_provider=True
         ),
     )
     def code_action(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return code_actions.list_actions(ls, params)
+        return action_handlers.list_actions(ls, params)
 
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
-        return await code_actions.resolve_action(ls, action)
+        return await action_handlers.resolve_action(ls, action)
 
     # pygls structures each command's arguments from these annotations (`commands.py`).
     @server.command(EXPLAIN_COMMAND)
     async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
-        return await code_actions.explain(ls, arguments)
+        return await action_handlers.explain(ls, arguments)
 
     @server.command(REWRITE_COMMAND)
     async def rewrite(ls: InfillServer, arguments: RewriteArguments) -> dict[str, Any]:
-        return await code_actions.rewrite(ls, arguments)
+        return await action_handlers.rewrite(ls, arguments)
 
     return server
 

@@ -31,7 +31,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 
-from lsp_server.code_actions import DEFAULT_INSTRUCTION
+from lsp_server.action_logic import DEFAULT_INSTRUCTION
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 

@@ -1,12 +1,14 @@
-"""Code actions' plain parts: what code an action is about, the chat messages that ask about
-it, and turning the model's markdown answer back into code that fits the selection.
+"""Code actions' logic: what code an action is about, the chat messages that ask about it,
+and turning the model's markdown answer back into code that fits the selection.
 
-No model and no protocol here; `server.py` adapts these to LSP.
+No model and no protocol here; `action_handlers` adapts these to LSP.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +33,16 @@ FENCE_NAMES: dict[str, tuple[str, ...]] = {
     "ruby": ("ruby", "rb"),
     "shellscript": ("bash", "sh", "shell", "zsh"),
 }
+
+DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
+#: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
+PRESET_INSTRUCTIONS = (
+    DEFAULT_INSTRUCTION,
+    "Add type hints.",
+    "Add a docstring and comments.",
+    "Make it iterative instead of recursive.",
+    "Make it faster.",
+)
 
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
 
@@ -217,6 +229,46 @@ def extract_code(answer: str, language_id: str = "") -> str:
         if tag in names:
             return code
     return blocks[0][1]
+
+
+class UnusableAnswer(ValueError):
+    """The model's answer holds no code that can replace the selection (the message says why)."""
+
+
+def code_from_answer(
+    answer: str,
+    *,
+    selected: str,
+    language_id: str,
+    indent: str,
+    first_line_indented: bool,
+    newline: str,
+    use_tabs: bool,
+) -> str:
+    """The text that replaces the `selected` code after a Rewrite: the model's `answer` made
+    into code that fits the selection. Raises UnusableAnswer when there is none.
+
+    1. Extract the code from the markdown answer (`extract_code`).
+    2. Validate it: not blank, and for Python, it parses (dedented: a method body is fine).
+    3. Re-indent it to the selection (`reindent`); a selection that held its last line's end
+       keeps one.
+    """
+    code = extract_code(answer, language_id)
+    if not code.strip():
+        raise UnusableAnswer("the model's answer held no code")
+    if language_id == "python":
+        try:
+            ast.parse(textwrap.dedent(code))
+        except SyntaxError as e:
+            raise UnusableAnswer(
+                f"the model's rewrite is not valid Python ({e.msg}, line {e.lineno})"
+            ) from None
+    text = reindent(
+        code, indent, first_line_indented=first_line_indented, newline=newline, use_tabs=use_tabs
+    )
+    if selected.endswith(("\n", "\r")):
+        text += newline
+    return text
 
 
 def reindent(

@@ -1,4 +1,6 @@
-"""Code actions: "Explain", "Rewrite" and "Fix", answered by the chat model (DESIGN §5).
+"""Code actions' handlers: "Explain", "Rewrite" and "Fix", answered by the chat model
+(DESIGN §5). The protocol side: documents, progress, notifications and edits; what the code
+is, what to ask and what to make of the answer is `action_logic`.
 
 - `textDocument/codeAction` lists the actions at once, without the model, for a selection or,
   with an empty selection, the enclosing function or block (`actions.enclosing_block`).
@@ -13,11 +15,9 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import logging
-import textwrap
 import time
 import uuid
 from collections.abc import Mapping
@@ -33,13 +33,15 @@ from pygls.workspace import TextDocument
 
 from engine.text import leading_whitespace, newline_of
 from engine.types import CHAT_SAMPLING, GenerationRequest, Role
-from lsp_server.actions import (
+from lsp_server.action_logic import (
+    DEFAULT_INSTRUCTION,
+    PRESET_INSTRUCTIONS,
+    UnusableAnswer,
+    code_from_answer,
     document_uses_tabs,
     enclosing_block,
     explain_messages,
-    extract_code,
     fix_instruction,
-    reindent,
     rewrite_messages,
 )
 from lsp_server.commands import (
@@ -59,15 +61,6 @@ EXPLAIN_CHUNK = "infill/explainChunk"
 EXPLAIN_KIND = "refactor.explain"
 #: The kinds of action `list_actions` offers (the server advertises them).
 ACTION_KINDS = (EXPLAIN_KIND, types.CodeActionKind.RefactorRewrite, types.CodeActionKind.QuickFix)
-DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
-#: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
-PRESET_INSTRUCTIONS = (
-    DEFAULT_INSTRUCTION,
-    "Add type hints.",
-    "Add a docstring and comments.",
-    "Make it iterative instead of recursive.",
-    "Make it faster.",
-)
 #: Code actions' answers: the seed `000` chat defaults, with a fixed seed so that the same
 #: request gives the same answer.
 ACTION_SAMPLING = replace(CHAT_SAMPLING, seed=0)
@@ -340,27 +333,18 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
         return RewriteOutcome(
             None, "the document changed while the rewrite was being written: nothing was changed"
         )
-    code = extract_code(answer.text, target.language_id)
-    if not code.strip():
-        return RewriteOutcome(None, "the model's answer held no code: nothing was changed")
-    if target.language_id == "python":
-        try:
-            ast.parse(textwrap.dedent(code))
-        except SyntaxError as e:
-            return RewriteOutcome(
-                None,
-                f"the model's rewrite is not valid Python ({e.msg}, line {e.lineno}): "
-                "nothing was changed",
-            )
-    new_text = reindent(
-        code,
-        target.indent,
-        first_line_indented=target.first_line_indented,
-        newline=target.newline,
-        use_tabs=target.use_tabs,
-    )
-    if target.code.endswith(("\n", "\r")):
-        new_text += target.newline  # the selection held its last line's end: keep one
+    try:
+        new_text = code_from_answer(
+            answer.text,
+            selected=target.code,
+            language_id=target.language_id,
+            indent=target.indent,
+            first_line_indented=target.first_line_indented,
+            newline=target.newline,
+            use_tabs=target.use_tabs,
+        )
+    except UnusableAnswer as e:
+        return RewriteOutcome(None, f"{e}: nothing was changed")
     edit = types.WorkspaceEdit(
         document_changes=[
             types.TextDocumentEdit(
