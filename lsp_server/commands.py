@@ -54,9 +54,14 @@ _T = TypeVar("_T")
 
 def fold_positional(command: str, arguments: Sequence[Any] | None) -> Sequence[Any] | None:
     """`[uri, range, instruction?]` as the one object `[{uri, range, instruction?}]` that the
-    command's handler takes; other shapes (and other commands) are left as they are."""
+    command's handler takes (no arguments: an empty object, which pygls then refuses, naming
+    what is missing); other shapes (and other commands) are left as they are."""
     cls = COMMAND_ARGUMENTS.get(command)
-    if cls is None or not arguments or isinstance(arguments[0], dict):
+    if cls is None:
+        return arguments
+    if not arguments:
+        return [{}]
+    if isinstance(arguments[0], dict):
         return arguments
     names = [field.name for field in dataclasses.fields(cls)]
     if len(arguments) > len(names):

@@ -35,6 +35,8 @@ STATUS_REQUEST = "infill/status"
 
 
 def build_server(*, model: str | None = None, chat_model: str | None = None) -> InfillServer:
+    """The server with every feature registered: a handler per request, notification and
+    command, each a few lines over the feature modules."""
     server = InfillServer(Settings(model=model, chat_model=chat_model))
 
     @server.feature(types.INITIALIZE)

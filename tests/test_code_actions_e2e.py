@@ -558,6 +558,11 @@ BAD_REQUESTS: dict[str, tuple[str, Callable[[str], Any]]] = {
         EXECUTE,
         lambda uri: _command("infill.explain", uri, cursor(10, 3)),
     ),
+    "explain, no arguments": (EXECUTE, lambda uri: {"command": "infill.explain"}),
+    "rewrite, an empty argument list": (
+        EXECUTE,
+        lambda uri: {"command": "infill.rewrite", "arguments": []},
+    ),
     "explain, arguments in order, unknown document": (
         EXECUTE,
         lambda uri: {"command": "infill.explain", "arguments": [NEVER_OPENED, METHOD]},
