@@ -221,10 +221,7 @@ def _document_and_target(
     ls: InfillServer, arguments: ExplainArguments | RewriteArguments
 ) -> tuple[TextDocument, Target]:
     document = ls.open_document(arguments.uri)
-    try:
-        target = find_target(document, arguments.range)
-    except InvalidPosition as e:
-        raise JsonRpcInvalidParams(str(e)) from None
+    target = find_target(document, arguments.range)  # InvalidParams outside the document
     if target is None:
         raise JsonRpcInvalidParams("there is no code in that range")
     return document, target

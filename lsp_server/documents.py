@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument, Workspace
 
 from engine.text import lines_and_endings, split_lines
@@ -59,8 +60,8 @@ def find_document(workspace: Workspace, uri: str) -> TextDocument | None:
     return document
 
 
-class InvalidPosition(ValueError):
-    """A position outside the document."""
+class InvalidPosition(JsonRpcInvalidParams, ValueError):
+    """A position outside the document: raised in a request, its answer is InvalidParams."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

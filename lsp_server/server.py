@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
 
 from lsp_server import action_handlers
 from lsp_server.commands import (
@@ -23,7 +22,7 @@ from lsp_server.commands import (
     ExplainArguments,
     RewriteArguments,
 )
-from lsp_server.documents import InvalidPosition, snapshot, use_lsp_lines
+from lsp_server.documents import snapshot, use_lsp_lines
 from lsp_server.host import ModelUnavailableError
 from lsp_server.inline import complete_latest
 from lsp_server.protocol import InfillServer, request_failed
@@ -71,10 +70,7 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
     ) -> list[types.InlineCompletionItem]:
         # 1. Snapshot before the first await: later edits must not change this request.
         document = ls.open_document(params.text_document.uri)
-        try:
-            snap = snapshot(document, params.position)
-        except InvalidPosition as e:
-            raise JsonRpcInvalidParams(str(e)) from None
+        snap = snapshot(document, params.position)  # InvalidParams outside the document
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         settings = ls.settings
 

@@ -17,9 +17,6 @@ from lsp_server.postprocess.context import (
 from lsp_server.postprocess.lexer import OPENER_OF
 from lsp_server.postprocess.mode import CompletionMode
 
-#: The characters of a line that only closes brackets (`}`, `});`, `],`).
-_CLOSER_LINE_CHARS = frozenset(")]};,")
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fitted:
@@ -176,6 +173,10 @@ def _opened_block_indent(ctx: CursorContext) -> int | None:
     if previous is not None and line_opens_block(previous, ctx.prefix):
         return indent_width(previous)
     return None
+
+
+#: The characters of a line that only closes brackets (`}`, `});`, `],`).
+_CLOSER_LINE_CHARS = frozenset(")]};,")
 
 
 def _is_closer_line(stripped: str) -> bool:
