@@ -15,12 +15,12 @@ import datetime
 import enum
 import functools
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ChatTemplateError
+from engine.text import split_lines
 
 if TYPE_CHECKING:
     from engine.backend import Backend
@@ -165,15 +165,6 @@ def fim_stop_token_ids(
     """Ids of the family's fill-ending tokens that this tokenizer has."""
     ids = (special_token_id(token) for token in template.stop_tokens)
     return tuple(dict.fromkeys(i for i in ids if i is not None))
-
-
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their endings, split where LSP splits them: only at \n, \r\n and \r
-    (`str.splitlines` also splits at form feeds and Unicode separators)."""
-    return _LINE.findall(text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from engine.prompts import split_lines
+from engine.text import split_lines
 from lsp_server.client import InfillClient, insert_text_of
 
 #: Languages the demo and users are likely to point at; others go as plain text.

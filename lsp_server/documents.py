@@ -12,18 +12,16 @@ default, UTF-8 for Neovim). Two corrections to its document:
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument, Workspace
 
-from engine.prompts import split_lines
-
-_ENDING = re.compile(r"(?:\r\n|\r|\n)$")
+from engine.text import lines_and_endings, split_lines
 
 
 class LspTextDocument(TextDocument):
@@ -62,8 +60,8 @@ def find_document(workspace: Workspace, uri: str) -> TextDocument | None:
     return document
 
 
-class InvalidPosition(ValueError):
-    """A position outside the document."""
+class InvalidPosition(JsonRpcInvalidParams, ValueError):
+    """A position outside the document: raised in a request, its answer is InvalidParams."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,14 +88,12 @@ class DocumentSnapshot:
 def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapshot:
     """Freeze `document` with the cursor at `position` (client units). Raises InvalidPosition."""
     text = document.source
-    lines = list(document.lines)
-    if lines == [] or _ENDING.search(lines[-1]):
-        lines.append("")  # the empty line after a final line break can hold the cursor
+    lines = lines_and_endings(text)  # the empty line after a final break can hold the cursor
     if not 0 <= position.line < len(lines):
         raise InvalidPosition(
             f"line {position.line} is past the end of the document ({len(lines)} lines)"
         )
-    content = _ENDING.sub("", lines[position.line])
+    content = lines[position.line][0]
     codec = document.position_codec
     width = codec.client_num_units(content)
     if not 0 <= position.character <= width:
@@ -109,7 +105,8 @@ def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapsh
         [content], types.Position(line=0, character=position.character)
     )
     character = server.character
-    offset = sum(len(line) for line in lines[: position.line]) + character
+    offset = sum(len(content) + len(ending) for content, ending in lines[: position.line])
+    offset += character
     return DocumentSnapshot(
         uri=document.uri,
         version=document.version,

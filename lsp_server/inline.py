@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from engine.prompts import build_fim_prompt, context_window
+from engine.text import line_start
 from engine.types import (
     FinishReason,
     GenerationRequest,
@@ -85,10 +86,10 @@ def _heal(prefix: str) -> tuple[str, str]:
     unusual place, and the continuation suffers; without the spaces the model writes the
     indentation itself, and `_unheal` takes back what the user already typed.
     """
-    line_start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
-    tail = prefix[line_start:]
+    start = line_start(prefix)
+    tail = prefix[start:]
     if tail and not tail.strip(" \t"):
-        return prefix[:line_start], tail
+        return prefix[:start], tail
     return prefix, ""
 
 
@@ -212,8 +213,8 @@ async def _generate(
 def _complete_lines(text: str) -> str:
     """A multi-line text cut off by the token limit, without its unfinished last line (it
     would end mid-expression); a single unfinished line is all there is, and stays."""
-    cut = max(text.rfind("\n"), text.rfind("\r"))
-    return text[: cut + 1] if cut > 0 else text
+    start = line_start(text)
+    return text[:start] if start > 1 else text
 
 
 class TypeAheadCache:

@@ -8,14 +8,11 @@ protocol instead of parsing log lines. One engine that serves both roles is repo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.engine import Engine
 from engine.types import Role
 from engine.worker import JobStats
-
-if TYPE_CHECKING:
-    from lsp_server.server import InfillServer
 
 STATS_REQUEST = "infill/stats"
 
@@ -57,11 +54,3 @@ def stats_report(engines: Mapping[Role, Engine]) -> dict[str, Any]:
         by_engine[id(engine)] = entry
         report.append(entry)
     return {"engines": report}
-
-
-def register_stats(server: InfillServer) -> None:
-    """The `infill/stats` request: no params, answered from the host's loaded engines."""
-
-    @server.feature(STATS_REQUEST)
-    def stats(ls: InfillServer, params: Any) -> dict[str, Any]:
-        return stats_report(ls.host.loaded_engines())

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
-from lsp_server.actions import (
+from lsp_server.action_logic import (
     LineSpan,
+    UnusableAnswer,
+    code_from_answer,
     document_uses_tabs,
     enclosing_block,
     explain_messages,
@@ -54,6 +57,15 @@ JS = """function g(a) {
         pytest.param(PY, 10, LineSpan(start=10, end=12), id="on the class line"),
         pytest.param(JS, 2, LineSpan(start=0, end=5), id="braces: up to the closing brace"),
         pytest.param(JS, 5, LineSpan(start=0, end=5), id="on the closing brace"),
+        pytest.param(
+            "x = 0\nif x:  # why\n    y = 1\nz = 2\n",
+            2,
+            LineSpan(start=1, end=2),
+            id="a header's trailing comment does not hide it",
+        ),
+        pytest.param(
+            "xs = [\n    1,\n    2,\n]\n", 1, LineSpan(start=0, end=3), id="a list literal"
+        ),
         pytest.param("", 0, None, id="empty document"),
         pytest.param(PY, 99, None, id="line past the end"),
     ],
@@ -172,6 +184,61 @@ def test_a_reindented_method_parses_in_its_class() -> None:
     answer = "```python\ndef area(self) -> float:\n    return self.w * self.h\n```"
     body = reindent(extract_code(answer, "python"), "    ", first_line_indented=True)
     ast.parse("class R:\n" + body + "\n")
+
+
+#: How the selection sits: a method body in a CRLF document, its last line's end selected.
+IN_METHOD = {
+    "indent": "    ",
+    "first_line_indented": True,
+    "newline": "\r\n",
+    "use_tabs": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "selected", "language", "text"),
+    [
+        pytest.param(
+            "Sure:\n```python\nif x:\n    y = 1\n```\nDone.",
+            "    if x: y = 1\r\n",
+            "python",
+            "    if x:\r\n        y = 1\r\n",
+            id="fenced code, re-indented, the selected line end kept",
+        ),
+        pytest.param(
+            "```python\nreturn 2\n```",
+            "    return 1",
+            "python",
+            "    return 2",
+            id="a method's line",
+        ),
+        pytest.param("x <- 1", "    x = 1", "r", "    x <- 1", id="no fence: the whole answer"),
+    ],
+)
+def test_code_from_answer_fits_the_selection(
+    answer: str, selected: str, language: str, text: str
+) -> None:
+    assert code_from_answer(answer, selected=selected, language_id=language, **IN_METHOD) == text
+
+
+@pytest.mark.parametrize(
+    ("answer", "language", "reason"),
+    [
+        pytest.param("```python\n\n```", "python", "held no code", id="an empty fence"),
+        pytest.param("\n \n", "", "held no code", id="a blank answer"),
+        pytest.param(
+            "```python\ndef f(:\n```",
+            "python",
+            "not valid Python (",
+            id="python that does not parse",
+        ),
+    ],
+)
+def test_code_from_answer_refuses_an_unusable_answer(
+    answer: str, language: str, reason: str
+) -> None:
+    with pytest.raises(UnusableAnswer, match=re.escape(reason)):
+        code_from_answer(answer, selected="    x = 1", language_id=language, **IN_METHOD)
 
 
 def test_tabs_are_detected_from_the_document() -> None:

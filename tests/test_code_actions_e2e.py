@@ -31,7 +31,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 
-from lsp_server.code_actions import DEFAULT_INSTRUCTION
+from lsp_server.action_logic import DEFAULT_INSTRUCTION
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -391,10 +391,11 @@ async def test_cancelling_the_progress_stops_explain_with_the_text_so_far(
     assert finish == "cancelled"
     assert generated < CHAT_MAX_TOKENS
 
-    # The next explain runs to its end.
+    # The next explain runs to its end (its arguments in order: the other shape commands take).
     since_chunks = len(editor.chunks)
     since_logs = len(editor.client.log_messages)
-    result = await answer(editor.execute("infill.explain", uri=uri, range=MERGE_RANGE))
+    in_order = {"command": "infill.explain", "arguments": [uri, MERGE_RANGE]}
+    result = await answer(_as_json(editor.session.send_raw(EXECUTE, in_order)))
     chunks = editor.chunks[since_chunks:]
     assert chunks[-1]["done"] is True
     assert result.strip()
@@ -557,6 +558,27 @@ BAD_REQUESTS: dict[str, tuple[str, Callable[[str], Any]]] = {
         EXECUTE,
         lambda uri: _command("infill.explain", uri, cursor(10, 3)),
     ),
+    "explain, no arguments": (EXECUTE, lambda uri: {"command": "infill.explain"}),
+    "rewrite, an empty argument list": (
+        EXECUTE,
+        lambda uri: {"command": "infill.rewrite", "arguments": []},
+    ),
+    "explain, arguments in order, unknown document": (
+        EXECUTE,
+        lambda uri: {"command": "infill.explain", "arguments": [NEVER_OPENED, METHOD]},
+    ),
+    "explain, arguments in order, no range": (
+        EXECUTE,
+        lambda uri: {"command": "infill.explain", "arguments": [uri]},
+    ),
+    "explain, a range that is not one": (
+        EXECUTE,
+        lambda uri: _command("infill.explain", uri, {"start": {"line": 1}}),
+    ),
+    "explain, too many arguments": (
+        EXECUTE,
+        lambda uri: {"command": "infill.explain", "arguments": [uri, METHOD, "more"]},
+    ),
     "rewrite, unknown document": (
         EXECUTE,
         lambda uri: _command("infill.rewrite", NEVER_OPENED, METHOD, instruction="Add type hints."),
@@ -564,6 +586,13 @@ BAD_REQUESTS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "rewrite, range past the end of the document": (
         EXECUTE,
         lambda uri: _command("infill.rewrite", uri, cursor(40, 0), instruction="Add type hints."),
+    ),
+    "rewrite, arguments in order, range past the end of the document": (
+        EXECUTE,
+        lambda uri: {
+            "command": "infill.rewrite",
+            "arguments": [uri, cursor(40, 0), "Add type hints."],
+        },
     ),
     "resolve, unknown document": (
         RESOLVE,

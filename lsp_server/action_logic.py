@@ -1,18 +1,20 @@
-"""Code actions' plain parts: what code an action is about, the chat messages that ask about
-it, and turning the model's markdown answer back into code that fits the selection.
+"""Code actions' logic: what code an action is about, the chat messages that ask about it,
+and turning the model's markdown answer back into code that fits the selection.
 
-No model and no protocol here; `server.py` adapts these to LSP.
+No model and no protocol here; `action_handlers` adapts these to LSP.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.prompts import split_lines
+from engine.text import LINE_BREAK, TAB_WIDTH, indent_width, split_lines, strip_ending
 from engine.types import ChatMessage
-from lsp_server.postprocess import indent_width
+from lsp_server.postprocess import line_opens_block
 
 #: Editors' language ids to the names people write on markdown fences.
 FENCE_NAMES: dict[str, tuple[str, ...]] = {
@@ -32,8 +34,17 @@ FENCE_NAMES: dict[str, tuple[str, ...]] = {
     "shellscript": ("bash", "sh", "shell", "zsh"),
 }
 
+DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
+#: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
+PRESET_INSTRUCTIONS = (
+    DEFAULT_INSTRUCTION,
+    "Add type hints.",
+    "Add a docstring and comments.",
+    "Make it iterative instead of recursive.",
+    "Make it faster.",
+)
+
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
-_ENDING = re.compile(r"\r\n|\r|\n")
 
 
 # --- what the action is about ---------------------------------------------------------------
@@ -47,12 +58,8 @@ class LineSpan:
     end: int
 
 
-def _content(line: str) -> str:
-    return line.rstrip("\r\n")
-
-
 def _is_blank(line: str) -> bool:
-    return not _content(line).strip()
+    return not strip_ending(line).strip()
 
 
 _FUNCTION = re.compile(
@@ -62,16 +69,12 @@ _FUNCTION = re.compile(
 )
 
 
-def _opens_block(line: str) -> bool:
-    code = _content(line).rstrip()
-    return code.endswith((":", "{", "=>", " do", " then")) or code.endswith("(")
-
-
 def enclosing_block(text: str, line: int) -> LineSpan | None:
     """The function (else the innermost block) around `line`, found by indentation.
 
     Going up from the cursor line, every line less indented than everything below it so far
-    is a block header if it opens a block (ends with `:`, `{`, `=>`, ...). The nearest header
+    is a block header if it opens a block (`engine.text.opens_block`: ends with `:`, `{`,
+    `(`, `[`, `=>`, `->`, or `do`, `then`, ..., a trailing comment aside). The nearest header
     that starts a function or class (`def`, `function`, `fn`, `func`, a C-like signature) is
     taken, else the nearest header. The block runs down while lines are more indented than
     its header (blank lines included), plus a closing line at the header's indentation that
@@ -91,14 +94,14 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
         if anchor < 0:
             return None
     # A decorator belongs to the definition below it.
-    while anchor + 1 < len(lines) and _content(lines[anchor]).lstrip().startswith("@"):
+    while anchor + 1 < len(lines) and strip_ending(lines[anchor]).lstrip().startswith("@"):
         anchor += 1
     level = indent_width(lines[anchor])
-    if _content(lines[anchor]).lstrip().startswith(("}", ")", "]", "end")):
+    if strip_ending(lines[anchor]).lstrip().startswith(("}", ")", "]", "end")):
         level += 1  # a closing line belongs to the block it closes
     # The cursor may be on a header itself: then its own block is meant.
     headers: list[int] = []
-    if _opens_block(lines[anchor]) and _next_is_deeper(lines, anchor):
+    if line_opens_block(strip_ending(lines[anchor]), text) and _next_is_deeper(lines, anchor):
         headers.append(anchor)
     for i in range(anchor - 1, -1, -1):
         if _is_blank(lines[i]):
@@ -106,7 +109,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
         width = indent_width(lines[i])
         if width < level:
             level = width
-            if _opens_block(lines[i]):
+            if line_opens_block(strip_ending(lines[i]), text):
                 headers.append(i)
         if width == 0 and headers:
             break
@@ -114,7 +117,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
         return None
     header = next((h for h in headers if _FUNCTION.match(lines[h])), headers[0])
     start = header
-    while start > 0 and _content(lines[start - 1]).lstrip().startswith("@"):
+    while start > 0 and strip_ending(lines[start - 1]).lstrip().startswith("@"):
         start -= 1
     return LineSpan(start=start, end=_block_end(lines, header))
 
@@ -136,7 +139,7 @@ def _block_end(lines: Sequence[str], header: int) -> int:
         if indent_width(lines[i]) > width:
             end = i
             continue
-        stripped = _content(lines[i]).strip()
+        stripped = strip_ending(lines[i]).strip()
         if stripped.startswith(("}", ")", "]", "end")):
             end = i
         break
@@ -205,7 +208,7 @@ def extract_code(answer: str, language_id: str = "") -> str:
     lines = split_lines(answer)
     i = 0
     while i < len(lines):
-        opening = _FENCE.match(_content(lines[i]))
+        opening = _FENCE.match(strip_ending(lines[i]))
         if opening is None:
             i += 1
             continue
@@ -213,12 +216,12 @@ def extract_code(answer: str, language_id: str = "") -> str:
         body: list[str] = []
         i += 1
         while i < len(lines):
-            stripped = _content(lines[i]).strip()
+            stripped = strip_ending(lines[i]).strip()
             if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
                 break
             body.append(lines[i])
             i += 1
-        blocks.append((tag, _ENDING.sub("\n", "".join(body)).rstrip("\n")))
+        blocks.append((tag, LINE_BREAK.sub("\n", "".join(body)).rstrip("\n")))
         i += 1
     if not blocks:
         return answer.strip("\n")
@@ -226,6 +229,46 @@ def extract_code(answer: str, language_id: str = "") -> str:
         if tag in names:
             return code
     return blocks[0][1]
+
+
+class UnusableAnswer(ValueError):
+    """The model's answer holds no code that can replace the selection (the message says why)."""
+
+
+def code_from_answer(
+    answer: str,
+    *,
+    selected: str,
+    language_id: str,
+    indent: str,
+    first_line_indented: bool,
+    newline: str,
+    use_tabs: bool,
+) -> str:
+    """The text that replaces the `selected` code after a Rewrite: the model's `answer` made
+    into code that fits the selection. Raises UnusableAnswer when there is none.
+
+    1. Extract the code from the markdown answer (`extract_code`).
+    2. Validate it: not blank, and for Python, it parses (dedented: a method body is fine).
+    3. Re-indent it to the selection (`reindent`); a selection that held its last line's end
+       keeps one.
+    """
+    code = extract_code(answer, language_id)
+    if not code.strip():
+        raise UnusableAnswer("the model's answer held no code")
+    if language_id == "python":
+        try:
+            ast.parse(textwrap.dedent(code))
+        except SyntaxError as e:
+            raise UnusableAnswer(
+                f"the model's rewrite is not valid Python ({e.msg}, line {e.lineno})"
+            ) from None
+    text = reindent(
+        code, indent, first_line_indented=first_line_indented, newline=newline, use_tabs=use_tabs
+    )
+    if selected.endswith(("\n", "\r")):
+        text += newline
+    return text
 
 
 def reindent(
@@ -245,7 +288,7 @@ def reindent(
     around the code are dropped, and lines end with the document's `newline`.
     """
     tabs = "\t" in indent if use_tabs is None else use_tabs
-    lines = [_content(line) for line in split_lines(code)]
+    lines = [strip_ending(line) for line in split_lines(code)]
     while lines and not lines[-1].strip():
         lines.pop()
     while lines and not lines[0].strip():
@@ -259,7 +302,11 @@ def reindent(
             out.append("")
             continue
         relative = indent_width(line) - common
-        lead = "\t" * (relative // 4) + " " * (relative % 4) if tabs else " " * relative
+        lead = (
+            "\t" * (relative // TAB_WIDTH) + " " * (relative % TAB_WIDTH)
+            if tabs
+            else " " * relative
+        )
         prefix = indent if number > 0 or first_line_indented else ""
         out.append(prefix + lead + line.lstrip(" \t"))
     return newline.join(out)

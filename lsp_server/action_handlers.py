@@ -1,4 +1,6 @@
-"""Code actions: "Explain", "Rewrite" and "Fix", answered by the chat model (DESIGN §5).
+"""Code actions' handlers: "Explain", "Rewrite" and "Fix", answered by the chat model
+(DESIGN §5). The protocol side: documents, progress, notifications and edits; what the code
+is, what to ask and what to make of the answer is `action_logic`.
 
 - `textDocument/codeAction` lists the actions at once, without the model, for a selection or,
   with an empty selection, the enclosing function or block (`actions.enclosing_block`).
@@ -13,55 +15,52 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import logging
-import textwrap
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
-from pygls.lsp.server import LanguageServer
+from pygls.capabilities import get_capability
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
+from engine.text import leading_whitespace, newline_of
 from engine.types import CHAT_SAMPLING, GenerationRequest, Role
-from lsp_server.actions import (
+from lsp_server.action_logic import (
+    DEFAULT_INSTRUCTION,
+    PRESET_INSTRUCTIONS,
+    UnusableAnswer,
+    code_from_answer,
     document_uses_tabs,
     enclosing_block,
     explain_messages,
-    extract_code,
     fix_instruction,
-    reindent,
     rewrite_messages,
+)
+from lsp_server.commands import (
+    EXPLAIN_COMMAND,
+    REWRITE_COMMAND,
+    ExplainArguments,
+    RewriteArguments,
+    structure_arguments,
 )
 from lsp_server.documents import InvalidPosition, find_document, snapshot
 from lsp_server.host import ModelUnavailableError
-
-if TYPE_CHECKING:
-    from lsp_server.server import InfillServer
+from lsp_server.protocol import InfillServer, request_failed
 
 log = logging.getLogger(__name__)
 
-EXPLAIN_COMMAND = "infill.explain"
-REWRITE_COMMAND = "infill.rewrite"
 EXPLAIN_CHUNK = "infill/explainChunk"
 EXPLAIN_KIND = "refactor.explain"
-DEFAULT_INSTRUCTION = "Make it clearer and more idiomatic without changing what it does."
-#: Offered by `infill.rewrite` when no instruction came with it (the first is the default).
-PRESET_INSTRUCTIONS = (
-    DEFAULT_INSTRUCTION,
-    "Add type hints.",
-    "Add a docstring and comments.",
-    "Make it iterative instead of recursive.",
-    "Make it faster.",
-)
+#: The kinds of action `list_actions` offers (the server advertises them).
+ACTION_KINDS = (EXPLAIN_KIND, types.CodeActionKind.RefactorRewrite, types.CodeActionKind.QuickFix)
 #: Code actions' answers: the seed `000` chat defaults, with a fixed seed so that the same
 #: request gives the same answer.
 ACTION_SAMPLING = replace(CHAT_SAMPLING, seed=0)
@@ -83,13 +82,6 @@ class Target:
     first_line_indented: bool  # the range starts at or before that indentation
     newline: str
     use_tabs: bool
-
-
-def _newline(text: str) -> str:
-    for ending in ("\r\n", "\n", "\r"):
-        if ending in text:
-            return ending
-    return "\n"
 
 
 def find_target(document: TextDocument, selection: types.Range) -> Target | None:
@@ -115,7 +107,7 @@ def find_target(document: TextDocument, selection: types.Range) -> Target | None
         start = snapshot(document, rng.start)
         end = snapshot(document, rng.end)
     line_text = lines[start.line] if start.line < len(lines) else ""
-    indent = line_text[: len(line_text) - len(line_text.lstrip(" \t"))]
+    indent = leading_whitespace(line_text)
     if 0 < start.character < len(indent):  # inside the indentation: take the whole line
         rng = types.Range(start=types.Position(line=rng.start.line, character=0), end=rng.end)
         start = snapshot(document, rng.start)
@@ -131,7 +123,7 @@ def find_target(document: TextDocument, selection: types.Range) -> Target | None
         file_name=PurePosixPath(unquote(urlparse(document.uri).path)).name or document.uri,
         indent=indent,
         first_line_indented=start.character == 0,
-        newline=_newline(text),
+        newline=newline_of(text),
         use_tabs=document_uses_tabs(text),
     )
 
@@ -146,21 +138,8 @@ def _range_json(rng: types.Range) -> dict[str, Any]:
     }
 
 
-def parse_range(value: Any) -> types.Range:
-    try:
-        start, end = value["start"], value["end"]
-        return types.Range(
-            start=types.Position(line=int(start["line"]), character=int(start["character"])),
-            end=types.Position(line=int(end["line"]), character=int(end["character"])),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise JsonRpcInvalidParams(f"a range needs start and end line/character: {e}") from None
-
-
 def _resolves_edits(ls: InfillServer) -> bool:
-    text_document = ls.client_capabilities.text_document
-    code_action = text_document.code_action if text_document else None
-    support = code_action.resolve_support if code_action else None
+    support = get_capability(ls.client_capabilities, "text_document.code_action.resolve_support")
     return support is not None and "edit" in support.properties
 
 
@@ -238,26 +217,11 @@ def _rewrite_action(title: str, kind: str, data: dict[str, Any], resolve: bool) 
 # --- explain ----------------------------------------------------------------------------------
 
 
-def command_arguments(args: tuple[Any, ...], names: tuple[str, ...]) -> dict[str, Any]:
-    """Command arguments as one object (`[{uri, range, ...}]`) or in order (`[uri, range]`)."""
-    if len(args) == 1 and isinstance(args[0], Mapping):
-        return dict(args[0])
-    return dict(zip(names, args, strict=False))
-
-
 def _document_and_target(
-    ls: InfillServer, values: Mapping[str, Any]
+    ls: InfillServer, arguments: ExplainArguments | RewriteArguments
 ) -> tuple[TextDocument, Target]:
-    uri = values.get("uri")
-    if not isinstance(uri, str):
-        raise JsonRpcInvalidParams("the command needs a document uri")
-    document = find_document(ls.workspace, uri)
-    if document is None:
-        raise JsonRpcInvalidParams(f"unknown document {uri}: open it first")
-    try:
-        target = find_target(document, parse_range(values.get("range")))
-    except InvalidPosition as e:
-        raise JsonRpcInvalidParams(str(e)) from None
+    document = ls.open_document(arguments.uri)
+    target = find_target(document, arguments.range)  # InvalidParams outside the document
     if target is None:
         raise JsonRpcInvalidParams("there is no code in that range")
     return document, target
@@ -267,12 +231,12 @@ async def _chat_engine(ls: InfillServer) -> Any:
     try:
         return await ls.host.chat()
     except ModelUnavailableError as e:
-        raise JsonRpcException(str(e), code=types.LSPErrorCodes.RequestFailed) from None
+        raise request_failed(str(e)) from None
 
 
-async def explain(ls: InfillServer, *args: Any) -> str:
+async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
     """Stream an explanation of the code; the result is the whole answer (markdown)."""
-    _, target = _document_and_target(ls, command_arguments(args, ("uri", "range")))
+    _, target = _document_and_target(ls, arguments)
     engine = await _chat_engine(ls)
     request = GenerationRequest(
         messages=explain_messages(
@@ -281,8 +245,8 @@ async def explain(ls: InfillServer, *args: Any) -> str:
         role=Role.CHAT,
         sampling=ACTION_SAMPLING,
     )
-    token = f"infill-explain-{uuid.uuid4()}"
-    progress = await _begin_progress(ls, token, "Explain")
+    progress = await ls.begin_progress("explain", "Explain", cancellable=True)
+    token = progress or f"infill-explain-{uuid.uuid4()}"  # chunks name it all the same
     parts: list[str] = []
     reported = [0.0]  # when the progress was last updated: a few times a second is enough
 
@@ -315,27 +279,13 @@ async def explain(ls: InfillServer, *args: Any) -> str:
     finally:
         ls.protocol.notify(EXPLAIN_CHUNK, {"token": token, "text": "", "done": True})
         if progress:
-            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=outcome))
-            ls.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
+            ls.end_progress(progress, outcome)
     return "".join(parts)
 
 
 def _tail(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else "…" + flat[-width:]
-
-
-async def _begin_progress(ls: InfillServer, token: str, title: str) -> bool:
-    window = ls.client_capabilities.window
-    if window is None or not window.work_done_progress:
-        return False
-    try:
-        await ls.work_done_progress.create_async(token)
-    except Exception:  # the client refused the token: stream without progress
-        log.warning("the client refused a progress token", exc_info=True)
-        return False
-    ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title, cancellable=True))
-    return True
 
 
 def _cancel_on_progress_cancel(ls: InfillServer, token: str, work: asyncio.Future[None]) -> None:
@@ -380,27 +330,18 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
         return RewriteOutcome(
             None, "the document changed while the rewrite was being written: nothing was changed"
         )
-    code = extract_code(answer.text, target.language_id)
-    if not code.strip():
-        return RewriteOutcome(None, "the model's answer held no code: nothing was changed")
-    if target.language_id == "python":
-        try:
-            ast.parse(textwrap.dedent(code))
-        except SyntaxError as e:
-            return RewriteOutcome(
-                None,
-                f"the model's rewrite is not valid Python ({e.msg}, line {e.lineno}): "
-                "nothing was changed",
-            )
-    new_text = reindent(
-        code,
-        target.indent,
-        first_line_indented=target.first_line_indented,
-        newline=target.newline,
-        use_tabs=target.use_tabs,
-    )
-    if target.code.endswith(("\n", "\r")):
-        new_text += target.newline  # the selection held its last line's end: keep one
+    try:
+        new_text = code_from_answer(
+            answer.text,
+            selected=target.code,
+            language_id=target.language_id,
+            indent=target.indent,
+            first_line_indented=target.first_line_indented,
+            newline=target.newline,
+            use_tabs=target.use_tabs,
+        )
+    except UnusableAnswer as e:
+        return RewriteOutcome(None, f"{e}: nothing was changed")
     edit = types.WorkspaceEdit(
         document_changes=[
             types.TextDocumentEdit(
@@ -428,8 +369,9 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
             types.MessageType.Info,
         )
         return action
-    _, target = _document_and_target(ls, data)
-    outcome = await compute_rewrite(ls, target, str(data["instruction"] or DEFAULT_INSTRUCTION))
+    arguments = structure_arguments(ls.converter, data, RewriteArguments)
+    _, target = _document_and_target(ls, arguments)
+    outcome = await compute_rewrite(ls, target, arguments.instruction or DEFAULT_INSTRUCTION)
     if outcome.edit is None:
         ls.show_once(f"infill: {outcome.message}", types.MessageType.Warning)
         return action
@@ -437,11 +379,10 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
     return action
 
 
-async def rewrite(ls: InfillServer, *args: Any) -> dict[str, Any]:
+async def rewrite(ls: InfillServer, arguments: RewriteArguments) -> dict[str, Any]:
     """The `infill.rewrite` command: compute the edit and apply it with workspace/applyEdit."""
-    values = command_arguments(args, ("uri", "range", "instruction"))
-    _, target = _document_and_target(ls, values)
-    instruction = values.get("instruction")
+    _, target = _document_and_target(ls, arguments)
+    instruction = arguments.instruction
     if not instruction:
         instruction = await _ask_instruction(ls)
         if instruction is None:
@@ -469,35 +410,3 @@ async def _ask_instruction(ls: InfillServer) -> str | None:
         )
     )
     return choice.title if choice is not None else None
-
-
-def register(server: InfillServer) -> None:
-    """Adapters from the protocol to the functions above."""
-
-    @server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[
-                EXPLAIN_KIND,
-                types.CodeActionKind.RefactorRewrite,
-                types.CodeActionKind.QuickFix,
-            ],
-            resolve_provider=True,
-        ),
-    )
-    def code_action(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return list_actions(ls, params)
-
-    @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: InfillServer, action: types.CodeAction) -> types.CodeAction:
-        return await resolve_action(ls, action)
-
-    # pygls reads a command handler's annotations at run time to convert its arguments, and
-    # InfillServer is only a type-checking import here: annotate with pygls's own class.
-    @server.command(EXPLAIN_COMMAND)
-    async def explain_command(ls: LanguageServer, *args: Any) -> str:
-        return await explain(cast("InfillServer", ls), *args)
-
-    @server.command(REWRITE_COMMAND)
-    async def rewrite_command(ls: LanguageServer, *args: Any) -> dict[str, Any]:
-        return await rewrite(cast("InfillServer", ls), *args)

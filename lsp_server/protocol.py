@@ -1,0 +1,168 @@
+"""The server object, its protocol and its client log handler: what every feature module is
+handed, and nothing of any one feature.
+
+`server.py` builds an `InfillServer` and registers the features on it; the feature modules
+(`inline`, `action_handlers`) take an `InfillServer` and import it from here, so no module
+imports the one that registers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, ClassVar
+
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
+from lsprotocol import types
+from pygls.capabilities import get_capability
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.workspace import TextDocument
+
+from lsp_server.commands import fold_positional, make_converter
+from lsp_server.documents import find_document
+from lsp_server.host import ModelHost
+from lsp_server.inline import LatestWins, TypeAheadCache
+from lsp_server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+try:
+    __version__ = version("infill-lsp")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
+
+#: What `structure_message` returns for a request it has already answered with an error.
+_ANSWERED = object()
+
+
+class InfillProtocol(LanguageServerProtocol):
+    """pygls's protocol, with two changes to how a message is read:
+
+    - a request whose params do not parse still gets its one response (InvalidParams).
+      pygls 2.1 only logs such a request and tells the user "Error in server" out of band:
+      the client would wait for an answer forever;
+    - our commands' positional arguments are folded into the one object their handlers take
+      (`commands.fold_positional`).
+    """
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            message = super().structure_message(data)
+        except JsonRpcException as e:
+            if "id" not in data or "method" not in data:
+                raise  # a notification or a response: nobody waits for an answer
+            cause = e.__cause__
+            detail = (
+                "; ".join(transform_error(cause))
+                if isinstance(cause, ClassValidationError)
+                else str(cause or e)
+            )
+            error = JsonRpcInvalidParams(f"invalid params for {data['method']}: {detail}")
+            self._send_response(data["id"], error=error.to_response_error())
+            return _ANSWERED
+        params = getattr(message, "params", None)
+        if isinstance(params, types.ExecuteCommandParams):
+            params.arguments = fold_positional(params.command, params.arguments)
+        return message
+
+    def handle_message(self, message: Any) -> None:
+        if message is not _ANSWERED:
+            super().handle_message(message)
+
+
+class InfillServer(LanguageServer):
+    """pygls's server with our state (settings, models, live inline requests) and the few
+    protocol steps every feature shares: finding a document, failing a request, progress."""
+
+    def __init__(self, base: Settings) -> None:
+        self.converter = make_converter()
+        super().__init__(
+            "infill-lsp",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=InfillProtocol,
+            converter_factory=lambda: self.converter,
+        )
+        self.base_settings = base  # from the command line; the client's settings go over it
+        self.settings = base
+        self.host = ModelHost()
+        self.inline_slots = LatestWins()
+        self.type_ahead = TypeAheadCache()
+        self.client_log = ClientLogHandler(self)
+
+    def show_once(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def open_document(self, uri: str) -> TextDocument:
+        """The open document for `uri`; InvalidParams (naming the uri) if it is not open."""
+        document = find_document(self.workspace, uri)
+        if document is None:
+            raise JsonRpcInvalidParams(f"unknown document {uri}: open it first")
+        return document
+
+    async def begin_progress(
+        self, name: str, title: str, *, cancellable: bool = False
+    ) -> str | None:
+        """Begin a work-done progress and return its token; None where the client shows no
+        progress or refuses the token (the work then goes on without one)."""
+        if not get_capability(self.client_capabilities, "window.work_done_progress", False):
+            return None
+        token = f"infill-{name}-{uuid.uuid4()}"
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception:  # the client refused the token
+            log.warning("the client refused a progress token", exc_info=True)
+            return None
+        self.work_done_progress.begin(
+            token, types.WorkDoneProgressBegin(title=title, cancellable=cancellable or None)
+        )
+        return token
+
+    def end_progress(self, token: str, message: str) -> None:
+        self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+        self.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
+
+
+def request_failed(message: str) -> JsonRpcException:
+    """The error of a request that was understood but could not be done (no model)."""
+    return JsonRpcException(message, code=types.LSPErrorCodes.RequestFailed)
+
+
+class ClientLogHandler(logging.Handler):
+    """Sends log records (INFO and above) to the client as `window/logMessage`.
+
+    Records may come from any thread (the engine's worker logs too): they are handed to the
+    server's event loop, which owns the connection.
+    """
+
+    _TYPES: ClassVar[dict[int, types.MessageType]] = {
+        logging.ERROR: types.MessageType.Error,
+        logging.WARNING: types.MessageType.Warning,
+        logging.INFO: types.MessageType.Info,
+    }
+
+    def __init__(self, server: LanguageServer) -> None:
+        super().__init__(level=logging.INFO)
+        self._server = server
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def emit(self, record: logging.LogRecord) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        kind = next((t for level, t in self._TYPES.items() if record.levelno >= level), None)
+        if kind is None:
+            return
+        params = types.LogMessageParams(type=kind, message=self.format(record))
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._server.window_log_message, params)
