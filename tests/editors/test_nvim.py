@@ -72,21 +72,43 @@ def byte_col(text: str, chars: int) -> int:
 
 def start_insert_at(nv: Session, row: int, col: int) -> None:
     """Insert mode with the cursor before byte `col` of 1-based `row` (like `i` there)."""
-    nv.lua("require('infill.ghost').last_error = nil")
+    nv.lua("local g = require('infill.ghost'); g.last_error, g.last_answer, g.trace = nil, nil, {}")
     nv.nvim.current.window.cursor = (row, col)
     nv.nvim.input("i")
     poll(lambda: nv.mode() == "i", what="insert mode", timeout=10)
 
 
+NOTHING_NOW = """
+local g = require('infill.ghost')
+local a = g.last_answer
+if not a or a.count > 0 or g.busy(0) or a.bufnr ~= vim.api.nvim_get_current_buf() then
+  return false
+end
+local pos = vim.api.nvim_win_get_cursor(0)
+return a.tick == vim.b.changedtick and a.row == pos[1] - 1 and a.col == pos[2]
+"""
+
+
+def trace(nv: Session) -> str:
+    """What the plugin's requests did since start_insert_at (the ghost module's trace)."""
+    lines = nv.lua("return require('infill.ghost').trace or {}")
+    return "trace:\n  " + "\n  ".join(lines[-40:])
+
+
 def wait_suggestion(nv: Session, what: str) -> dict[str, Any]:
-    """Waits for a suggestion to show; a request that fails ends the wait at once."""
+    """Waits for a suggestion to show. A request that fails, or the server's answer of no
+    suggestion at all for the cursor of now (with nothing else asked), ends the wait at once."""
 
     def probe() -> dict[str, Any] | None:
         if nv.lua("return require('infill.ghost').last_error ~= nil"):
-            raise AssertionError(f"a suggestion request failed: {nv.last_error()}")
-        return nv.suggestion()
+            raise AssertionError(f"a suggestion request failed: {nv.last_error()}; {trace(nv)}")
+        if suggestion := nv.suggestion():
+            return suggestion  # type: ignore[no-any-return]
+        if nv.lua(NOTHING_NOW):
+            raise AssertionError(f"the server had no suggestion here; {trace(nv)}")
+        return None
 
-    return poll(probe, what=what)
+    return poll(probe, what=what, describe=lambda: trace(nv))
 
 
 def shown_text(mark: Any) -> str:
@@ -249,7 +271,9 @@ def test_multi_line_ghost_text_accepts_line_by_line_then_whole(nv: Session, proj
 
 
 def test_next_cycles_through_invoked_suggestions(nv: Session, project: Path) -> None:
-    source = "def greet(name):\n    return \n"
+    # No space after `return`: the greedy choice (always among the invoked ones) is then a
+    # suggestion. After "return " the model often has nothing to say, greedy or sampled.
+    source = "def greet(name):\n    return\n"
     path = project / "cycle.py"
     path.write_text(source, encoding="utf-8")
     nv.open(path)
@@ -305,8 +329,14 @@ def test_moving_the_cursor_or_leaving_insert_mode_clears_the_ghost_text(
         nv.lua("require('infill.config').options.debounce_ms = 30")
 
     # Asked for again (the "next" key asks the server when there is nothing to cycle), then
-    # leaving insert mode clears it.
+    # leaving insert mode clears it. Keys are queued while Lua runs at once: wait for <End> to
+    # be done, or next() would ask about the cursor before it.
     nv.nvim.input("<End>")
+    poll(
+        lambda: tuple(nv.nvim.current.window.cursor) == (2, len(line.encode())),
+        what="the cursor at the end",
+        timeout=10,
+    )
     nv.lua("require('infill').next()")
     wait_suggestion(nv, "an invoked suggestion")
     leave_insert(nv)

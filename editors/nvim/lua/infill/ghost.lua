@@ -13,6 +13,22 @@ M.ns = vim.api.nvim_create_namespace("infill_ghost")
 M.enabled = true
 --- The last error a suggestion request got (nil if none yet).
 M.last_error = nil
+--- The last answer that reached the buffer, about the state it was asked for: { bufnr, invoked,
+--- count, tick, row, col } (0-based row/col; nil if none yet). An invoked request that finds
+--- nothing says so (a message); this keeps it for tests.
+M.last_answer = nil
+--- Set to a table to have each step of the requests appended to it, as lines (tests and bug
+--- reports: what was asked, what came back, what was dropped and why).
+M.trace = nil
+
+local function note(fmt, ...)
+  if M.trace then
+    local pos = vim.api.nvim_win_get_cursor(0)
+    local head = string.format("%d ms %s (%d,%d) tick %d: ", math.floor(compat.uv.hrtime() / 1e6),
+      vim.api.nvim_get_mode().mode, pos[1], pos[2], vim.b.changedtick)
+    M.trace[#M.trace + 1] = head .. string.format(fmt, ...)
+  end
+end
 
 local INVOKED, AUTOMATIC = 1, 2
 
@@ -160,6 +176,12 @@ function M.current(bufnr)
   }
 end
 
+--- Whether a request is on its way for the buffer (waiting for the debounce or the server).
+function M.busy(bufnr)
+  local s = states[bufnr or vim.api.nvim_get_current_buf()]
+  return s ~= nil and (s.timer ~= nil or s.pending ~= nil)
+end
+
 function M.visible(bufnr)
   return M.current(bufnr) ~= nil
 end
@@ -209,12 +231,16 @@ local function request(bufnr, trigger, on_items)
     position = lsp.to_lsp(client, bufnr, row, col),
     context = { triggerKind = trigger },
   }
+  local kind = trigger == INVOKED and "invoked" or "automatic"
+  note("request %d (%s) at (%d,%d)", seq, kind, row + 1, col)
   local id = compat.request(client, "textDocument/inlineCompletion", params, function(err, result)
     if s.seq ~= seq then
+      note("answer %d dropped: request %d superseded it", seq, s.seq)
       return -- a newer request was made meanwhile
     end
     s.pending = nil
     if err then
+      note("answer %d: error %s", seq, vim.inspect(err))
       M.last_error = err -- kept for :InfillStatus and tests; suggestions just do not show
       return
     end
@@ -222,13 +248,27 @@ local function request(bufnr, trigger, on_items)
       return
     end
     if vim.api.nvim_get_current_buf() ~= bufnr or not in_insert_mode() then
+      note("answer %d dropped: not in insert mode in its buffer", seq)
       return
     end
     local now_row, now_col = cursor()
     if vim.b[bufnr].changedtick ~= tick or now_row ~= row or now_col ~= col then
-      return -- stale: the buffer or the cursor moved on
+      -- Stale: the buffer or the cursor moved on. The change that did it fired (or will fire)
+      -- its own event, and that one asks again for the new state.
+      note("answer %d dropped: asked at (%d,%d) tick %d", seq, row + 1, col, tick)
+      return
     end
-    on_items(to_items(client, bufnr, result))
+    local items = to_items(client, bufnr, result)
+    note("answer %d: %d item(s)", seq, #items)
+    M.last_answer = {
+      bufnr = bufnr,
+      invoked = trigger == INVOKED,
+      count = #items,
+      tick = tick,
+      row = row,
+      col = col,
+    }
+    on_items(items)
   end, bufnr)
   if id then
     s.pending = { id = id, client_id = client.id, tick = tick, row = row, col = col }
@@ -263,11 +303,19 @@ function M.schedule(bufnr)
   end))
 end
 
+--- Says that the user's request found nothing, rather than leaving them with silence.
+local function say_none()
+  vim.notify("infill: no suggestion here", vim.log.levels.INFO)
+end
+
 --- Requests suggestions now (invoked): several items to cycle through.
 function M.trigger(bufnr, on_done)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   request(bufnr, INVOKED, function(items)
-    if on_done then
+    if #items == 0 then
+      show(bufnr, items, 1) -- nothing shows: the old suggestion was about another state
+      say_none()
+    elseif on_done then
       on_done(items)
     else
       show(bufnr, items, 1)
@@ -289,6 +337,7 @@ end
 
 function M.on_change(bufnr)
   local s = states[bufnr]
+  note("event: %s", s and s.pending and "request pending" or "no request pending")
   -- CursorMovedI right after TextChangedI, our own partial accept, or a CursorMovedI that
   -- comes after the keys that asked for suggestions: nothing to redo.
   if s and (is_now(bufnr, s.shown) or is_now(bufnr, s.pending)) then
@@ -389,13 +438,19 @@ end
 local function cycle(bufnr, step)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   local s = state_of(bufnr)
-  if s.items and #s.items > 1 then
+  -- Only a suggestion on show for this very buffer state can be cycled here: the keys that
+  -- moved the cursor or changed the text may still be ahead of their events (typeahead
+  -- delays CursorMovedI and TextChangedI), so `s.items` may be about a state that is gone.
+  local current_state = is_now(bufnr, s.shown)
+  local count = s.items and #s.items or 0
+  note("cycle %d: %d item(s)%s", step, count, current_state and " on show" or "")
+  if current_state and #s.items > 1 then
     s.index = (s.index - 1 + step) % #s.items + 1
     render(bufnr)
     return
   end
   -- One suggestion or none: ask for several, and move away from the one shown.
-  local current = s.items and s.items[s.index] and s.items[s.index].text
+  local current = current_state and s.items[s.index].text or nil
   stop_timer(s)
   M.trigger(bufnr, function(items)
     local index = 1
