@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/warm_cold.py
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/humaneval.py --layouts hole,blank
+	$(BIN)/python bench/soak.py
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

@@ -109,6 +109,12 @@ class InfillClient:
         self.lsp.initialized(types.InitializedParams())
         return result
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id (None before `start`)."""
+        process = self.lsp._server
+        return None if process is None else int(process.pid)
+
     async def stop(self) -> None:
         """Shut the server down (it may be gone already) and end the connection."""
         try:

@@ -1,0 +1,268 @@
+"""Soak: thousands of random editor operations against the real server, then its health.
+
+Over `--docs` documents (HumanEval prompts, under URIs with spaces, non-ASCII names and
+escaped drive letters, as editors send them), `--ops` operations drawn at random with a fixed
+seed: opens, closes, incremental edits (insertions, deletions, pasted lines), automatic and
+invoked inline requests at random positions, and `$/cancelRequest` for requests in flight. The
+real default completion model answers.
+
+It reports what a user would notice after a long day:
+- the server's resident memory once warm and at the end (target: after / before <= 1.2);
+- every request answered exactly once (responses counted per id; a response to an unknown id
+  is counted by the client's warning), with how each ended (items, empty, cancelled, error);
+- the server's health at the end: `infill/status` is `ready` and a fresh request gets items.
+
+    .venv/bin/python bench/soak.py [--ops 5000] [--docs 50] [--seed 7]
+
+Not a timed test: it prints a table and writes `bench/results/soak.json`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `python bench/soak.py` puts bench/ first on sys.path, where bench/engine.py would shadow the
+# engine package: the repository root goes first.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from _common import RESULTS, humaneval_rows, write_json
+from _lsp import Pending, ServerClient
+
+log = logging.getLogger("bench.soak")
+
+#: Folders the documents live in: what real file names look like.
+FOLDERS = ("file:///ws/my%20project", "file:///ws/caf%C3%A9", "file:///c%3A/Users/me/src")
+#: Text an edit types or pastes.
+SNIPPETS = (
+    "x",
+    " ",
+    "(",
+    ")",
+    "\n",
+    "    ",
+    "return ",
+    "if n > 0:\n        ",
+    "# note\n",
+    "é",
+    "🎉",
+)
+#: Requests in flight at once at most: an editor has one per visible document, not hundreds.
+MAX_IN_FLIGHT = 8
+#: How much of the run warms the server up before the first memory reading.
+WARM_SHARE = 0.1
+
+
+class UnknownResponses(logging.Handler):
+    """Counts the client's warnings about responses to ids it is not waiting for: a second
+    response to one request shows up here."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "unknown message id" in record.getMessage() and "Received response" in (
+            record.getMessage()
+        ):
+            self.count += 1
+
+
+async def settled(futures: Sequence[concurrent.futures.Future[Any]], timeout_s: float) -> None:
+    """Wait until the requests' answers have come (their outcome is read later), or the time
+    is up."""
+
+    async def one(future: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(Exception):  # an error answer is an answer too
+            await asyncio.wrap_future(future)
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(one(f) for f in futures)), timeout_s)
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident memory (VmRSS), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+class Soak:
+    def __init__(self, server: ServerClient, docs: list[tuple[str, str]], seed: int) -> None:
+        self.server = server
+        self.sources = dict(docs)
+        self.rng = random.Random(seed)
+        self.open_docs: set[str] = set()
+        self.in_flight: list[Pending] = []
+        self.sent: list[Pending] = []
+        self.cancelled: set[str] = set()
+        self.ops: Counter[str] = Counter()
+
+    def _offset(self, uri: str) -> int:
+        return self.rng.randint(0, len(self.server.text(uri)))
+
+    async def _make_room(self) -> None:
+        """Wait for the oldest request when too many are in flight."""
+        self.in_flight = [p for p in self.in_flight if not p.future.done()]
+        while len(self.in_flight) >= MAX_IN_FLIGHT:
+            oldest = self.in_flight.pop(0)
+            await settled([oldest.future], 120)
+
+    async def step(self) -> None:
+        rng = self.rng
+        closed = [u for u in self.sources if u not in self.open_docs]
+        roll = rng.random()
+        if not self.open_docs or (closed and roll < 0.05):
+            uri = rng.choice(closed)
+            self.server.open(uri, self.sources[uri])
+            self.open_docs.add(uri)
+            self.ops["open"] += 1
+            return
+        uri = rng.choice(sorted(self.open_docs))
+        if roll < 0.08 and len(self.open_docs) > 1:
+            self.sources[uri] = self.server.text(uri)  # reopened later as it was left
+            self.server.close(uri)
+            self.open_docs.discard(uri)
+            self.ops["close"] += 1
+        elif roll < 0.55:
+            text = self.server.text(uri)
+            start = self._offset(uri)
+            if rng.random() < 0.3 and start < len(text):
+                end = min(len(text), start + rng.randint(1, 12))
+                self.server.edit(uri, start, end, "")
+                self.ops["delete"] += 1
+            else:
+                self.server.edit(uri, start, start, rng.choice(SNIPPETS))
+                self.ops["insert"] += 1
+        elif roll < 0.92:
+            await self._make_room()
+            invoked = rng.random() < 0.1
+            pending = self.server.request_inline(uri, self._offset(uri), invoked=invoked)
+            self.in_flight.append(pending)
+            self.sent.append(pending)
+            self.ops["invoked request" if invoked else "request"] += 1
+        else:
+            live = [p for p in self.in_flight if not p.future.done()]
+            if live:
+                pending = rng.choice(live)
+                self.server.cancel(pending)
+                self.cancelled.add(pending.msg_id)
+                self.ops["cancel"] += 1
+
+    async def drain(self) -> None:
+        """Wait for every request sent so far to be answered (five minutes at most)."""
+        await settled([p.future for p in self.sent if not p.future.done()], 300)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows = humaneval_rows()[: args.docs]
+    docs = [
+        (f"{FOLDERS[i % len(FOLDERS)]}/task%20{i}-n%C3%BA{i}.py", str(row["prompt"]))
+        for i, row in enumerate(rows)
+    ]
+    unknown = UnknownResponses()
+    logging.getLogger("pygls").addHandler(unknown)
+    server = ServerClient({"debounceMs": 0, "maxTokensSingleLine": 24, "maxTokensMultiLine": 48})
+    status = await server.start()
+    pid = server.client.pid
+    assert pid is not None
+    log.info("server ready (%s), pid %d", status.get("model"), pid)
+    soak = Soak(server, docs, args.seed)
+    started = time.perf_counter()
+    warm_at = int(args.ops * WARM_SHARE)
+    rss_before = 0
+    try:
+        for i in range(args.ops):
+            if i == warm_at:
+                await soak.drain()
+                rss_before = rss_kib(pid)
+            await soak.step()
+            if i % 500 == 0:
+                log.info("%d operations, %d requests sent", i, len(soak.sent))
+        await soak.drain()
+        seconds = time.perf_counter() - started
+        rss_after = rss_kib(pid)
+        end_status = await server.status()
+        # Health: a fresh document still gets a suggestion.
+        uri = "file:///ws/after%20soak.py"
+        server.open(uri, "def add(a, b):\n    return ")
+        final_items, _ = await server.inline(uri, len(server.text(uri)))
+    finally:
+        await server.stop()
+
+    outcomes: Counter[str] = Counter()
+    for pending in soak.sent:
+        outcome = pending.outcome()
+        if outcome.startswith("error -32800"):
+            outcome = "cancelled (-32800)"
+        outcomes[outcome] += 1
+    answered = sum(1 for p in soak.sent if p.future.done())
+    return {
+        "ops": args.ops,
+        "docs": args.docs,
+        "seed": args.seed,
+        "seconds": round(seconds, 1),
+        "operations": dict(soak.ops),
+        "requests_sent": len(soak.sent),
+        "requests_answered": answered,
+        "responses_to_unknown_ids": unknown.count,
+        "outcomes": dict(outcomes),
+        "rss_kib_warm": rss_before,
+        "rss_kib_after": rss_after,
+        "rss_after_over_warm": round(rss_after / rss_before, 3),
+        "status_after": end_status.get("status"),
+        "final_request_items": len(final_items),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = [
+        ("operations", f"{result['ops']} over {result['docs']} documents in {result['seconds']} s"),
+        ("  of which", ", ".join(f"{k} {v}" for k, v in sorted(result["operations"].items()))),
+        ("requests answered / sent", f"{result['requests_answered']} / {result['requests_sent']}"),
+        ("responses to unknown ids", str(result["responses_to_unknown_ids"])),
+        ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items()))),
+        (
+            "resident memory warm -> after",
+            f"{result['rss_kib_warm'] / 1024:.0f} MiB -> {result['rss_kib_after'] / 1024:.0f} MiB"
+            f" ({result['rss_after_over_warm']:.3f}; target <= 1.2)",
+        ),
+        (
+            "health after",
+            f"status {result['status_after']}, a fresh request got "
+            f"{result['final_request_items']} item(s)",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=int, default=5000)
+    parser.add_argument("--docs", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    result = asyncio.run(run(args))
+    print_table(result)
+    write_json(args.out, result)
+    log.info("wrote %s", args.out)
+
+
+if __name__ == "__main__":
+    main()
