@@ -147,6 +147,7 @@ class Worker:
         self._urgent: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._background: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._closing = False
+        self._failed_before = False  # a generation has failed (its traceback was logged)
         self._thread = threading.Thread(target=self._loop, name=f"engine-{name}", daemon=True)
         self._thread.start()
 
@@ -215,7 +216,16 @@ class Worker:
                 self._background.appendleft(run)
                 return True
         except Exception as e:
-            log.exception("%s: generation failed for %s", self.name, run.job.request.request_id)
+            # The traceback once: a model that fails, fails on every keystroke.
+            log.error(
+                "%s: generation failed for %s: %s: %s",
+                self.name,
+                run.job.request.request_id,
+                type(e).__name__,
+                e,
+                exc_info=not self._failed_before,
+            )
+            self._failed_before = True
             for delta in run.processor.error(f"{type(e).__name__}: {e}"):
                 run.job.emit(delta)
         self._finish(run)
