@@ -21,7 +21,7 @@ from cattrs import transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.capabilities import get_capability
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import TextDocument
@@ -95,6 +95,13 @@ class InfillProtocol(LanguageServerProtocol):
 
     def handle_message(self, message: Any) -> None:
         if message is _ANSWERED:
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method not in (None, types.EXIT) and hasattr(message, "id"):
+            # LSP: a request after `shutdown` is an InvalidRequest error; pygls drops it, and
+            # the client would wait for its answer forever.
+            error = JsonRpcInvalidRequest(f"the server is shut down: {method} is refused")
+            self._send_response(message.id, error=error.to_response_error())
             return
         params = getattr(message, "params", None)
         token = params.work_done_token if isinstance(params, types.ExecuteCommandParams) else None

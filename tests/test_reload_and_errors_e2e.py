@@ -30,7 +30,7 @@ VSCODE = "visual_studio_code@v1.65.2"
 EXECUTE = types.WORKSPACE_EXECUTE_COMMAND
 EXPLAIN_CHUNK = "infill/explainChunk"
 REQUEST_FAILED = -32803
-INTERNAL_ERROR = -32603
+INVALID_REQUEST = -32600
 
 FAST = {"debounceMs": 10, "maxTokensSingleLine": 16, "maxTokensMultiLine": 48}
 
@@ -174,8 +174,9 @@ async def test_shutdown_during_inline_completions_and_an_explain_answers_every_r
     editor_factory: Any,
 ) -> None:
     """`shutdown` while an Explain streams and an inline completion runs: both are answered
-    with an error saying the server is shutting down, then `shutdown` itself, and the process
-    exits cleanly on `exit` (the models freed after their workers ended, no crash)."""
+    with an error saying the server is shutting down, then `shutdown` itself; a request after
+    it is refused with InvalidRequest, and the process exits cleanly on `exit` (the models
+    freed after their workers ended, no crash)."""
     editor = await editor_factory({**FAST, "maxTokensMultiLine": 400})
     session = editor.session
     client = session.client
@@ -190,6 +191,9 @@ async def test_shutdown_during_inline_completions_and_an_explain_answers_every_r
     if isinstance(inline_result, JsonRpcException):  # it may have ended before the shutdown
         assert_failed_naming(inline_result, "shutting down")
     assert await answer(shutdown) is None
+    refused = await outcome(session.status())
+    assert isinstance(refused, JsonRpcException)
+    assert refused.code == INVALID_REQUEST, refused  # answered, as LSP asks, not dropped
     client.exit(None)
     server = client._server
     assert server is not None
