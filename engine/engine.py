@@ -184,14 +184,15 @@ class Engine:
         for job in jobs:
             job.abort(error)
 
-    def close(self, reason: str = "the engine is closed", timeout: float = CLOSE_TIMEOUT) -> None:
+    def close(self, reason: str = "the engine is closed", timeout: float | None = None) -> None:
         """1. `stop` (if not yet stopped); 2. wait for the worker thread; 3. free the model.
         Blocks: call it from a thread, not the event loop. A worker that does not end within
-        `timeout` (a backend that hangs) keeps its model: freeing it under the running thread
-        would crash the process."""
+        `timeout` (default `CLOSE_TIMEOUT`; a backend that hangs) keeps its model: freeing it
+        under the running thread would crash the process."""
         self.stop(reason)
         if self._closed:
             return
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
         if not self._worker.close(timeout):
             log.error(
                 "%s: the worker did not stop within %.0f s; its model is left loaded",

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from fault_server import FAULT_SERVER_COMMAND
+from fault_server import GENERATING, fault_server_command
 from lsp_helpers import INLINE, Session, answer, lsp_session, plain_json, wait_until
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
@@ -31,6 +31,7 @@ EXECUTE = types.WORKSPACE_EXECUTE_COMMAND
 EXPLAIN_CHUNK = "infill/explainChunk"
 REQUEST_FAILED = -32803
 INVALID_REQUEST = -32600
+REQUEST_CANCELLED = -32800
 
 FAST = {"debounceMs": 10, "maxTokensSingleLine": 16, "maxTokensMultiLine": 48}
 
@@ -201,6 +202,37 @@ async def test_shutdown_during_inline_completions_and_an_explain_answers_every_r
     client.capabilities = None  # shut down already: the fixture must not ask again
 
 
+async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits(
+    editor_factory: Any,
+) -> None:
+    """The scripted model takes 30 s over a token (it hangs) and closing waits 0.5 s for its
+    worker: `shutdown` is answered all the same, the running request is answered too, and
+    the process exits cleanly: the model is left loaded, never freed under its thread."""
+    command = fault_server_command(fail_after="", step_seconds="30", close_timeout="0.5")
+    editor = await editor_factory(FAST, command)
+    session = editor.session
+    client = session.client
+    text = "def f(value):\n    return "
+    uri = session.open(text)
+    _, inline = session.send(INLINE, session.inline_params(uri, editor.position(text)))
+    await wait_until(
+        lambda: any(GENERATING in m.message for m in client.log_messages),
+        "the scripted model at work",
+    )
+    _, shutdown = session.send(types.SHUTDOWN, None)
+    assert await answer(shutdown) is None
+    stuck = await outcome(inline)  # its job waits for the token: pygls cancels the request
+    assert isinstance(stuck, JsonRpcException)
+    assert stuck.code == REQUEST_CANCELLED, stuck
+    left = [m.message for m in client.log_messages if "did not stop" in m.message]
+    assert left, "closing did not give up on the hanging worker"
+    client.exit(None)
+    server = client._server
+    assert server is not None
+    assert await asyncio.wait_for(server.wait(), 60) == 0
+    client.capabilities = None  # shut down already: the fixture must not ask again
+
+
 # --- item 5: errors -------------------------------------------------------------------------------
 
 
@@ -244,7 +276,7 @@ async def test_a_model_that_fails_while_generating_is_request_failed_naming_the_
     """The scripted backend raises after three tokens: inline completions (each keystroke),
     Explain and Rewrite are answered RequestFailed naming the backend's error, with no
     partial suggestion and no traceback in the answer (the log has it once)."""
-    editor = await editor_factory(FAST, FAULT_SERVER_COMMAND)
+    editor = await editor_factory(FAST, fault_server_command(fail_after="3"))
     session = editor.session
     text = "def f(value):\n    return "
     uri = session.open(text)
