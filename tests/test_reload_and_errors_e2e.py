@@ -303,15 +303,15 @@ async def test_a_model_that_fails_while_generating_is_request_failed_naming_the_
     assert_failed_naming(rewrite_result, "the chat model failed", "simulated backend failure")
 
 
+@pytest.mark.parametrize("token", ["editor-explain-1", 0])
 async def test_explain_reports_progress_on_the_clients_work_done_token(
-    editor_factory: Any,
+    editor_factory: Any, token: str | int
 ) -> None:
-    """A `workDoneToken` in `workspace/executeCommand` is the Explain's progress token and its
-    chunks' token; the server creates no token of its own for it."""
+    """A `workDoneToken` in `workspace/executeCommand` (a string or an integer, even 0) is the
+    Explain's progress token and its chunks' token; the server creates no token of its own."""
     editor = await editor_factory(FAST)
     session = editor.session
     client = session.client
-    token = "editor-explain-1"
     client.progress_reports.setdefault(token, [])  # the editor knows the token it sent
     tokens = set(client.progress_reports)  # the client adds each token the server creates
     result = await answer(editor.explain(session.open(MERGE), workDoneToken=token))
