@@ -8,6 +8,10 @@ Usage:
 
 If the consumer stops early (it is cancelled, or it closes the generator), the job is aborted
 and the worker stops within one token, then serves the next job as usual.
+
+Closing is ordered so that the model is never freed under the thread that runs it: `stop`
+refuses new jobs and aborts the running ones (they end with `EngineClosedError`, naming why);
+`close` then waits for the worker thread, and only then frees the model.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from engine.backend import Backend, ModelInfo
+from engine.errors import EngineClosedError
 from engine.types import FinishReason, GenerationRequest, TextDelta
 from engine.worker import END, Job, JobRecord, JobStats, Worker
+
+log = logging.getLogger(__name__)
+
+#: Seconds `close` waits for the worker thread; an aborted job stops within one token.
+CLOSE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +91,8 @@ class Engine:
         self._worker = Worker(backend, name or backend.info.name)
         self._active: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self._stopped: EngineClosedError | None = None
+        self._closed = False
 
     @property
     def info(self) -> ModelInfo:
@@ -96,12 +109,15 @@ class Engine:
         return self._worker.record
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
-        """Stream the request's deltas; raises `EngineError` subclasses for bad requests."""
+        """Stream the request's deltas; raises `EngineError` subclasses for bad requests, and
+        `EngineClosedError` once the engine is stopped."""
         channel = _Channel(asyncio.get_running_loop())
         job = Job(request=request, emit=channel.put)
-        with self._lock:
+        with self._lock:  # so that `stop` sees every job that reached the worker
+            if self._stopped is not None:
+                raise EngineClosedError(str(self._stopped))
             self._active[request.request_id] = job
-        self._worker.submit(job)
+            self._worker.submit(job)
         finished = False
         try:
             while True:
@@ -157,6 +173,32 @@ class Engine:
             )
         return results
 
-    def close(self) -> None:
-        self._worker.close()
+    def stop(self, reason: str) -> None:
+        """Refuse new jobs and abort the running ones, which end with `EngineClosedError`
+        (`reason`). Returns at once: the worker stops within one token."""
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = EngineClosedError(reason)
+            error = self._stopped
+            jobs = list(self._active.values())
+        for job in jobs:
+            job.abort(error)
+
+    def close(self, reason: str = "the engine is closed", timeout: float | None = None) -> None:
+        """1. `stop` (if not yet stopped); 2. wait for the worker thread; 3. free the model.
+        Blocks: call it from a thread, not the event loop. A worker that does not end within
+        `timeout` (default `CLOSE_TIMEOUT`; a backend that hangs) keeps its model: freeing it
+        under the running thread would crash the process."""
+        self.stop(reason)
+        if self._closed:
+            return
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
+        if not self._worker.close(timeout):
+            log.error(
+                "%s: the worker did not stop within %.0f s; its model is left loaded",
+                self._worker.name,
+                timeout,
+            )
+            return
+        self._closed = True
         self.backend.close()

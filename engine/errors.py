@@ -33,3 +33,12 @@ class ChatTemplateError(EngineError):
 
 class BackendUnavailableError(EngineError):
     """The backend's library is not installed."""
+
+
+class EngineClosedError(EngineError):
+    """The engine was stopped (its model is being replaced, or the server shuts down): its
+    running jobs end with this error and new ones are refused. The message says why."""
+
+
+class GenerationError(EngineError):
+    """The model failed while it generated; the message names the backend's error."""

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from engine.backend import Backend
-from engine.errors import EngineError, PromptTooLongError
+from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.output import OutputProcessor
 from engine.prompts import render_chat
 from engine.types import FinishReason, GenerationRequest, Role, TextDelta
@@ -36,6 +36,14 @@ class Job:
     request: GenerationRequest
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Set (before `cancelled`) when the engine stops: the job ends with this error instead
+    #: of CANCELLED deltas, so that its caller can say why.
+    aborted: EngineError | None = None
+
+    def abort(self, error: EngineError) -> None:
+        """Stop the job within one token; it ends with `error`."""
+        self.aborted = error
+        self.cancelled.set()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,15 +147,20 @@ class Worker:
         self._urgent: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._background: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._closing = False
+        self._failed_before = False  # a generation has failed (its traceback was logged)
         self._thread = threading.Thread(target=self._loop, name=f"engine-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, job: Job) -> None:
         self._inbox.put((job, time.perf_counter()))
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> bool:
+        """Finish the running job (abort it first to make that quick), fail the queued ones,
+        and end the thread. True once the thread has ended; False if it is still running
+        after `timeout` seconds (a backend that hangs): its model must not be freed then."""
         self._inbox.put(None)
-        self._thread.join(timeout=10)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # --- scheduling ---------------------------------------------------------------------------
 
@@ -172,7 +185,7 @@ class Worker:
             if self._closing:
                 for pending in (*self._urgent, *self._background):
                     job = pending.job if isinstance(pending, _Run) else pending[0]
-                    job.emit(EngineError("the engine is shutting down"))
+                    job.emit(job.aborted or EngineClosedError("the engine is shutting down"))
                     job.emit(END)
                 return
             item = self._urgent.popleft() if self._urgent else self._background.popleft()
@@ -203,7 +216,16 @@ class Worker:
                 self._background.appendleft(run)
                 return True
         except Exception as e:
-            log.exception("%s: generation failed for %s", self.name, run.job.request.request_id)
+            # The traceback once: a model that fails, fails on every keystroke.
+            log.error(
+                "%s: generation failed for %s: %s: %s",
+                self.name,
+                run.job.request.request_id,
+                type(e).__name__,
+                e,
+                exc_info=not self._failed_before,
+            )
+            self._failed_before = True
             for delta in run.processor.error(f"{type(e).__name__}: {e}"):
                 run.job.emit(delta)
         self._finish(run)
@@ -212,6 +234,9 @@ class Worker:
     def _start(self, job: Job, submitted: float) -> _Run | None:
         request = job.request
         started = time.perf_counter()
+        if job.aborted is not None:
+            job.emit(job.aborted)
+            return None
         if job.cancelled.is_set():
             for index in range(request.sampling.n):
                 job.emit(TextDelta(index=index, text="", finish_reason=FinishReason.CANCELLED))
@@ -281,7 +306,10 @@ class Worker:
 
     def _finish(self, run: _Run) -> None:
         job, processor, request = run.job, run.processor, run.job.request
-        if job.cancelled.is_set():
+        if job.aborted is not None and not processor.all_finished:
+            processor.cancel()  # recorded as cancelled; the caller gets the reason instead
+            job.emit(job.aborted)
+        elif job.cancelled.is_set():
             for delta in processor.cancel():
                 job.emit(delta)
         n = request.sampling.n

@@ -31,8 +31,9 @@ from pygls.capabilities import get_capability
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
+from engine.errors import EngineError, GenerationError
 from engine.text import leading_whitespace, newline_of
-from engine.types import CHAT_SAMPLING, GenerationRequest, Role
+from engine.types import CHAT_SAMPLING, FinishReason, GenerationRequest, Role
 from lsp_server.action_logic import (
     DEFAULT_INSTRUCTION,
     PRESET_INSTRUCTIONS,
@@ -52,8 +53,7 @@ from lsp_server.commands import (
     structure_arguments,
 )
 from lsp_server.documents import InvalidPosition, find_document, snapshot
-from lsp_server.host import ModelUnavailableError
-from lsp_server.protocol import InfillServer, request_failed
+from lsp_server.protocol import InfillServer, engine_failures
 
 log = logging.getLogger(__name__)
 
@@ -227,17 +227,16 @@ def _document_and_target(
     return document, target
 
 
-async def _chat_engine(ls: InfillServer) -> Any:
-    try:
-        return await ls.host.chat()
-    except ModelUnavailableError as e:
-        raise request_failed(str(e)) from None
-
-
 async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
-    """Stream an explanation of the code; the result is the whole answer (markdown)."""
+    """Stream an explanation of the code; the result is the whole answer (markdown). An
+    engine failure is a RequestFailed error naming the cause, after the chunks so far."""
     _, target = _document_and_target(ls, arguments)
-    engine = await _chat_engine(ls)
+    with engine_failures():
+        return await _explain(ls, target)
+
+
+async def _explain(ls: InfillServer, target: Target) -> str:
+    engine = await ls.host.chat()
     request = GenerationRequest(
         messages=explain_messages(
             target.code, language_id=target.language_id, file_name=target.file_name
@@ -245,28 +244,31 @@ async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
         role=Role.CHAT,
         sampling=ACTION_SAMPLING,
     )
-    progress = await ls.begin_progress("explain", "Explain", cancellable=True)
-    token = progress or f"infill-explain-{uuid.uuid4()}"  # chunks name it all the same
+    progress = await ls.begin_progress("explain", "Explain", cancellable=True, client_token=True)
+    # Chunks name a token all the same.
+    token = progress if progress is not None else f"infill-explain-{uuid.uuid4()}"
     parts: list[str] = []
     reported = [0.0]  # when the progress was last updated: a few times a second is enough
 
     async def stream() -> None:
         async with contextlib.aclosing(engine.generate(request)) as deltas:
             async for delta in deltas:
+                if delta.finish_reason is FinishReason.ERROR:
+                    raise GenerationError(f"the chat model failed: {delta.error}")
                 if delta.text:
                     parts.append(delta.text)
                     ls.protocol.notify(
                         EXPLAIN_CHUNK, {"token": token, "text": delta.text, "done": False}
                     )
                     now = time.monotonic()
-                    if progress and now - reported[0] >= PROGRESS_INTERVAL:
+                    if progress is not None and now - reported[0] >= PROGRESS_INTERVAL:
                         reported[0] = now
                         ls.work_done_progress.report(
                             token, types.WorkDoneProgressReport(message=_tail("".join(parts)))
                         )
 
     work = asyncio.ensure_future(stream())
-    if progress:
+    if progress is not None:
         _cancel_on_progress_cancel(ls, token, work)
     outcome = "done"
     try:
@@ -276,9 +278,12 @@ async def explain(ls: InfillServer, arguments: ExplainArguments) -> str:
             work.cancel()  # the request itself was cancelled: stop the model, and say so
             raise
         outcome = "cancelled"  # the user stopped it from the progress: keep what came
+    except EngineError as e:
+        outcome = f"failed: {e}"
+        raise
     finally:
         ls.protocol.notify(EXPLAIN_CHUNK, {"token": token, "text": "", "done": True})
-        if progress:
+        if progress is not None:
             ls.end_progress(progress, outcome)
     return "".join(parts)
 
@@ -288,7 +293,9 @@ def _tail(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else "…" + flat[-width:]
 
 
-def _cancel_on_progress_cancel(ls: InfillServer, token: str, work: asyncio.Future[None]) -> None:
+def _cancel_on_progress_cancel(
+    ls: InfillServer, token: types.ProgressToken, work: asyncio.Future[None]
+) -> None:
     """A cancel from the progress UI cancels `work` (pygls cancels the token's future)."""
     future = ls.work_done_progress.tokens.get(token)
     if future is None:
@@ -312,8 +319,14 @@ class RewriteOutcome:
 
 
 async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) -> RewriteOutcome:
-    """The model's rewrite of the target as an edit of exactly its range, or why not."""
-    engine = await _chat_engine(ls)
+    """The model's rewrite of the target as an edit of exactly its range, or why not. An
+    engine failure is a RequestFailed error naming the cause."""
+    with engine_failures():
+        return await _compute_rewrite(ls, target, instruction)
+
+
+async def _compute_rewrite(ls: InfillServer, target: Target, instruction: str) -> RewriteOutcome:
+    engine = await ls.host.chat()
     request = GenerationRequest(
         messages=rewrite_messages(
             target.code,
@@ -325,6 +338,8 @@ async def compute_rewrite(ls: InfillServer, target: Target, instruction: str) ->
         sampling=ACTION_SAMPLING,
     )
     (answer,) = await engine.collect(request)
+    if answer.finish_reason is FinishReason.ERROR:
+        raise GenerationError(f"the chat model failed: {answer.error}")
     document = find_document(ls.workspace, target.uri)
     if document is None or document.version != target.version:
         return RewriteOutcome(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.engine import Engine
-from engine.errors import EngineError, ModelLoadError
+from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import ModelOptions, ModelSet, ModelSpec, model_spec
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
@@ -71,9 +71,15 @@ class ModelHost:
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
         self._chat: asyncio.Future[Engine] | None = None
+        self._closed = False
 
     def start(self, settings: Settings) -> asyncio.Future[CompletionModel]:
-        """Load the completion model on a thread (the chat model loads when first used)."""
+        """Load the completion model on a thread (the chat model loads when first used).
+
+        On a reload, the engines in use stop at once: their running jobs end with an error
+        saying the models are being reloaded, and new requests wait for the new models. The
+        old models are freed on the loading thread, after their workers have ended."""
+        self._stop_engines("the models are being reloaded with new settings")
         self.state = LoadState.LOADING
         self._settings = settings
         self._chat = None
@@ -82,7 +88,7 @@ class ModelHost:
 
         async def load() -> None:
             try:
-                model = await asyncio.to_thread(self._load, settings)
+                model = await asyncio.to_thread(self._load)
             except (EngineError, OSError) as e:
                 self.state = LoadState.ERROR
                 self.last_error = str(e)
@@ -99,6 +105,8 @@ class ModelHost:
 
     def _model_set(self, settings: Settings) -> ModelSet:
         """The ModelSet for `settings` (call with the lock held): models load on first use."""
+        if self._closed:
+            raise EngineClosedError("the server is shutting down")
         if self._models is None or self._models_for != settings.model_options():
             old, self._models = self._models, ModelSet(model_specs(settings))
             self._models_for = settings.model_options()
@@ -106,9 +114,9 @@ class ModelHost:
                 old.close()
         return self._models
 
-    def _load(self, settings: Settings) -> CompletionModel:
-        with self._lock:
-            engine = self._model_set(settings).engine(Role.COMPLETION)
+    def _load(self) -> CompletionModel:
+        with self._lock:  # the latest settings: an older load must not bring old models back
+            engine = self._model_set(self._settings).engine(Role.COMPLETION)
         backend = engine.backend
         info = engine.info
         log.info(
@@ -124,9 +132,9 @@ class ModelHost:
             count_tokens=_token_counter(engine),
         )
 
-    def _load_chat(self, settings: Settings) -> Engine:
-        with self._lock:
-            models = self._model_set(settings)
+    def _load_chat(self) -> Engine:
+        with self._lock:  # the latest settings, as in `_load`
+            models = self._model_set(self._settings)
             engine = models.engine(Role.CHAT)
         if not engine.info.has_chat_template:
             raise ModelLoadError(
@@ -143,11 +151,10 @@ class ModelHost:
         if self._chat is None:
             future: asyncio.Future[Engine] = asyncio.get_running_loop().create_future()
             self._chat = future
-            settings = self._settings
 
             async def load() -> None:
                 try:
-                    future.set_result(await asyncio.to_thread(self._load_chat, settings))
+                    future.set_result(await asyncio.to_thread(self._load_chat))
                 except (EngineError, OSError) as e:
                     self._chat = None  # a later request tries again (the user may fix it)
                     future.set_exception(
@@ -205,7 +212,21 @@ class ModelHost:
                 engines[role] = loaded.engine if isinstance(loaded, CompletionModel) else loaded
         return engines
 
-    def close(self) -> None:
-        if self._models is not None:
-            self._models.close()
-            self._models = None
+    def _stop_engines(self, reason: str) -> None:
+        """Abort the loaded engines' jobs (they end with `reason`) and refuse new ones."""
+        for engine in self.loaded_engines().values():
+            engine.stop(reason)
+
+    async def aclose(self) -> None:
+        """Shut down: 1. stop the engines (running jobs end with an error, new ones are
+        refused); 2. on a thread, wait for their workers and only then free the models. The
+        event loop keeps serving meanwhile, so that every request gets its answer."""
+        self._closed = True
+        self._stop_engines("the server is shutting down")
+        await asyncio.to_thread(self._close_models)
+
+    def _close_models(self) -> None:
+        with self._lock:  # after a load in progress: it must not leave a model behind
+            if self._models is not None:
+                self._models.close()
+                self._models = None

@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from engine.errors import GenerationError
 from engine.prompts import build_fim_prompt, context_window
 from engine.text import line_start
 from engine.types import (
@@ -198,6 +199,8 @@ async def _generate(
     finishes: list[FinishReason | None] = [None] * request.sampling.n
     async with contextlib.aclosing(model.engine.generate(request)) as deltas:
         async for delta in deltas:
+            if delta.finish_reason is FinishReason.ERROR:
+                raise GenerationError(f"the completion model failed: {delta.error}")
             texts[delta.index] += delta.text
             finishes[delta.index] = delta.finish_reason
             if (

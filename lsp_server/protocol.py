@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import uuid
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
@@ -19,14 +21,15 @@ from cattrs import transform_error
 from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.capabilities import get_capability
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.workspace import TextDocument
 
+from engine.errors import EngineError
 from lsp_server.commands import fold_positional, make_converter
 from lsp_server.documents import find_document
-from lsp_server.host import ModelHost
+from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline import LatestWins, TypeAheadCache
 from lsp_server.settings import Settings
 
@@ -40,6 +43,12 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 #: What `structure_message` returns for a request it has already answered with an error.
 _ANSWERED = object()
+
+#: The `workDoneToken` of the `workspace/executeCommand` request being handled: pygls runs
+#: each message's handlers in a copy of the context this is set in (see `handle_message`).
+_WORK_DONE_TOKEN: contextvars.ContextVar[types.ProgressToken | None] = contextvars.ContextVar(
+    "infill_work_done_token", default=None
+)
 
 
 class InfillProtocol(LanguageServerProtocol):
@@ -72,9 +81,35 @@ class InfillProtocol(LanguageServerProtocol):
             params.arguments = fold_positional(params.command, params.arguments)
         return message
 
+    def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
+        """A request that failed on purpose (RequestFailed, InvalidParams) is answered with its
+        error and logged in one line: pygls logs each with a traceback, which for a model that
+        fails is one traceback per keystroke."""
+        error = None if future.cancelled() else future.exception()
+        if not isinstance(error, JsonRpcException):
+            super()._send_handler_result(future, msg_id=msg_id)
+            return
+        self._request_futures.pop(msg_id, None)
+        log.info("request %s failed: %s", msg_id, error)
+        self._send_response(msg_id, error=error.to_response_error())
+
     def handle_message(self, message: Any) -> None:
-        if message is not _ANSWERED:
+        if message is _ANSWERED:
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method not in (None, types.EXIT) and hasattr(message, "id"):
+            # LSP: a request after `shutdown` is an InvalidRequest error; pygls drops it, and
+            # the client would wait for its answer forever.
+            error = JsonRpcInvalidRequest(f"the server is shut down: {method} is refused")
+            self._send_response(message.id, error=error.to_response_error())
+            return
+        params = getattr(message, "params", None)
+        token = params.work_done_token if isinstance(params, types.ExecuteCommandParams) else None
+        reset = _WORK_DONE_TOKEN.set(token)
+        try:
             super().handle_message(message)
+        finally:
+            _WORK_DONE_TOKEN.reset(reset)
 
 
 class InfillServer(LanguageServer):
@@ -108,24 +143,30 @@ class InfillServer(LanguageServer):
         return document
 
     async def begin_progress(
-        self, name: str, title: str, *, cancellable: bool = False
-    ) -> str | None:
+        self, name: str, title: str, *, cancellable: bool = False, client_token: bool = False
+    ) -> types.ProgressToken | None:
         """Begin a work-done progress and return its token; None where the client shows no
-        progress or refuses the token (the work then goes on without one)."""
-        if not get_capability(self.client_capabilities, "window.work_done_progress", False):
+        progress or refuses the token (the work then goes on without one). With
+        `client_token`, the `workDoneToken` the client sent with the request is used where it
+        sent one (LSP: client-initiated progress); only without it does the server create one."""
+        given = _WORK_DONE_TOKEN.get() if client_token else None
+        if given is not None:
+            token: types.ProgressToken = given
+        elif not get_capability(self.client_capabilities, "window.work_done_progress", False):
             return None
-        token = f"infill-{name}-{uuid.uuid4()}"
-        try:
-            await self.work_done_progress.create_async(token)
-        except Exception:  # the client refused the token
-            log.warning("the client refused a progress token", exc_info=True)
-            return None
+        else:
+            token = f"infill-{name}-{uuid.uuid4()}"
+            try:
+                await self.work_done_progress.create_async(token)
+            except Exception:  # the client refused the token
+                log.warning("the client refused a progress token", exc_info=True)
+                return None
         self.work_done_progress.begin(
             token, types.WorkDoneProgressBegin(title=title, cancellable=cancellable or None)
         )
         return token
 
-    def end_progress(self, token: str, message: str) -> None:
+    def end_progress(self, token: types.ProgressToken, message: str) -> None:
         self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
         self.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
 
@@ -133,6 +174,17 @@ class InfillServer(LanguageServer):
 def request_failed(message: str) -> JsonRpcException:
     """The error of a request that was understood but could not be done (no model)."""
     return JsonRpcException(message, code=types.LSPErrorCodes.RequestFailed)
+
+
+@contextlib.contextmanager
+def engine_failures() -> Iterator[None]:
+    """Answer the request with RequestFailed naming the cause when the model is unavailable
+    or the engine fails (a prompt too long, the model being reloaded, the backend raising),
+    instead of an internal error with a traceback."""
+    try:
+        yield
+    except (EngineError, ModelUnavailableError) as e:
+        raise request_failed(str(e)) from None
 
 
 class ClientLogHandler(logging.Handler):

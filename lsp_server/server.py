@@ -25,7 +25,7 @@ from lsp_server.commands import (
 from lsp_server.documents import snapshot, use_lsp_lines
 from lsp_server.host import ModelUnavailableError
 from lsp_server.inline import complete_latest
-from lsp_server.protocol import InfillServer, request_failed
+from lsp_server.protocol import InfillServer, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
 
@@ -76,7 +76,7 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         settings = ls.settings
 
         # 2. Plain functions do the work; a newer request for the document wins.
-        try:
+        with engine_failures():  # RequestFailed naming the cause, never a traceback
             result = await complete_latest(
                 ls.inline_slots,
                 ls.type_ahead,
@@ -85,8 +85,6 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
                 ls.host.completion,
                 invoked=invoked,
             )
-        except ModelUnavailableError as e:
-            raise request_failed(str(e)) from None
         if result is None:  # superseded by a newer request for the same document
             return []
 
@@ -124,8 +122,8 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         return stats_report(ls.host.loaded_engines())
 
     @server.feature(types.SHUTDOWN)
-    def shutdown(ls: InfillServer, params: Any) -> None:
-        ls.host.close()
+    async def shutdown(ls: InfillServer, params: Any) -> None:
+        await ls.host.aclose()
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,

@@ -245,11 +245,14 @@ class Session:
 
 @contextlib.asynccontextmanager
 async def lsp_session(
-    capabilities: types.ClientCapabilities, initialization_options: Any = None
+    capabilities: types.ClientCapabilities,
+    initialization_options: Any = None,
+    server_command: Sequence[str] = SERVER_COMMAND,
 ) -> AsyncIterator[Session]:
-    """Start the real server (`infill-lsp serve`, stdio), initialize it as the client with
-    `capabilities` would, and shut it down cleanly afterwards."""
-    config = ClientServerConfig(server_command=SERVER_COMMAND, server_env=server_env())
+    """Start the real server (`infill-lsp serve`, stdio; or `server_command`), initialize it
+    as the client with `capabilities` would, and shut it down cleanly afterwards (unless the
+    test did)."""
+    config = ClientServerConfig(server_command=list(server_command), server_env=server_env())
     client = await config.start()
     try:
         result = await client.initialize_session(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 import pytest
 
 from engine.backends.fake import FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
-from engine.errors import PromptTooLongError
+from engine.errors import EngineClosedError, PromptTooLongError
 from engine.types import (
     ChatMessage,
     FinishReason,
@@ -228,3 +229,55 @@ async def test_one_model_serving_both_roles_lets_a_completion_pass_a_running_cha
     resumed = backend.calls[2]
     assert len(resumed.prompt_ids) > len(backend.calls[0].prompt_ids)
     assert resumed.prompt_ids[: len(backend.calls[0].prompt_ids)] == backend.calls[0].prompt_ids
+
+
+class RecordingBackend(FakeBackend):
+    """A scripted backend that records, when it is freed, whether a worker thread still ran."""
+
+    def __post_init__(self) -> None:
+        FakeBackend.__post_init__(self)
+        self.freed_while: list[bool] = []
+
+    def close(self) -> None:
+        alive = [t for t in threading.enumerate() if t.name == f"engine-{self.name}"]
+        self.freed_while.append(any(t.is_alive() for t in alive))
+
+
+async def test_closing_aborts_running_and_queued_jobs_refuses_new_ones_then_frees_the_model() -> (
+    None
+):
+    backend = RecordingBackend(script=["x" * 5000], step_seconds=0.001, name="closing")
+    engine = Engine(backend)
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    backend.on_step = lambda call: loop.call_soon_threadsafe(started.set)
+    running = asyncio.create_task(stream(engine, request(sampling=SamplingParams(max_tokens=6000))))
+    queued = asyncio.create_task(stream(engine, request("y")))
+    await started.wait()
+
+    await asyncio.to_thread(engine.close, "the model is being replaced")
+
+    for task in (running, queued):
+        with pytest.raises(EngineClosedError, match="the model is being replaced"):
+            await task
+    assert backend.calls[0].yielded < 5000  # aborted within a token, not run to its end
+    assert len(backend.calls) == 1  # the queued job never reached the model
+    with pytest.raises(EngineClosedError, match="the model is being replaced"):
+        await stream(engine, request())
+    assert backend.freed_while == [False]  # freed once, after its worker thread ended
+    (stats,) = engine.recent_stats
+    assert stats.finish_reasons == (FinishReason.CANCELLED,)
+
+
+async def test_a_worker_that_does_not_stop_keeps_its_model() -> None:
+    """A backend that hangs (a token takes seconds) is never freed under its thread."""
+    backend = RecordingBackend(script=["xyz"], step_seconds=1.0, name="hanging")
+    engine = Engine(backend)
+    job = asyncio.create_task(stream(engine, request()))
+    await wait_until(lambda: backend.calls)
+    await asyncio.to_thread(engine.close, "shutting down", 0.05)
+    assert backend.freed_while == []
+    with pytest.raises(EngineClosedError, match="shutting down"):
+        await job  # the token in progress ends, and the job with the reason
+    await asyncio.to_thread(engine.close)
+    assert backend.freed_while == [False]
