@@ -115,6 +115,16 @@ def use_lsp_lines(workspace: Workspace) -> None:
     workspace._create_text_document = create  # type: ignore[method-assign]
 
 
+def exceeds_bytes(text: str, limit: int) -> bool:
+    """Whether `text` takes more than `limit` bytes in UTF-8: encoded only when its length in
+    characters (one to four bytes each) leaves that open."""
+    if len(text) > limit:
+        return True
+    if 4 * len(text) <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > limit
+
+
 def find_document(workspace: Workspace, uri: str) -> TextDocument | None:
     """The open document for `uri`, however the client escaped it; None if it is not open.
 

@@ -16,7 +16,13 @@ from pygls.workspace import Workspace
 from pygls.workspace.position_codec import PositionCodec
 
 from lsp_server import documents
-from lsp_server.documents import InvalidPosition, find_document, snapshot, use_lsp_lines
+from lsp_server.documents import (
+    InvalidPosition,
+    exceeds_bytes,
+    find_document,
+    snapshot,
+    use_lsp_lines,
+)
 
 UTF8 = types.PositionEncodingKind.Utf8
 UTF16 = types.PositionEncodingKind.Utf16
@@ -354,3 +360,20 @@ def test_an_edit_deep_in_a_large_document_lands_on_its_line() -> None:
     assert lines[14_999] == lines[15_001] == line.rstrip("\r\n")
     assert lines[19_999:] == ["z", ""]
     assert len(document.source) == len(text) - 6 - len(line) + 2
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "over"),
+    [
+        ("", 0, False),
+        ("abc", 3, False),
+        ("abcd", 3, True),
+        ("日", 3, False),  # three bytes
+        ("日", 2, True),  # one character, but three bytes
+        ("👩" * 3, 12, False),
+        ("👩" * 3, 11, True),
+        ("a" * 10, 40, False),  # four bytes a character could take: not encoded
+    ],
+)
+def test_the_size_limit_counts_utf8_bytes(text: str, limit: int, over: bool) -> None:
+    assert exceeds_bytes(text, limit) is over
