@@ -12,6 +12,7 @@ import random
 import pytest
 from lsp_helpers import apply_changes, lsp_lines
 from lsprotocol import types
+from lsprotocol.converters import get_converter
 from pygls.workspace import Workspace
 from pygls.workspace.position_codec import PositionCodec
 
@@ -296,6 +297,9 @@ def test_a_document_that_was_never_opened_is_not_read_from_disk(tmp_path) -> Non
 PIECES = ["a", "bc", " ", "\n", "\r\n", "\r", "é", "日", "👩", "\u2028", "x = 1\n"]
 
 
+CONVERTER = get_converter()
+
+
 def _random_text(rng: random.Random, pieces: int) -> str:
     return "".join(rng.choice(PIECES) for _ in range(pieces))
 
@@ -329,22 +333,12 @@ def test_random_edits_give_the_text_an_independent_model_of_lsp_edits_gives(
             change = {"range": {"start": start, "end": end}, "text": _random_text(rng, 3)}
             expected = apply_changes(expected, [change], encoding)
             changes.append(change)
-        document = edit(
-            workspace,
-            2,
-            *(
-                (
-                    (
-                        c["range"]["start"]["line"],
-                        c["range"]["start"]["character"],
-                        c["range"]["end"]["line"],
-                        c["range"]["end"]["character"],
-                    ),
-                    c["text"],
-                )
-                for c in changes
-            ),
-        )
+        for change in changes:
+            workspace.update_text_document(
+                types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+                CONVERTER.structure(change, types.TextDocumentContentChangePartial),
+            )
+        document = workspace.get_text_document(URI)
         assert document.source == expected, (text, changes)
 
 
