@@ -1,7 +1,7 @@
 """What the server benchmarks (latency, warm_cold, replay) share: the raw side, one measured
 server request, and the run around them.
 
-The server is the real one: `python -m lsp_server.cli serve` as a subprocess, spoken to over
+The server is the real one: `python -P -m lsp_server.cli serve` as a subprocess, spoken to over
 stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
 (bench/_raw.py) in this process, loaded with the same specification as the server's model
 (same file, context, threads), on the prompt token ids that `lsp_server.inline.build_prompt`

@@ -1,4 +1,4 @@
-"""The real server for the benchmarks: `python -m lsp_server.cli serve` over stdio, through the
+"""The real server for the benchmarks: `python -P -m lsp_server.cli serve` over stdio, through the
 shared client (`lsp_server/client.py`), driven the way an editor drives it.
 
 `ServerClient` keeps its own copy of every open document so that it can turn code-point

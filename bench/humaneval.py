@@ -14,7 +14,7 @@ The completion model is the default one (or `--model`), greedy in both variants:
   before the hole) alone, stop at "\\n", at most `maxTokensSingleLine` tokens (the server's
   single-line limit, 48); the hidden "\\n" is given back. This is the data README's baseline
   (37 of 100 measured there, on a selection it does not name).
-- ours: the real server (`python -m lsp_server.cli serve`, stdio, pygls client, `debounceMs` 0),
+- ours: the real server (`python -P -m lsp_server.cli serve`, stdio, pygls client, `debounceMs` 0),
   an automatic inline request at the hole, the returned item applied (insert text over its
   range) and the resulting document scored. One document per task and layout (`--layouts`):
   - "hole" (the default): `prompt + suffix`, the cursor at the end of `prompt`. The hole is

@@ -193,7 +193,9 @@ def context_window(
 ) -> ContextWindow:
     """Cut the text before and after the cursor to token budgets, at line boundaries.
 
-    The cursor's own line (its part before and after the cursor) is always kept. The prefix
+    The cursor's own line (its part before and after the cursor) is kept, clipped to the
+    budgets where it alone is over them (a minified file's one long line would otherwise make
+    every prompt too long for the model, keystroke after keystroke). The prefix
     window's first line is moved forward to a multiple of `align_lines`: while the user types
     on one line the window then starts at the same place request after request, so the
     prompts share their token prefix and the model's KV cache is reused.
@@ -203,6 +205,8 @@ def context_window(
     if prefix.endswith(("\n", "\r")):
         lines.append("")  # the cursor starts a new, empty line
     last = len(lines) - 1
+    if lines:
+        lines[last] = _clip(lines[last], count_tokens, prefix_budget, keep_end=True)
     used = count_tokens(lines[last]) if lines else 0
     start = max(last, 0)
     while start > 0:
@@ -227,6 +231,8 @@ def context_window(
     kept: list[str] = []
     suffix_used = 0
     for i, line in enumerate(suffix_lines):
+        if i == 0:
+            line = _clip(line, count_tokens, suffix_budget, keep_end=False)
         cost = count_tokens(line)
         if i > 0 and suffix_used + cost > suffix_budget:
             break
@@ -239,6 +245,33 @@ def context_window(
         prefix_tokens=used,
         suffix_tokens=suffix_used,
     )
+
+
+#: More characters than any token holds: a line is cut to this many per token of its budget
+#: before tokens are counted, so that a megabyte-long line costs no more than a short one.
+MAX_CHARS_PER_TOKEN = 32
+
+
+def _clip(text: str, count_tokens: Callable[[str], int], budget: int, *, keep_end: bool) -> str:
+    """`text` if it fits `budget` tokens; else its longest end (`keep_end`) or start that does,
+    found by bisection over the cut (fewer characters never take more tokens)."""
+    text = (
+        text[-budget * MAX_CHARS_PER_TOKEN :] if keep_end else text[: budget * MAX_CHARS_PER_TOKEN]
+    )
+    if count_tokens(text) <= budget:
+        return text
+
+    def part(kept: int) -> str:
+        return text[len(text) - kept :] if keep_end else text[:kept]
+
+    fits, over = 0, len(text)  # characters kept: `over` is known not to fit
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        if count_tokens(part(middle)) <= budget:
+            fits = middle
+        else:
+            over = middle
+    return part(fits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

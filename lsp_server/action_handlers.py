@@ -52,7 +52,7 @@ from lsp_server.commands import (
     RewriteArguments,
     structure_arguments,
 )
-from lsp_server.documents import InvalidPosition, find_document, snapshot
+from lsp_server.documents import InvalidPosition, exceeds_bytes, find_document, snapshot
 from lsp_server.protocol import InfillServer, engine_failures
 
 log = logging.getLogger(__name__)
@@ -146,8 +146,8 @@ def _resolves_edits(ls: InfillServer) -> bool:
 def list_actions(ls: InfillServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     """The actions for the range, at once and without the model."""
     document = find_document(ls.workspace, params.text_document.uri)
-    if document is None:
-        return []
+    if document is None or exceeds_bytes(document.source, ls.settings.max_document_bytes):
+        return []  # clients ask on every cursor move: a huge document costs nothing
     try:
         target = find_target(document, params.range)
     except InvalidPosition:
@@ -224,6 +224,12 @@ def _document_and_target(
     target = find_target(document, arguments.range)  # InvalidParams outside the document
     if target is None:
         raise JsonRpcInvalidParams("there is no code in that range")
+    limit = ls.settings.max_selection_chars
+    if len(target.code) > limit:  # before any model work
+        raise JsonRpcInvalidParams(
+            f"the code is {len(target.code):,} characters, over infill.maxSelectionChars "
+            f"({limit:,}): select less"
+        )
     return document, target
 
 

@@ -1,6 +1,7 @@
 """The `infill-lsp` command.
 
-- `infill-lsp` / `infill-lsp serve [--stdio | --tcp --port N]`: the language server;
+- `infill-lsp` / `infill-lsp serve [--stdio | --tcp --port N]`: the language server (TCP:
+  loopback only unless `--host ADDRESS --allow-remote`; one client; its disconnect ends it);
 - `infill-lsp complete PATH:LINE:COL [--json]`: one inline completion through a real server;
 - `infill-lsp generate`: one JSON object per delta, stable for scripts:
   `{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta);
@@ -138,9 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the language server (the default command)")
     serve.add_argument("--stdio", action="store_true", help="speak LSP on stdin/stdout (default)")
-    serve.add_argument("--tcp", action="store_true", help="listen on TCP instead, for debugging")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=2087)
+    serve.add_argument(
+        "--tcp", action="store_true", help="listen on TCP instead (one client at a time)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="loopback only, unless --allow-remote")
+    serve.add_argument("--port", type=int, default=2087, help="0: any free port (logged)")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --host be an address others can reach (the server has no authentication)",
+    )
     serve.add_argument("--log-file", metavar="PATH", help="log here instead of stderr")
     serve.add_argument("--model", help="completion model, unless the client's settings name one")
     serve.add_argument("--chat-model", help="chat model, unless the client's settings name one")
@@ -324,9 +332,10 @@ def _serve(args: argparse.Namespace) -> int:
     for name in ("engine", "lsp_server"):
         logging.getLogger(name).addHandler(server.client_log)
     if args.tcp:
-        server.start_tcp(args.host, args.port)
-    else:
-        server.start_io(sys.stdin.buffer, _protocol_stdout())
+        from lsp_server.tcp import serve_tcp
+
+        return serve_tcp(server, args.host, args.port)
+    server.start_io(sys.stdin.buffer, _protocol_stdout())
     return 0
 
 
@@ -352,6 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(0, "serve")
     args = parser.parse_args(argv)
     if args.command == "serve":
+        if args.tcp:
+            from lsp_server.tcp import listen_problem
+
+            if problem := listen_problem(args.host, allow_remote=args.allow_remote):
+                parser.error(problem)
         return _serve(args)
     logging.basicConfig(
         stream=sys.stderr,

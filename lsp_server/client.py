@@ -1,10 +1,11 @@
 """A client for the real server, on pygls' `LanguageClient`: what `infill-lsp complete` and the
 benchmarks share.
 
-It starts `python -m lsp_server.cli serve` as a subprocess over stdio and speaks to it as an
-editor does: initialize (UTF-16 positions), open documents, ask for inline completions, read
-`infill/status` and `infill/stats`, shut down. Whatever the server (or the model library)
-writes to stderr is drained, so that a full pipe never blocks it.
+It starts `python -P -m lsp_server.cli serve` as a subprocess over stdio (`-P`: the current
+folder is not put first on the import path, so a user's own `engine/` or `lsp_server/` cannot
+shadow ours) and speaks to it as an editor does: initialize (UTF-16 positions), open documents,
+ask for inline completions, read `infill/status` and `infill/stats`, shut down. Whatever the
+server (or the model library) writes to stderr is drained, so that a full pipe never blocks it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import concurrent.futures
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lsprotocol import types
@@ -23,6 +24,10 @@ from pygls.lsp.client import LanguageClient
 from lsp_server.stats import STATS_REQUEST
 
 SERVER_MODULE = "lsp_server.cli"
+#: The server, started the safe way: `python -m` alone puts the current folder first on
+#: `sys.path`, where any `engine/` or `lsp_server/` folder of the user's would be imported
+#: instead of ours; `-P` (Python 3.11) leaves it off.
+SERVER_COMMAND = (sys.executable, "-P", "-m", SERVER_MODULE, "serve")
 STATUS_REQUEST = "infill/status"  # answered by `ModelHost.status`
 
 
@@ -86,10 +91,13 @@ class InfillClient:
         options: dict[str, Any] | None = None,
         server_args: Sequence[str] = (),
         cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> types.InitializeResult:
-        """Start the server (`serve` plus `server_args`) and initialize it with the `infill`
-        settings in `options`."""
-        await self.lsp.start_io(sys.executable, "-m", SERVER_MODULE, "serve", *server_args, cwd=cwd)
+        """Start the server (`serve` plus `server_args`; in `cwd` with `env`, or this process's
+        own) and initialize it with the `infill` settings in `options`."""
+        await self.lsp.start_io(
+            *SERVER_COMMAND, *server_args, cwd=cwd, env=None if env is None else dict(env)
+        )
         process = self.lsp._server  # pygls keeps the subprocess here; it exposes no accessor
         if process is not None and process.stderr is not None:
             self._drain = asyncio.create_task(_drain(process.stderr))

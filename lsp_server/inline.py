@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -229,13 +230,22 @@ class TypeAheadCache:
     """
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[DocumentSnapshot, bool, InlineResult]] = {}
+        # Least recently answered first: the first to go when there are too many.
+        self._last: OrderedDict[str, tuple[DocumentSnapshot, bool, InlineResult]] = OrderedDict()
 
-    def remember(self, snap: DocumentSnapshot, invoked: bool, result: InlineResult) -> None:
+    def remember(
+        self, snap: DocumentSnapshot, invoked: bool, result: InlineResult, *, documents: int
+    ) -> None:
+        """Keep `result` as the document's last answer, and the last answers of at most
+        `documents` documents in all (each holds a snapshot: a copy of its text)."""
+        self._last.pop(snap.uri, None)
         if result.suggestions:
             self._last[snap.uri] = (snap, invoked, result)
-        else:
-            self._last.pop(snap.uri, None)
+        while len(self._last) > documents:
+            self._last.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._last)
 
     def lookup(self, snap: DocumentSnapshot, invoked: bool) -> InlineResult | None:
         entry = self._last.get(snap.uri)
@@ -280,6 +290,15 @@ class LatestWins:
         if self._live.get(uri) is event:
             del self._live[uri]
 
+    def forget(self, uri: str) -> None:
+        """The document was closed: its live request is superseded (it answers nothing)."""
+        live = self._live.pop(uri, None)
+        if live is not None:
+            live.set()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
 
 async def complete_latest(
     slots: LatestWins,
@@ -316,7 +335,7 @@ async def complete_latest(
         if not work.done():
             return None
         result = work.result()
-        cache.remember(snap, invoked, result)
+        cache.remember(snap, invoked, result, documents=settings.type_ahead_documents)
         return result
     finally:
         slots.release(snap.uri, superseded)

@@ -130,10 +130,18 @@ class InfillServer(LanguageServer):
         self.host = ModelHost()
         self.inline_slots = LatestWins()
         self.type_ahead = TypeAheadCache()
+        self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 
     def show_once(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def forget_document(self, uri: str) -> None:
+        """Drop what we keep for a closed document: its live inline request (superseded),
+        its type-ahead answer, its size note."""
+        self.inline_slots.forget(uri)
+        self.type_ahead.forget(uri)
+        self.large_documents.discard(uri)
 
     def open_document(self, uri: str) -> TextDocument:
         """The open document for `uri`; InvalidParams (naming the uri) if it is not open."""

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from lsprotocol import types
+from pygls.workspace import TextDocument
 
 from lsp_server import action_handlers
 from lsp_server.commands import (
@@ -22,7 +23,7 @@ from lsp_server.commands import (
     ExplainArguments,
     RewriteArguments,
 )
-from lsp_server.documents import snapshot, use_lsp_lines
+from lsp_server.documents import exceeds_bytes, snapshot, use_lsp_lines
 from lsp_server.host import ModelUnavailableError
 from lsp_server.inline import complete_latest
 from lsp_server.protocol import InfillServer, engine_failures
@@ -69,11 +70,14 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
     async def inline_completion(
         ls: InfillServer, params: types.InlineCompletionParams
     ) -> list[types.InlineCompletionItem]:
-        # 1. Snapshot before the first await: later edits must not change this request.
+        # 1. Snapshot before the first await: later edits must not change this request. A
+        # document over the size limit gets no completion, and no snapshot (a copy).
         document = ls.open_document(params.text_document.uri)
+        settings = ls.settings
+        if too_large(ls, document, settings):
+            return []
         snap = snapshot(document, params.position)  # InvalidParams outside the document
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        settings = ls.settings
 
         # 2. Plain functions do the work; a newer request for the document wins.
         with engine_failures():  # RequestFailed naming the cause, never a traceback
@@ -113,6 +117,11 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         )
         return items
 
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: InfillServer, params: types.DidCloseTextDocumentParams) -> None:
+        # pygls has already removed the document from the workspace.
+        ls.forget_document(params.text_document.uri)
+
     @server.feature(STATUS_REQUEST)
     def status(ls: InfillServer, params: Any) -> dict[str, Any]:
         return ls.host.status()
@@ -148,6 +157,22 @@ def build_server(*, model: str | None = None, chat_model: str | None = None) -> 
         return await action_handlers.rewrite(ls, arguments)
 
     return server
+
+
+def too_large(ls: InfillServer, document: TextDocument, settings: Settings) -> bool:
+    """Whether the document is over `infill.maxDocumentBytes`; logged once per document
+    (again after it has been under the limit, or closed)."""
+    if not exceeds_bytes(document.source, settings.max_document_bytes):
+        ls.large_documents.discard(document.uri)
+        return False
+    if document.uri not in ls.large_documents:
+        ls.large_documents.add(document.uri)
+        log.info(
+            "inline %s: no completions: over infill.maxDocumentBytes (%d)",
+            document.uri.rsplit("/", 1)[-1],
+            settings.max_document_bytes,
+        )
+    return True
 
 
 async def load_models(ls: InfillServer) -> None:

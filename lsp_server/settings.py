@@ -98,6 +98,11 @@ class Settings:
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
 
+    # Bounds: what one document or request may cost.
+    max_document_bytes: int = _setting(4 << 20, _int(1, 1 << 40))  # UTF-8; larger: no completion
+    max_selection_chars: int = _setting(16_000, _int(1, 100_000_000))  # Explain and Rewrite
+    type_ahead_documents: int = _setting(32, _int(1, 100_000))  # documents whose answer is kept
+
     def model_options(self) -> ModelOptions:
         """The values that decide which models are loaded and how."""
         return ModelOptions(

@@ -9,12 +9,12 @@ import itertools
 import json
 import os
 import re
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
@@ -22,7 +22,12 @@ from lsprotocol.converters import get_converter
 from pygls.workspace.position_codec import PositionCodec
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-SERVER_COMMAND = [sys.executable, "-m", "lsp_server.cli", "serve"]
+from lsp_server.client import SERVER_COMMAND as CLIENT_SERVER_COMMAND
+
+SERVER_COMMAND = list(CLIENT_SERVER_COMMAND)
+#: The checkout under test: `-P` leaves the current folder off the server's import path, so
+#: without this the server would import whichever copy of the packages is installed.
+REPO = Path(__file__).resolve().parents[1]
 INLINE = types.TEXT_DOCUMENT_INLINE_COMPLETION
 STATUS = "infill/status"
 
@@ -35,8 +40,11 @@ _PAST_DOCUMENT = re.compile(r"past the end of the document \((\d+) lines\)")
 
 def server_env() -> dict[str, str]:
     """This environment, without the variables that would pick another model than the
-    default one."""
-    return {k: v for k, v in os.environ.items() if k not in ("INFILL_MODEL", "INFILL_CHAT_MODEL")}
+    default one, and with this checkout first on the import path (whatever the folder the
+    server starts in)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("INFILL_MODEL", "INFILL_CHAT_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
 
 
 def lsp_lines(text: str) -> list[str]:

@@ -81,7 +81,9 @@ async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json
     text = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
     uri = (ROOT / "examples" / "fibonacci.py").as_uri()
     try:
-        await client.start(root_uri=ROOT.as_uri(), options={"debounceMs": 0}, cwd=str(ROOT))
+        await client.start(
+            root_uri=ROOT.as_uri(), options={"debounceMs": 0}, cwd=str(ROOT), env=server_env()
+        )
         client.open(uri, text)
         items = await client.inline(uri, types.Position(line=4, character=4))
         status = await client.status()
@@ -102,3 +104,33 @@ async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json
     assert job["prompt_tokens"] > 0
     assert job["generated_tokens"] >= 1
     assert shown == []
+
+
+def _console_script() -> list[str]:
+    """`infill-lsp` as a user runs it: the console script beside this Python."""
+    script = Path(sys.executable).parent / "infill-lsp"
+    return [str(script)] if script.exists() else [sys.executable, "-P", "-m", "lsp_server.cli"]
+
+
+@pytest.mark.slow
+def test_a_folder_with_its_own_engine_package_cannot_shadow_ours(tmp_path: Path) -> None:
+    """Run from a folder that holds its own `engine/` and `lsp_server/`: `complete` and the
+    server it starts import our packages, not the user's (`python -m` would put the folder
+    first on the import path)."""
+    for name in ("engine", "lsp_server"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(
+            f"raise ImportError('the user\\'s own {name} was imported')\n", encoding="utf-8"
+        )
+    result = subprocess.run(
+        [*_console_script(), "complete", str(ROOT / "examples/fibonacci.py") + ":5:5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=server_env(),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "own engine" not in result.stderr
+    assert result.stdout.strip()

@@ -7,12 +7,23 @@ The documents are pygls's, made by a pygls `Workspace` exactly as the server mak
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from lsp_helpers import apply_changes, lsp_lines
 from lsprotocol import types
+from lsprotocol.converters import get_converter
 from pygls.workspace import Workspace
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp_server.documents import InvalidPosition, find_document, snapshot, use_lsp_lines
+from lsp_server import documents
+from lsp_server.documents import (
+    InvalidPosition,
+    exceeds_bytes,
+    find_document,
+    snapshot,
+    use_lsp_lines,
+)
 
 UTF8 = types.PositionEncodingKind.Utf8
 UTF16 = types.PositionEncodingKind.Utf16
@@ -277,3 +288,86 @@ def test_a_document_that_was_never_opened_is_not_read_from_disk(tmp_path) -> Non
     assert find_document(workspace, path.as_uri()) is None
     workspace.remove_text_document(URI)
     assert find_document(workspace, URI) is None
+
+
+# --- edits ------------------------------------------------------------------------------------
+
+#: Pieces of text that random documents and edits are made of: every line break, characters of
+#: one to four UTF-8 bytes and two UTF-16 units, and a separator that is not a line break.
+PIECES = ["a", "bc", " ", "\n", "\r\n", "\r", "é", "日", "👩", "\u2028", "x = 1\n"]
+
+
+CONVERTER = get_converter()
+
+
+def _random_text(rng: random.Random, pieces: int) -> str:
+    return "".join(rng.choice(PIECES) for _ in range(pieces))
+
+
+def _random_position(rng: random.Random, text: str, encoding: str) -> dict[str, int]:
+    lines = lsp_lines(text)
+    line = rng.randrange(len(lines))
+    content = lines[line]
+    return {"line": line, "character": units(content[: rng.randint(0, len(content))], encoding)}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, documents._CHUNK])
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_random_edits_give_the_text_an_independent_model_of_lsp_edits_gives(
+    encoding: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Edits are applied where the editor means them, on documents with every kind of line
+    break, checked against `lsp_helpers.apply_changes` (which shares no code with the server);
+    small chunks put chunk ends everywhere, between \r and \n too."""
+    monkeypatch.setattr(documents, "_CHUNK", chunk)
+    rng = random.Random(f"{encoding} {chunk}")
+    for _ in range(200):
+        text = _random_text(rng, rng.randint(0, 40))
+        workspace, _ = open_document(text, encoding)
+        changes = []
+        expected = text
+        for _ in range(rng.randint(1, 4)):
+            a = _random_position(rng, expected, encoding)
+            b = _random_position(rng, expected, encoding)
+            start, end = sorted([a, b], key=lambda p: (p["line"], p["character"]))
+            change = {"range": {"start": start, "end": end}, "text": _random_text(rng, 3)}
+            expected = apply_changes(expected, [change], encoding)
+            changes.append(change)
+        for change in changes:
+            workspace.update_text_document(
+                types.VersionedTextDocumentIdentifier(uri=URI, version=2),
+                CONVERTER.structure(change, types.TextDocumentContentChangePartial),
+            )
+        document = workspace.get_text_document(URI)
+        assert document.source == expected, (text, changes)
+
+
+def test_an_edit_deep_in_a_large_document_lands_on_its_line() -> None:
+    """Whole chunks of lines are skipped by counting; the line the edit is on is still the one
+    the editor means."""
+    line = "x = compute(a, b)  # a comment\r\n"
+    text = line * 20_000
+    workspace, _ = open_document(text, UTF16)
+    document = edit(workspace, 2, ((15_000, 4, 15_000, 11), "f"), ((19_999, 0, 20_000, 0), "z\n"))
+    lines = lsp_lines(document.source)
+    assert lines[15_000] == "x = f(a, b)  # a comment"
+    assert lines[14_999] == lines[15_001] == line.rstrip("\r\n")
+    assert lines[19_999:] == ["z", ""]
+    assert len(document.source) == len(text) - 6 - len(line) + 2
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "over"),
+    [
+        ("", 0, False),
+        ("abc", 3, False),
+        ("abcd", 3, True),
+        ("日", 3, False),  # three bytes
+        ("日", 2, True),  # one character, but three bytes
+        ("👩" * 3, 12, False),
+        ("👩" * 3, 11, True),
+        ("a" * 10, 40, False),  # four bytes a character could take: not encoded
+    ],
+)
+def test_the_size_limit_counts_utf8_bytes(text: str, limit: int, over: bool) -> None:
+    assert exceeds_bytes(text, limit) is over

@@ -7,13 +7,14 @@ import asyncio
 import functools
 
 import pytest
+from lsp_helpers import wait_until
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.engine import Engine
 from engine.prompts import detect_fim_template
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
-from lsp_server.inline import LatestWins, TypeAheadCache, complete_latest, suggest
+from lsp_server.inline import InlineResult, LatestWins, TypeAheadCache, complete_latest, suggest
 from lsp_server.postprocess import CompletionMode, Fitted
 from lsp_server.settings import Settings
 
@@ -201,3 +202,43 @@ async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinish
     result = await suggest(model, snap_at("def f(n):\n|"), settings, invoked=False)
     assert result.mode is CompletionMode.MULTI_LINE
     assert [s.text for s in result.suggestions] == ["    a = 1"]
+
+
+async def test_closing_a_document_supersedes_its_live_request(make_model) -> None:
+    model, backend = make_model(["x" * 500], repeat_last=False, step_seconds=0.002)
+    slots, cache = LatestWins(), TypeAheadCache()
+    settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    live = asyncio.create_task(
+        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+    )
+    await wait_until(lambda: backend.calls, "the model at work")
+    slots.forget("file:///t.py")
+    assert await live is None  # answered at once, as superseded
+    assert len(slots) == 0
+    assert backend.calls[0].yielded < 500  # its job was stopped
+
+
+def test_the_type_ahead_cache_keeps_the_last_answers_of_at_most_n_documents() -> None:
+    cache = TypeAheadCache()
+    answer = InlineResult(
+        suggestions=(Fitted(text="1 + 2", replace_chars=0),), mode=CompletionMode.SINGLE_LINE
+    )
+    for i in range(5):
+        cache.remember(snap_at("a = |", uri=f"file:///{i}.py"), False, answer, documents=3)
+    assert len(cache) == 3
+    assert cache.lookup(snap_at("a = 1|", uri="file:///1.py"), False) is None  # the oldest went
+    kept = cache.lookup(snap_at("a = 1|", uri="file:///2.py"), False)
+    assert kept is not None
+    assert [s.text for s in kept.suggestions] == [" + 2"]
+    # Answering a document again makes it the newest: the next to go is another.
+    cache.remember(snap_at("a = |", uri="file:///2.py"), False, answer, documents=3)
+    cache.remember(snap_at("a = |", uri="file:///5.py"), False, answer, documents=3)
+    assert cache.lookup(snap_at("a = 1|", uri="file:///2.py"), False) is not None
+    assert cache.lookup(snap_at("a = 1|", uri="file:///3.py"), False) is None
+    cache.forget("file:///2.py")  # closed
+    assert len(cache) == 2
+    assert cache.lookup(snap_at("a = 1|", uri="file:///2.py"), False) is None

@@ -22,6 +22,7 @@ from engine.errors import ChatTemplateError
 from engine.prompts import (
     FIM_FAMILIES,
     FIM_TEMPLATES,
+    MAX_CHARS_PER_TOKEN,
     ContextWindow,
     FimOrder,
     build_fim_prompt,
@@ -432,17 +433,17 @@ WINDOW_CASES = [
         prefix_budget=6,
     ),
     WindowCase(
-        "cursor line kept over budget",
+        "cursor line over budget: its end is kept",
         "a\nb\nx = compute(alpha, beta)",
         "",
-        window("x = compute(alpha, beta)", "", 2, 5, 0),
+        window(" compute(alpha, beta)", "", 2, 3, 0),
         prefix_budget=3,
     ),
     WindowCase(
-        "cursor line kept with a zero budget",
+        "a zero budget clips the cursor line away",
         "a\nx",
         "y\nb\n",
-        window("x", "y\n", 1, 2, 2),
+        window("", "", 1, 1, 1),  # `words` counts one for the empty text
         prefix_budget=0,
         suffix_budget=0,
     ),
@@ -468,10 +469,10 @@ WINDOW_CASES = [
         suffix_budget=4,
     ),
     WindowCase(
-        "suffix cursor line kept over budget",
+        "suffix cursor line over budget: its start is kept",
         "x",
         " + 1 for i in range(9)\nb\n",
-        window("x", " + 1 for i in range(9)\n", 0, 2, 7),
+        window("x", " + ", 0, 2, 2),
         suffix_budget=2,
     ),
     WindowCase(
@@ -620,7 +621,7 @@ def test_typing_at_the_end_keeps_the_window_start_for_kv_reuse() -> None:
         previous = (w, prompt)
 
 
-def test_window_budget_holds_unless_only_the_cursor_line_is_kept() -> None:
+def test_window_budget_holds_and_only_a_lone_cursor_line_is_clipped() -> None:
     rng = random.Random(11)
     for _ in range(500):
         n = rng.randint(0, 12)
@@ -636,8 +637,12 @@ def test_window_budget_holds_unless_only_the_cursor_line_is_kept() -> None:
             text, "", words, prefix_budget=budget, suffix_budget=0, align_lines=align
         )
 
-        assert w.prefix_tokens <= budget or w.first_line == n, (text, budget, align)
-        assert w.prefix == "".join(text.splitlines(keepends=True)[w.first_line :])
+        assert w.prefix_tokens <= budget or w.prefix == "", (text, budget, align)
+        whole_lines = "".join(text.splitlines(keepends=True)[w.first_line :])
+        if w.first_line < n:
+            assert w.prefix == whole_lines
+        else:
+            assert whole_lines.endswith(w.prefix)
 
 
 # --- chat -------------------------------------------------------------------------------------
@@ -809,3 +814,26 @@ def test_template_helpers_of_transformers_are_available() -> None:
     rendered = render_chat_template(source, messages, bos_token=None, eos_token=None)
     after = datetime.datetime.now().year
     assert rendered in {f"one|{before}", f"one|{after}"}
+
+
+@pytest.mark.parametrize("where", ["prefix", "suffix"])
+def test_a_megabyte_long_cursor_line_is_clipped_to_the_budget_with_few_counts(where: str) -> None:
+    """A minified file's one line: the window fits the budget, keeps the text next to the
+    cursor, and counts tokens of no more than the budget's worth of characters, a few times."""
+    line = "var a=function(b){return b+1};" * 40_000
+    counted: list[int] = []
+
+    def count(text: str) -> int:
+        counted.append(len(text))
+        return len(text) // 4
+
+    prefix, suffix = ("x = 1\n" + line, "") if where == "prefix" else ("", line + "\n")
+    w = context_window(prefix, suffix, count, prefix_budget=100, suffix_budget=100)
+    if where == "prefix":
+        assert 0 < w.prefix_tokens <= 100
+        assert line.endswith(w.prefix)
+    else:
+        assert 0 < w.suffix_tokens <= 100
+        assert line.startswith(w.suffix)
+    assert max(counted) <= 100 * MAX_CHARS_PER_TOKEN
+    assert len(counted) < 40

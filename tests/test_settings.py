@@ -29,6 +29,9 @@ GOOD = [
     ("temperature", 0.4, "temperature"),
     ("prefixTokens", 512, "prefix_tokens"),
     ("suffixTokens", 0, "suffix_tokens"),
+    ("maxDocumentBytes", 1 << 20, "max_document_bytes"),
+    ("maxSelectionChars", 4000, "max_selection_chars"),
+    ("typeAheadDocuments", 1, "type_ahead_documents"),
 ]
 
 #: Values each key must refuse: wrong type, out of range, or not one of the choices.
@@ -53,6 +56,9 @@ BAD = [
     ("temperature", False),
     ("prefixTokens", 1),
     ("suffixTokens", None),
+    ("maxDocumentBytes", 0),
+    ("maxSelectionChars", "4k"),
+    ("typeAheadDocuments", 0),
 ]
 
 

@@ -1,0 +1,166 @@
+"""`infill-lsp serve --tcp` (issue 9): loopback only unless the user allows remote clients,
+one client at a time, and a disconnect that ends the server cleanly. The real server process,
+spoken to over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+from lsp_helpers import SERVER_COMMAND, answer, server_env, wait_until
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from lsp_server.tcp import is_loopback, listen_problem
+
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+        ("10.0.0.1", False),
+        ("build-box.example.com", False),
+        ("", False),
+    ],
+)
+def test_only_loopback_hosts_are_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+    assert (listen_problem(host, allow_remote=False) is None) is loopback
+    assert listen_problem(host, allow_remote=True) is None
+
+
+def test_a_non_loopback_host_without_allow_remote_is_refused_before_listening() -> None:
+    result = subprocess.run(
+        [*SERVER_COMMAND, "--tcp", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "not a loopback address" in result.stderr
+    assert "--allow-remote" in result.stderr
+    assert "listening" not in result.stderr
+
+
+@dataclass
+class TcpServer:
+    process: asyncio.subprocess.Process
+    host: str
+    port: int
+    log: list[str] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def tcp_server(*args: str) -> AsyncIterator[TcpServer]:
+    """`serve --tcp --port 0` (any free port), its port read from its log."""
+    process = await asyncio.create_subprocess_exec(
+        *SERVER_COMMAND,
+        "--tcp",
+        "--port",
+        "0",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=server_env(),
+    )
+    assert process.stderr is not None
+    log: list[str] = []
+
+    async def read_log() -> None:
+        assert process.stderr is not None
+        while line := await process.stderr.readline():
+            log.append(line.decode(errors="replace").rstrip("\n"))
+
+    reading = asyncio.create_task(read_log())
+    try:
+        found = await wait_until(
+            lambda: (
+                next((m for line in log if (m := LISTENING.search(line))), None)
+                or process.returncode is not None
+            ),
+            "the server to listen",
+        )
+        assert isinstance(found, re.Match), log
+        yield TcpServer(process, found.group(1), int(found.group(2)), log)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        await reading
+
+
+async def status(client: LanguageClient) -> dict[str, object]:
+    result = await answer(client.protocol.send_request_async("infill/status", {}))
+    return dict(result._asdict())
+
+
+async def initialized_client(port: int) -> LanguageClient:
+    client = LanguageClient("infill-lsp tests", "1")
+    await client.start_tcp("127.0.0.1", port)
+    await answer(
+        client.initialize_async(
+            types.InitializeParams(capabilities=types.ClientCapabilities(), process_id=None)
+        )
+    )
+    client.initialized(types.InitializedParams())
+    return client
+
+
+@pytest.mark.slow
+async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly() -> None:
+    async with tcp_server() as server:
+        assert server.host == "127.0.0.1"
+        client = await initialized_client(server.port)
+        assert "status" in await status(client)
+
+        # A second editor is turned away; the first one goes on as before.
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        assert await answer(reader.read()) == b""
+        writer.close()
+        assert "status" in await status(client)
+
+        # The first editor goes away without a word: the server ends, status 0, no traceback.
+        client.protocol.writer.close()
+        await client.stop()  # type: ignore[no-untyped-call]
+        assert await answer(server.process.wait()) == 0
+    log = "\n".join(server.log)
+    assert "one client at a time" in log
+    assert "client disconnected" in log
+    assert "Traceback" not in log, log
+
+
+@pytest.mark.slow
+async def test_shutdown_and_exit_end_the_server_with_status_0() -> None:
+    async with tcp_server() as server:
+        client = await initialized_client(server.port)
+        await answer(client.shutdown_async(None))
+        client.exit(None)
+        assert await answer(server.process.wait()) == 0
+        await client.stop()  # type: ignore[no-untyped-call]
+    assert "Traceback" not in "\n".join(server.log)
+
+
+async def test_allow_remote_lets_the_server_listen_on_every_address() -> None:
+    async with tcp_server("--host", "0.0.0.0", "--allow-remote") as server:
+        assert server.host == "0.0.0.0"
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.close()  # connected, then gone: the server ends
+        assert await answer(server.process.wait()) == 0
