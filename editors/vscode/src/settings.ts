@@ -29,6 +29,9 @@ export const SERVER_SETTINGS: readonly ServerSetting[] = [
   { key: "temperature", kind: "number", default: 0 },
   { key: "prefixTokens", kind: "number", default: 1536 },
   { key: "suffixTokens", kind: "number", default: 512 },
+  { key: "maxDocumentBytes", kind: "number", default: 4194304 },
+  { key: "maxSelectionChars", kind: "number", default: 16000 },
+  { key: "typeAheadDocuments", kind: "number", default: 32 },
 ];
 
 /** Keys of the `infill` section that only the extension reads. */

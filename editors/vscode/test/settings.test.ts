@@ -27,6 +27,9 @@ describe("the server's settings section", () => {
       temperature: 0,
       prefixTokens: 1536,
       suffixTokens: 512,
+      maxDocumentBytes: 4194304,
+      maxSelectionChars: 16000,
+      typeAheadDocuments: 32,
     });
   });
 
