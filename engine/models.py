@@ -29,7 +29,13 @@ from filelock import FileLock, Timeout
 
 from engine.backend import Backend
 from engine.engine import Engine
-from engine.errors import BackendUnavailableError, EngineError, ModelLoadError
+from engine.errors import (
+    BackendUnavailableError,
+    ChatTemplateError,
+    EngineError,
+    ModelLoadError,
+)
+from engine.prompts import check_chat_template
 from engine.types import Role
 
 log = logging.getLogger(__name__)
@@ -299,6 +305,11 @@ class ModelSet:
             if engine is None:
                 engine = Engine(load_backend(spec), name=role.value)
                 self._by_spec[spec] = engine
+            if role is Role.CHAT:
+                try:
+                    check_chat_template(engine.backend)
+                except ChatTemplateError as e:
+                    raise ModelLoadError(f"the chat template of {spec.path} is refused: {e}") from e
             self._engines[role] = engine
         return self._engines[role]
 

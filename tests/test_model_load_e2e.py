@@ -5,7 +5,8 @@ forever; two servers starting at once assemble the default model once.
 Faults that a file can make are made with files (a truncated GGUF, a cache folder that cannot
 be made). The others are injected into the server process: a `sitecustomize` module on its
 PYTHONPATH replaces a chunk package with a missing one, or the llama.cpp backend with one that
-raises a library's own exception or never returns.
+raises a library's own exception, never returns, or reads a runaway chat template from the
+model file.
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ elif fault in ("hang", "raise"):
         raise KeyError("blk.0.attn_q.weight")  # a library's own error on a damaged file
 
     llama_cpp_backend.LlamaCppBackend.__init__ = stuck_or_failing
+elif fault == "chat-template":
+    import dataclasses
+
+    import engine.backends.llama_cpp as llama_cpp_backend
+
+    load = llama_cpp_backend.LlamaCppBackend.__init__
+
+    def with_template(self, spec):  # the model file's template, as if it were this one
+        load(self, spec)
+        template = os.environ["INFILL_TEST_TEMPLATE"]
+        self.vocab = dataclasses.replace(self.vocab, chat_template=template)
+
+    llama_cpp_backend.LlamaCppBackend.__init__ = with_template
 """
 
 
@@ -153,6 +167,37 @@ async def test_a_load_that_never_returns_is_given_up_and_no_request_waits_for_it
         cause = "loading it took longer than 3 s and was given up (set INFILL_LOAD_TIMEOUT"
         await assert_load_fails(session, cause, chat_cause=cause)
     # Leaving the session shut the server down: the stuck load did not keep it alive.
+
+
+RUNAWAY_TEMPLATES = {
+    "a 10 MB string": (
+        "{{ 'x' * 10000000 }}",
+        "builds 10,000,000 characters or items, over the limit",
+    ),
+    "a loop without end": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "ran longer than 2 s (an endless loop or recursion?)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("template", "limit"), RUNAWAY_TEMPLATES.values(), ids=RUNAWAY_TEMPLATES.keys()
+)
+async def test_a_runaway_chat_template_is_refused_when_the_chat_model_loads(
+    fault, monkeypatch: pytest.MonkeyPatch, template: str, limit: str
+) -> None:
+    fault("chat-template")
+    monkeypatch.setenv("INFILL_TEST_TEMPLATE", template)
+    async with lsp_session(client_capabilities("visual-studio-code")) as session:
+        status = await session.until_loaded()
+        assert status["status"] == "ready"  # completion never renders the template
+        uri = session.open(CODE)
+        refused = await request_error(explain(session, uri))
+        assert f"the chat model is unavailable: the chat template of {default_chat_model()} " in (
+            refused
+        )
+        assert limit in refused
 
 
 async def test_two_servers_starting_at_once_assemble_the_default_model_once(
