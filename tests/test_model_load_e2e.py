@@ -116,7 +116,7 @@ async def test_a_truncated_gguf_ends_the_load_with_an_error_naming_the_file(
         truncated.write_bytes(whole.read(20_000_000))
     options = {"infill": {"model": str(truncated), "chatModel": str(truncated)}}
     async with lsp_session(client_capabilities("visual-studio-code"), options) as session:
-        cause = f"cannot load model {truncated}"
+        cause = f"cannot load model {truncated}: the file is truncated: its tensors need"
         await assert_load_fails(session, cause, chat_cause=cause)
 
 
