@@ -87,7 +87,7 @@ def default_completion_model() -> Path:
     except Timeout as e:
         raise ModelLoadError(
             f"another process has been assembling the default completion model in {folder} "
-            f"for over {ASSEMBLY_LOCK_SECONDS:.0f} s (lock {e.lock_file}); remove the lock file "
+            f"for over {ASSEMBLY_LOCK_SECONDS:g} s (lock {e.lock_file}); remove the lock file "
             "if no infill-lsp is running"
         ) from e
     except ImportError as e:  # chunk_paths() imports each chunk package

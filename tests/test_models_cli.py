@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import models
 from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
@@ -287,4 +288,35 @@ def test_two_processes_starting_at_once_assemble_the_default_model_once(tmp_path
     assert len(assembled) == 1, [err for _, err in outputs]
     assert (
         path.stat().st_size == json.loads(path.with_name(f"{GEMMA_FILE}.stamp").read_text())["size"]
+    )
+
+
+def test_a_lock_held_too_long_by_another_assembly_is_a_load_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(models, "ASSEMBLY_LOCK_SECONDS", 0.2)
+    lock = tmp_path / "models" / f"{GEMMA_FILE}.lock"
+    lock.parent.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import filelock, sys, time\nwith filelock.FileLock({str(lock)!r}):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ModelLoadError) as caught:
+            default_completion_model()
+    finally:
+        holder.communicate("", timeout=30)
+    assert str(caught.value).startswith(
+        f"another process has been assembling the default completion model in {lock.parent} "
+        f"for over 0.2 s (lock {lock})"
     )
