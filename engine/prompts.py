@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ChatTemplateError
+from engine.template_sandbox import DEFAULT_LIMITS, TemplateLimits, render_bounded
 from engine.text import split_lines
+from engine.types import ChatMessage
 
 if TYPE_CHECKING:
     from engine.backend import Backend
-    from engine.types import ChatMessage
 
 
 class FimOrder(enum.StrEnum):
@@ -360,11 +361,10 @@ def _tojson(
 def _compile(source: str) -> Any:
     from jinja2 import TemplateError
     from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
-    )
+    from engine.template_sandbox import BoundedSandbox
+
+    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.filters["tojson"] = _tojson
@@ -381,24 +381,27 @@ def render_chat_template(
     bos_token: str | None,
     eos_token: str | None,
     add_generation_prompt: bool = True,
+    limits: TemplateLimits = DEFAULT_LIMITS,
 ) -> str:
-    """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does."""
+    """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does,
+    within `limits` of time and size (engine/template_sandbox.py)."""
     template = _compile(source)
+    variables = {
+        "messages": [{"role": m.role, "content": m.content} for m in messages],
+        "bos_token": bos_token or "",
+        "eos_token": eos_token or "",
+        "add_generation_prompt": add_generation_prompt,
+    }
+    input_chars = sum(len(m.content) + len(m.role) for m in messages)
     try:
-        rendered: str = template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            bos_token=bos_token or "",
-            eos_token=eos_token or "",
-            add_generation_prompt=add_generation_prompt,
-        )
+        return render_bounded(template, variables, input_chars=input_chars, limits=limits)
     except ChatTemplateError:
-        raise  # raise_exception(): the template's own refusal
+        raise  # raise_exception(): the template's own refusal; or a limit
     except Exception as e:
         # The template is the model's code, run in the sandbox: besides Jinja's own errors
         # (unsafe access, undefined names) it fails with plain Python ones (`1/0`, `'a' + 1`,
         # a `range` over the sandbox's limit), and callers catch only the engine's errors.
         raise ChatTemplateError(f"the model's chat template failed: {e}") from e
-    return rendered
 
 
 def render_chat(backend: Backend, messages: Sequence[ChatMessage]) -> str:
@@ -412,3 +415,21 @@ def render_chat(backend: Backend, messages: Sequence[ChatMessage]) -> str:
     return render_chat_template(
         source, messages, bos_token=backend.vocab.bos_token, eos_token=backend.vocab.eos_token
     )
+
+
+#: The conversation a chat template is tried on when its model loads.
+PROBE_MESSAGES = ("Explain this code.",)
+
+
+def check_chat_template(backend: Backend) -> None:
+    """Render the model's chat template (if it has one) on a probe conversation, so that a
+    template that fails or runs past its limits is refused when the model loads rather than
+    at the first Explain. Raises ChatTemplateError naming the cause."""
+    source = backend.vocab.chat_template
+    if source:
+        render_chat_template(
+            source,
+            [ChatMessage(role="user", content=text) for text in PROBE_MESSAGES],
+            bos_token=backend.vocab.bos_token,
+            eos_token=backend.vocab.eos_token,
+        )

@@ -4,13 +4,15 @@ status. A load that fails is remembered, and every later request gets an error n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.engine import Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
@@ -21,6 +23,8 @@ from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class LoadState(enum.StrEnum):
     LOADING = "loading"
@@ -29,7 +33,83 @@ class LoadState(enum.StrEnum):
 
 
 class ModelUnavailableError(Exception):
-    """The model could not be loaded; the message says why."""
+    """The model could not be loaded; the message says which and why."""
+
+    def __init__(self, role: str, reason: str) -> None:
+        super().__init__(f"the {role} model is unavailable: {reason}")
+        self.reason = reason
+
+
+#: The environment variable that bounds a model load, in seconds. A load that takes longer is
+#: given up as stuck, so that no request waits for it forever. The default models load in a
+#: few seconds (the first run also assembles Gemma); a large model from a slow disk may need
+#: more.
+LOAD_TIMEOUT_ENV = "INFILL_LOAD_TIMEOUT"
+DEFAULT_LOAD_TIMEOUT = 600.0
+
+
+def load_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a model load may take: $INFILL_LOAD_TIMEOUT, else DEFAULT_LOAD_TIMEOUT."""
+    value = (os.environ if environ is None else environ).get(LOAD_TIMEOUT_ENV)
+    if not value:
+        return DEFAULT_LOAD_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        log.warning(
+            "%s=%r is not a number of seconds above 0; using %g",
+            LOAD_TIMEOUT_ENV,
+            value,
+            DEFAULT_LOAD_TIMEOUT,
+        )
+        return DEFAULT_LOAD_TIMEOUT
+    return seconds
+
+
+async def run_load(role: str, load: Callable[[], T]) -> T:
+    """Run `load` on a thread of its own, within the load deadline. Every way it can end
+    badly (an engine error, a library's own exception, a load that never returns) becomes one
+    ModelUnavailableError naming the cause, so that whoever awaits it gets an answer.
+
+    The thread is a daemon, not one of asyncio's pool: a load stuck in a library cannot be
+    interrupted, and must not keep the server from exiting either.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():  # not given up on meanwhile
+            outcome()
+
+    def run() -> None:
+        try:
+            result = load()
+        except Exception as e:
+            reported: Callable[[], None] = functools.partial(done.set_exception, e)
+        else:
+            reported = functools.partial(done.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, reported)
+
+    threading.Thread(target=run, name=f"infill-load-{role}", daemon=True).start()
+    timeout = load_timeout()
+    await asyncio.wait((done,), timeout=timeout)
+    if not done.done():
+        done.cancel()
+        reason = (
+            f"loading it took longer than {timeout:g} s and was given up "
+            f"(set {LOAD_TIMEOUT_ENV} to allow more time)"
+        )
+        raise ModelUnavailableError(role, reason)
+    try:
+        return done.result()
+    except (EngineError, OSError) as e:
+        raise ModelUnavailableError(role, str(e)) from e
+    except Exception as e:
+        log.error("loading the %s model failed", role, exc_info=e)
+        raise ModelUnavailableError(role, f"{type(e).__name__}: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +168,11 @@ class ModelHost:
 
         async def load() -> None:
             try:
-                model = await asyncio.to_thread(self._load)
-            except (EngineError, OSError) as e:
+                model = await run_load("completion", self._load)
+            except ModelUnavailableError as e:
                 self.state = LoadState.ERROR
-                self.last_error = str(e)
-                future.set_exception(
-                    ModelUnavailableError(f"the completion model is unavailable: {e}")
-                )
+                self.last_error = e.reason
+                future.set_exception(e)
                 future.exception()  # retrieved: requests re-raise it, nobody else must log it
                 return
             self.state = LoadState.READY
@@ -154,12 +232,13 @@ class ModelHost:
 
             async def load() -> None:
                 try:
-                    future.set_result(await asyncio.to_thread(self._load_chat))
-                except (EngineError, OSError) as e:
-                    self._chat = None  # a later request tries again (the user may fix it)
-                    future.set_exception(
-                        ModelUnavailableError(f"the chat model is unavailable: {e}")
-                    )
+                    engine = await run_load("chat", self._load_chat)
+                except ModelUnavailableError as e:
+                    if self._chat is future:  # not a newer load started by a reload meanwhile
+                        self._chat = None  # a later request tries again (the user may fix it)
+                    future.set_exception(e)
+                else:
+                    future.set_result(engine)
 
             asyncio.get_running_loop().create_task(load())
         return await asyncio.shield(self._chat)
@@ -167,7 +246,7 @@ class ModelHost:
     async def completion(self) -> CompletionModel:
         """The completion model, once loaded. Raises ModelUnavailableError after a failed load."""
         if self._completion is None:
-            raise ModelUnavailableError("the server is not initialized yet")
+            raise ModelUnavailableError("completion", "the server is not initialized yet")
         return await asyncio.shield(self._completion)
 
     def status(self) -> dict[str, Any]:

