@@ -68,6 +68,10 @@ def load_timeout(environ: Mapping[str, str] | None = None) -> float:
     return seconds
 
 
+#: Seconds shutdown waits for a model load in progress before it leaves that model alone.
+CLOSE_LOCK_TIMEOUT = 10.0
+
+
 async def run_load(role: str, load: Callable[[], T]) -> T:
     """Run `load` on a thread of its own, within the load deadline. Every way it can end
     badly (an engine error, a library's own exception, a load that never returns) becomes one
@@ -305,7 +309,15 @@ class ModelHost:
         await asyncio.to_thread(self._close_models)
 
     def _close_models(self) -> None:
-        with self._lock:  # after a load in progress: it must not leave a model behind
+        # After a load in progress, so that it leaves no model behind; but a load that hangs
+        # (given up after its deadline, its thread still stuck in the library) holds the lock
+        # for good, and shutdown must not wait for it: the process is ending anyway.
+        if not self._lock.acquire(timeout=CLOSE_LOCK_TIMEOUT):
+            log.warning("a model load is still stuck: its model is left to the process's end")
+            return
+        try:
             if self._models is not None:
                 self._models.close()
                 self._models = None
+        finally:
+            self._lock.release()
