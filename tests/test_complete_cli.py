@@ -52,6 +52,24 @@ def test_the_plain_output_is_the_suggestion_text() -> None:
     assert result.stdout.strip()
 
 
+@pytest.mark.slow
+def test_a_file_whose_path_holds_a_space_and_a_non_ascii_letter_gets_a_suggestion(
+    tmp_path: Path,
+) -> None:
+    """The file's URI is percent-escaped (`my%20project/caf%C3%A9.py`): the server finds the
+    document it opened under it."""
+    folder = tmp_path / "my project"
+    folder.mkdir()
+    source = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
+    path = folder / "café.py"
+    path.write_text(source, encoding="utf-8")
+    result = run_complete(f"{path}:5:5", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["items"], report
+    assert report["items"][0]["insert_text"].strip()
+
+
 @pytest.mark.parametrize(
     ("location", "message"),
     [
