@@ -4,6 +4,8 @@
  * section; they never reach the server, so a server upgrade can never misread them.
  */
 
+import manifest from "../package.json";
+
 /** One server setting: its camelCase key (as the server reads it) and default. */
 export interface ServerSetting {
   readonly key: string;
@@ -13,29 +15,33 @@ export interface ServerSetting {
   readonly default: string | number | null;
 }
 
-/** The server's keys with the server's defaults (lsp_server/settings.py). */
-export const SERVER_SETTINGS: readonly ServerSetting[] = [
-  { key: "model", kind: "string", default: null },
-  { key: "chatModel", kind: "string", default: null },
-  { key: "backend", kind: "string", default: "auto" },
-  { key: "device", kind: "string", default: "auto" },
-  { key: "gpuLayers", kind: "number", default: 0 },
-  { key: "contextSize", kind: "number", default: 4096 },
-  { key: "threads", kind: "number", default: null },
-  { key: "maxTokensSingleLine", kind: "number", default: 48 },
-  { key: "maxTokensMultiLine", kind: "number", default: 96 },
-  { key: "debounceMs", kind: "number", default: 20 },
-  { key: "invokedSuggestions", kind: "number", default: 3 },
-  { key: "temperature", kind: "number", default: 0 },
-  { key: "prefixTokens", kind: "number", default: 1536 },
-  { key: "suffixTokens", kind: "number", default: 512 },
-  { key: "maxDocumentBytes", kind: "number", default: 4194304 },
-  { key: "maxSelectionChars", kind: "number", default: 16000 },
-  { key: "typeAheadDocuments", kind: "number", default: 32 },
-];
-
 /** Keys of the `infill` section that only the extension reads. */
 export const EXTENSION_SETTINGS = ["serverPath", "serverArgs", "enable", "trace"] as const;
+
+/** A setting as the manifest declares it (`contributes.configuration.properties`). */
+interface DeclaredSetting {
+  readonly type: string | readonly string[];
+  readonly default?: unknown;
+}
+
+/**
+ * The server's keys with the server's defaults, read from the manifest: `package.json`
+ * declares every setting once, for the settings UI, and tests/editors/test_editor_settings.py
+ * holds its server keys and defaults to lsp_server/settings.py. A path's default "" (and a
+ * null) is null here: the server decides.
+ */
+export const SERVER_SETTINGS: readonly ServerSetting[] = Object.entries(
+  manifest.contributes.configuration.properties as Record<string, DeclaredSetting>,
+)
+  .map(([name, schema]): [string, DeclaredSetting] => [name.replace(/^infill\./, ""), schema])
+  .filter(([key]) => !(EXTENSION_SETTINGS as readonly string[]).includes(key.split(".")[0] ?? key))
+  .map(([key, schema]) => {
+    const types = typeof schema.type === "string" ? [schema.type] : schema.type;
+    const kind = types.includes("string") ? "string" : "number";
+    const value = schema.default;
+    const fallback = typeof value === "string" || typeof value === "number" ? value : null;
+    return { key, kind, default: fallback === "" ? null : fallback };
+  });
 
 /** Keys whose change needs a new server process (it is started with them). */
 export const RESTART_SETTINGS = ["serverPath", "serverArgs"] as const;
