@@ -38,6 +38,26 @@ _PAST_LINE = re.compile(r"past the end of line (\d+) \((\d+) units\)")
 _PAST_DOCUMENT = re.compile(r"past the end of the document \((\d+) lines\)")
 
 
+#: SmolLM2 writes a good hundred tokens about this: a cancel or a reload finds
+#: it still writing.
+MERGE = (
+    "def merge_sorted(left, right):\n"
+    "    result = []\n"
+    "    i = j = 0\n"
+    "    while i < len(left) and j < len(right):\n"
+    "        if left[i] <= right[j]:\n"
+    "            result.append(left[i])\n"
+    "            i += 1\n"
+    "        else:\n"
+    "            result.append(right[j])\n"
+    "            j += 1\n"
+    "    result.extend(left[i:])\n"
+    "    result.extend(right[j:])\n"
+    "    return result\n"
+)
+MERGE_RANGE = {"start": {"line": 0, "character": 0}, "end": {"line": 12, "character": 17}}
+
+
 def server_env() -> dict[str, str]:
     """This environment, without the variables that would pick another model than the
     default one, and with this checkout first on the import path (whatever the folder the

@@ -25,7 +25,16 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import Session, answer, lsp_session, plain_json, request_json, wait_until
+from lsp_helpers import (
+    MERGE,
+    MERGE_RANGE,
+    Session,
+    answer,
+    lsp_session,
+    plain_json,
+    request_json,
+    wait_until,
+)
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
@@ -73,24 +82,6 @@ METHOD = {"start": {"line": 4, "character": 0}, "end": {"line": 7, "character": 
 #: A selection inside the method: from `value` to the end of `return value`.
 SELECTION = {"start": {"line": 6, "character": 8}, "end": {"line": 7, "character": 20}}
 NEVER_OPENED = "file:///e2e/never-opened.py"
-
-#: SmolLM2 writes a good hundred tokens about this: a cancel finds it still writing.
-MERGE = (
-    "def merge_sorted(left, right):\n"
-    "    result = []\n"
-    "    i = j = 0\n"
-    "    while i < len(left) and j < len(right):\n"
-    "        if left[i] <= right[j]:\n"
-    "            result.append(left[i])\n"
-    "            i += 1\n"
-    "        else:\n"
-    "            result.append(right[j])\n"
-    "            j += 1\n"
-    "    result.extend(left[i:])\n"
-    "    result.extend(right[j:])\n"
-    "    return result\n"
-)
-MERGE_RANGE = {"start": {"line": 0, "character": 0}, "end": {"line": 12, "character": 17}}
 
 
 def cursor(line: int, character: int) -> dict[str, Any]:

@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from fault_server import GENERATING, fault_server_command
-from lsp_helpers import INLINE, Session, answer, lsp_session, plain_json, wait_until
+from lsp_helpers import (
+    INLINE,
+    MERGE,
+    MERGE_RANGE,
+    Session,
+    answer,
+    lsp_session,
+    plain_json,
+    wait_until,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
@@ -35,23 +44,6 @@ REQUEST_CANCELLED = -32800
 
 FAST = {"debounceMs": 10, "maxTokensSingleLine": 16, "maxTokensMultiLine": 48}
 
-#: SmolLM2 writes a good hundred tokens about this: a reload finds it still writing.
-MERGE = (
-    "def merge_sorted(left, right):\n"
-    "    result = []\n"
-    "    i = j = 0\n"
-    "    while i < len(left) and j < len(right):\n"
-    "        if left[i] <= right[j]:\n"
-    "            result.append(left[i])\n"
-    "            i += 1\n"
-    "        else:\n"
-    "            result.append(right[j])\n"
-    "            j += 1\n"
-    "    result.extend(left[i:])\n"
-    "    result.extend(right[j:])\n"
-    "    return result\n"
-)
-MERGE_RANGE = {"start": {"line": 0, "character": 0}, "end": {"line": 12, "character": 17}}
 #: A list goes on and on: a multi-line suggestion here runs to its token limit.
 NUMBERS = "NUMBERS = [\n    1,\n    2,\n    3,\n    4,\n    5,\n    "
 SHORT = "def double(x):\n    return \n"

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lsp_helpers import server_env
+
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "editors" / "nvim"
 MIN_NVIM = (0, 10, 0)
@@ -71,11 +73,6 @@ def find_server() -> tuple[str | None, str]:
     if found := shutil.which("infill-lsp"):
         return found, found
     return None, "infill-lsp is not installed (make install)"
-
-
-def server_env() -> dict[str, str]:
-    """This environment without the variables that would pick another model."""
-    return {k: v for k, v in os.environ.items() if k not in ("INFILL_MODEL", "INFILL_CHAT_MODEL")}
 
 
 def poll(
