@@ -117,6 +117,8 @@ def _camel_case(name: str) -> str:
 
 #: The client's key of each setting.
 _FIELDS = {_camel_case(f.name): f for f in dataclasses.fields(Settings)}
+#: Every key of the `infill` section, as clients send it (the editor plugins declare these).
+CLIENT_KEYS = tuple(_FIELDS)
 
 
 def parse_settings(raw: object, base: Settings | None = None) -> tuple[Settings, list[str]]:

@@ -8,15 +8,13 @@ UI show one value while the server uses another.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lsp_server.settings import Settings, parse_settings
+from lsp_server.settings import CLIENT_KEYS, Settings, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "editors" / "vscode" / "package.json"
@@ -38,11 +36,7 @@ def _declared() -> dict[str, Any]:
     return declared
 
 
-def _camel(name: str) -> str:
-    return re.sub(r"_([a-z])", lambda m: m[1].upper(), name)
-
-
-SERVER_KEYS = sorted(_camel(f.name) for f in dataclasses.fields(Settings))
+SERVER_KEYS = sorted(CLIENT_KEYS)
 
 
 def test_every_server_setting_is_declared_by_the_vscode_extension() -> None:
