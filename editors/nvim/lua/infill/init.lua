@@ -52,25 +52,29 @@ local function map_always(lhs, action, desc)
   end, { silent = true, desc = desc })
 end
 
+--- The keymaps, in the order they are set: the action (a key of the `keymaps` option and a
+--- function of this module), whether it acts only while a suggestion shows, and its description.
+local KEYMAPS = {
+  { "accept", true, "infill: accept the suggestion" },
+  { "accept_word", true, "infill: accept a word" },
+  { "accept_line", true, "infill: accept a line" },
+  { "next", false, "infill: next suggestion" },
+  { "prev", false, "infill: previous suggestion" },
+  { "dismiss", true, "infill: dismiss the suggestion" },
+}
+
 local function set_keymaps()
   local keys = config.options.keymaps or {}
-  if keys.accept then
-    map_when_visible(keys.accept, "accept", "infill: accept the suggestion")
-  end
-  if keys.accept_word then
-    map_when_visible(keys.accept_word, "accept_word", "infill: accept a word")
-  end
-  if keys.accept_line then
-    map_when_visible(keys.accept_line, "accept_line", "infill: accept a line")
-  end
-  if keys.next then
-    map_always(keys.next, "next", "infill: next suggestion")
-  end
-  if keys.prev then
-    map_always(keys.prev, "prev", "infill: previous suggestion")
-  end
-  if keys.dismiss then
-    map_when_visible(keys.dismiss, "dismiss", "infill: dismiss the suggestion")
+  for _, keymap in ipairs(KEYMAPS) do
+    local action, when_visible, desc = keymap[1], keymap[2], keymap[3]
+    local lhs = keys[action]
+    if lhs then
+      if when_visible then
+        map_when_visible(lhs, action, desc)
+      else
+        map_always(lhs, action, desc)
+      end
+    end
   end
 end
 
