@@ -2,6 +2,7 @@
 #   make demo   set up everything from nothing, then run a real completion
 #   make test   set up everything from nothing, then run the whole test suite
 #   make bench  benchmarks (tables on stdout, JSON in bench/results/)
+#   make llama-server  the peer for bench/documents.py (benchmark-only, about 6 minutes)
 #   make lint   ruff format check, ruff check, mypy
 #   make vsix   the VS Code extension's package, editors/vscode/infill-lsp.vsix
 
@@ -28,7 +29,7 @@ VSIX        := $(VSCODE)/infill-lsp.vsix
 NODE_STAMP  := $(VSCODE)/node_modules/.package-lock.json
 CODE_SERVER := build/code-server
 
-.PHONY: install demo test test-editors vsix code-server bench lint format clean
+.PHONY: install demo test test-editors vsix code-server bench llama-server lint format clean
 
 install: $(STAMP)
 
@@ -77,6 +78,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/humaneval.py --layouts hole,blank
 	$(BIN)/python bench/soak.py
+	$(BIN)/python bench/documents.py
+
+# Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
+llama-server: $(STAMP)
+	PYTHON=$(BIN)/python bash bench/build_llama_server.sh build/llama-server
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

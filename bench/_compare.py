@@ -142,6 +142,7 @@ def main(
     body: Body,
     print_table: Callable[[dict[str, Any]], None],
     argv: Sequence[str] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> int:
     """Parse the arguments, load the raw side, start the server (`debounceMs` 0), run `body`,
     print its table and write bench/results/<name>.json."""
@@ -153,7 +154,7 @@ def main(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     logging.getLogger("engine").setLevel(logging.WARNING)
     started = time.perf_counter()
-    result = asyncio.run(_run(name, args, body))
+    result = asyncio.run(_run(name, args, body, settings or {}))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
     config = result["config"]
     print(
@@ -168,8 +169,10 @@ def main(
     return 0
 
 
-async def _run(name: str, args: argparse.Namespace, body: Body) -> dict[str, Any]:
-    options: dict[str, Any] = {"debounceMs": 0}
+async def _run(
+    name: str, args: argparse.Namespace, body: Body, settings: dict[str, Any]
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"debounceMs": 0, **settings}
     if args.model:
         options["model"] = args.model
     settings, problems = parse_settings({"infill": options})
@@ -196,7 +199,7 @@ async def _run(name: str, args: argparse.Namespace, body: Body) -> dict[str, Any
             "threads_batch": threads_batch,
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
-            "server_settings": {"debounceMs": 0},
+            "server_settings": {k: v for k, v in options.items() if k != "model"},
             **{k: v for k, v in vars(args).items() if k not in ("json", "model")},
         },
         **part,

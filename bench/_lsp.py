@@ -38,6 +38,7 @@ class JobLine:
 
     request_id: str
     prompt_tokens: int
+    prompt_evaluated: int | None
     generated: int
     first_token_ms: float | None
     total_ms: float
@@ -48,6 +49,7 @@ class JobLine:
         return cls(
             request_id=job["request_id"],
             prompt_tokens=job["prompt_tokens"],
+            prompt_evaluated=job.get("prompt_evaluated"),
             generated=job["generated_tokens"],
             first_token_ms=job["first_token_ms"],
             total_ms=job["total_ms"],

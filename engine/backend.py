@@ -12,6 +12,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 from engine.detokenizer import Detokenizer
+from engine.prefix_cache import CacheStatus
 from engine.types import SamplingParams
 
 
@@ -80,13 +81,30 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
         """Sampled token ids, one at a time, until the caller stops or `cancelled` is set.
 
-        `cancelled` is checked before every step, so a cancel stops the model within one token.
-        Implementations reuse whatever they can of the previous prompt (KV cache prefix).
+        `cancelled` is checked before every step, so a cancel stops the model within one token
+        (and a long prompt within one batch of its evaluation). Implementations reuse whatever
+        they can of earlier prompts: the live KV cache, or the state kept for `cache_key`'s
+        document (`cache_status`).
         """
+
+    @property
+    def last_prefill_tokens(self) -> int | None:
+        """How many prompt tokens the last generation evaluated (the rest came from the KV
+        cache or a kept state); None if the backend does not say."""
+        return None
+
+    def cache_status(self) -> CacheStatus | None:
+        """What the backend keeps of earlier prompts; None if it keeps nothing."""
+        return None
 
     def close(self) -> None:
         """Free the model."""

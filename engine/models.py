@@ -221,7 +221,10 @@ class LoadOptions:
 
     backend: str = "auto"
     context_size: int = DEFAULT_CONTEXT_SIZE
-    threads: int | None = None  # llama.cpp; None: default_threads()
+    threads: int | None = None  # llama.cpp; None: as many as the machine has free (threads.py)
+    #: Memory for the KV states of recently used documents, in MiB (prefix_cache.py). None:
+    #: sized from the model and the machine; 0: one live cache only.
+    kv_cache_mb: int | None = None
     gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
     device: str = "auto"  # transformers: see check_device
 
@@ -240,6 +243,10 @@ class ModelSpec(LoadOptions):
     """Everything that decides how a model is loaded. Equal specs share one loaded model."""
 
     path: Path
+
+    @property
+    def cache_bytes(self) -> int | None:
+        return None if self.kv_cache_mb is None else self.kv_cache_mb << 20
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":

@@ -130,6 +130,10 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stops: StopConditions = field(default_factory=StopConditions)
     request_id: str = field(default_factory=next_request_id)
+    #: The document the prompt comes from: the backend keeps its KV state under this key, so
+    #: that coming back to the document reuses it (engine/prefix_cache.py). None: matched by
+    #: the prompt's tokens alone.
+    cache_key: str | None = None
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.prompt, self.prompt_token_ids, self.messages)]

@@ -52,6 +52,9 @@ class JobStats:
 
     request_id: str
     prompt_tokens: int
+    #: Prompt tokens the model evaluated; the rest came from its KV cache or a kept state
+    #: (None for a backend that does not say).
+    prompt_evaluated: int | None
     generated_tokens: int
     queued_seconds: float
     first_token_seconds: float | None
@@ -100,6 +103,7 @@ class _Run:
     """A started job: its prompt, its output state, and how far it has got."""
 
     __slots__ = (
+        "evaluated",
         "first_token",
         "generated",
         "index",
@@ -127,6 +131,7 @@ class _Run:
         self.index = 0  # the choice being generated
         self.generated: list[int] = []  # its tokens so far
         self.first_token: float | None = None
+        self.evaluated: int | None = None  # prompt tokens the model evaluated for choice 0
 
 
 class Worker:
@@ -281,12 +286,16 @@ class Worker:
             if run.generated and choice.seed is not None:
                 choice = replace(choice, seed=choice.seed + len(run.generated))
             tokens = self.backend.iter_token_ids(
-                [*run.prompt_ids, *run.generated], choice, job.cancelled
+                [*run.prompt_ids, *run.generated],
+                choice,
+                job.cancelled,
+                cache_key=job.request.cache_key,
             )
             try:
                 for token_id in tokens:
                     if run.first_token is None:
                         run.first_token = time.perf_counter()
+                        run.evaluated = self.backend.last_prefill_tokens
                     run.generated.append(token_id)
                     for delta in processor.on_tokens(index, (token_id,)):
                         job.emit(delta)
@@ -317,6 +326,7 @@ class Worker:
         stats = JobStats(
             request_id=request.request_id,
             prompt_tokens=len(run.prompt_ids),
+            prompt_evaluated=run.evaluated,
             generated_tokens=sum(processor.generated_tokens(i) for i in range(n)),
             queued_seconds=run.started - run.submitted,
             first_token_seconds=None if run.first_token is None else run.first_token - run.started,
@@ -326,10 +336,12 @@ class Worker:
         self.record.add(stats)
         first = stats.first_token_seconds
         log.info(
-            "%s %s: prompt %d tokens, generated %d, first token %s, total %.0f ms, finish %s",
+            "%s %s: prompt %d tokens (%s evaluated), generated %d, first token %s, total %.0f ms, "
+            "finish %s",
             self.name,
             request.request_id,
             stats.prompt_tokens,
+            "?" if stats.prompt_evaluated is None else stats.prompt_evaluated,
             stats.generated_tokens,
             "-" if first is None else f"{first * 1000:.0f} ms",
             stats.total_seconds * 1000,

@@ -63,7 +63,15 @@ def _model_options() -> argparse.ArgumentParser:
         type=int,
         default=defaults.threads,
         metavar="N",
-        help="generation threads (llama.cpp; default: half the cores, at most 8)",
+        help="llama.cpp threads (default: every core other processes leave free, at most 8)",
+    )
+    group.add_argument(
+        "--kv-cache-mb",
+        type=int,
+        default=defaults.kv_cache_mb,
+        metavar="MB",
+        help="memory for the KV states of recently used documents (default: sized from the "
+        "model and the machine; 0: keep only the current one)",
     )
     group.add_argument(
         "--gpu-layers",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from engine.engine import Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import ModelOptions, ModelSet, ModelSpec, model_spec
+from engine.prefix_cache import CacheStatus
 from engine.prompts import FimTemplate, detect_fim_template
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -272,6 +273,7 @@ class ModelHost:
                 device=info.device,
                 context_size=info.context_size,
                 fim_family=model.fim.family if model.fim else None,
+                kv_cache=_cache_json(model.engine.backend.cache_status()),
             )
         else:
             result.update(
@@ -281,6 +283,7 @@ class ModelHost:
                 device=None,
                 context_size=None,
                 fim_family=None,
+                kv_cache=None,
             )
         return result
 
@@ -321,3 +324,18 @@ class ModelHost:
                 self._models = None
         finally:
             self._lock.release()
+
+
+def _cache_json(status: CacheStatus | None) -> dict[str, int] | None:
+    """What the completion model keeps of recently used documents, for `infill/status`."""
+    if status is None:
+        return None
+    return {
+        "documents": status.states,
+        "tokens": status.tokens,
+        "bytes": status.bytes,
+        "budget_bytes": status.budget_bytes,
+        "live_tokens": status.live_tokens,
+        "restored": status.restored,
+        "evicted": status.evicted,
+    }

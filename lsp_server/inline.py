@@ -61,6 +61,7 @@ class InlineResult:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prompt:
     token_ids: tuple[int, ...]
+    text: str  # the prompt as text, special tokens written out (for logs and benchmarks)
     stop_token_ids: tuple[int, ...]
     healed_indent: str  # cursor-line indentation left out of the prompt (see `_heal`)
 
@@ -77,7 +78,10 @@ def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Setti
     prefix, indent = _heal(window.prefix)
     prompt = build_fim_prompt(model.engine.backend, prefix, window.suffix, template=model.fim)
     return Prompt(
-        token_ids=prompt.token_ids, stop_token_ids=prompt.stop_token_ids, healed_indent=indent
+        token_ids=prompt.token_ids,
+        text=prompt.text,
+        stop_token_ids=prompt.stop_token_ids,
+        healed_indent=indent,
     )
 
 
@@ -154,6 +158,7 @@ async def suggest(
         role=Role.COMPLETION,
         sampling=_sampling(settings, mode, n=1, greedy=settings.temperature == 0),
         stops=stops,
+        cache_key=snap.uri,  # the document's KV state is kept when the user goes elsewhere
     )
     requests = [base]
     if wanted > 1:

@@ -89,6 +89,7 @@ class Settings:
     gpu_layers: int = _setting(_MODEL.gpu_layers, _int(-1, 10_000))  # llama.cpp; -1: all
     context_size: int = _setting(_MODEL.context_size, _int(256, 1_048_576))
     threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))
+    kv_cache_mb: int | None = _setting(_MODEL.kv_cache_mb, _optional(_int(0, 1 << 20)))
 
     max_tokens_single_line: int = _setting(48, _int(1, 4096))
     max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU

@@ -26,6 +26,7 @@ def job_json(stats: JobStats) -> dict[str, Any]:
     return {
         "request_id": stats.request_id,
         "prompt_tokens": stats.prompt_tokens,
+        "prompt_evaluated": stats.prompt_evaluated,
         "generated_tokens": stats.generated_tokens,
         "queued_ms": _ms(stats.queued_seconds),
         "first_token_ms": _ms(stats.first_token_seconds),

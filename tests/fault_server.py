@@ -48,10 +48,17 @@ class ScriptedBackend(FakeBackend):
     """The scripted backend, saying when it starts to generate (a test waits for that)."""
 
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
         logging.getLogger("engine.fault_server").info(GENERATING)
-        return FakeBackend.iter_token_ids(self, prompt_ids, sampling, cancelled)
+        return FakeBackend.iter_token_ids(
+            self, prompt_ids, sampling, cancelled, cache_key=cache_key
+        )
 
 
 def scripted_backend(spec: models.ModelSpec) -> FakeBackend:

@@ -125,6 +125,11 @@ class HFTokenizerBackend(Backend):
         return DecodeStreamDetokenizer(self.tokenizer)
 
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
         raise NotImplementedError("a tokenizer-only backend cannot generate")

@@ -61,7 +61,8 @@ CHAT_MAX_TOKENS = 512  # the seed `000` chat default
 
 #: An engine job's log line (`window/logMessage`): role, generated tokens, finish reason.
 ENGINE_JOB = re.compile(
-    r"^engine\.worker: (\w+) \S+: prompt \d+ tokens, generated (\d+), .* finish (\S+)$"
+    r"^engine\.worker: (\w+) \S+: prompt \d+ tokens \(\d+ evaluated\), "
+    r"generated (\d+), .* finish (\S+)$"
 )
 
 SOURCE = (

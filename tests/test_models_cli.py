@@ -103,6 +103,7 @@ FLAGS = {
     "backend": ("--backend", "transformers"),
     "context_size": ("--context-size", "1024"),
     "threads": ("--threads", "2"),
+    "kv_cache_mb": ("--kv-cache-mb", "64"),
     "gpu_layers": ("--gpu-layers", "-1"),
     "device": ("--device", "cuda:1"),
 }

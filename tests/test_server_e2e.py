@@ -49,7 +49,9 @@ INVALID_PARAMS = -32602
 REQUEST_CANCELLED = -32800
 REQUEST_FAILED = -32803
 
-ENGINE_JOB = re.compile(r"completion \S+: prompt \d+ tokens, generated (\d+), .* finish (\w+)")
+ENGINE_JOB = re.compile(
+    r"completion \S+: prompt \d+ tokens \(\d+ evaluated\), generated (\d+), .* finish (\w+)"
+)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=list(CLIENTS))

@@ -20,6 +20,7 @@ def figures(number: int, *finishes: FinishReason | None) -> JobStats:
     return JobStats(
         request_id=f"req-{number}",
         prompt_tokens=10 + number,
+        prompt_evaluated=None if number == 0 else 3,
         generated_tokens=number,
         queued_seconds=0.001,
         first_token_seconds=None if number == 0 else 0.0195,
@@ -42,6 +43,7 @@ def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish()
     assert job_json(figures(0, FinishReason.CANCELLED, None)) == {
         "request_id": "req-0",
         "prompt_tokens": 10,
+        "prompt_evaluated": None,
         "generated_tokens": 0,
         "queued_ms": 1.0,
         "first_token_ms": None,

@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 STATS = "infill/stats"
 FAST = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
 ENGINE_JOB = re.compile(
-    r"completion (?P<id>\S+): prompt (?P<prompt>\d+) tokens, generated (?P<generated>\d+), "
+    r"completion (?P<id>\S+): prompt (?P<prompt>\d+) tokens \((?P<evaluated>\d+) evaluated\), "
+    r"generated (?P<generated>\d+), "
     r".* finish (?P<finish>\S+)$"
 )
 DOCUMENT = (
@@ -67,6 +68,7 @@ async def test_an_inline_completions_figures_show_up_in_stats(session: Session) 
     assert engine["total_jobs"] == before + 1
     job = engine["jobs"][-1]
     assert job["prompt_tokens"] > 0
+    assert 1 <= job["prompt_evaluated"] <= job["prompt_tokens"]
     assert job["generated_tokens"] >= 1
     assert job["finish_reasons"] in (["stop"], ["length"], ["cancelled"])
     assert job["total_ms"] >= job["first_token_ms"] > 0
@@ -84,5 +86,6 @@ async def test_an_inline_completions_figures_show_up_in_stats(session: Session) 
         "the engine's log line for the job",
     )
     assert int(line["prompt"]) == job["prompt_tokens"]
+    assert int(line["evaluated"]) == job["prompt_evaluated"]
     assert int(line["generated"]) == job["generated_tokens"]
     assert line["finish"] == ",".join(job["finish_reasons"])

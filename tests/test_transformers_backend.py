@@ -406,3 +406,89 @@ def test_on_cuda_the_model_is_bf16_and_greedy_cache_reuse_repeats(model_dir: Pat
         assert runs[0] == runs[1]
     finally:
         backend.close()
+
+
+# --- many documents: kept caches and chunked prompts ----------------------------------------
+
+
+def greedy_ids(
+    backend: TransformersBackend,
+    prompt: Sequence[int],
+    key: str | None,
+    n: int = 6,
+    cancelled: threading.Event | None = None,
+) -> list[int]:
+    tokens = backend.iter_token_ids(
+        prompt, SamplingParams(), cancelled or threading.Event(), cache_key=key
+    )
+    out = [token for token, _ in zip(tokens, range(n), strict=False)]
+    tokens.close()
+    return out
+
+
+def test_back_in_a_document_its_kept_cache_answers_exactly_after_one_token(
+    model_dir: Path, reference: Any
+) -> None:
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
+    a = backend.tokenize(PROMPT + MORE, add_bos=True)
+    b = backend.tokenize("for i in range(10):\n    print(i * i)\n" * 2, add_bos=True)
+    try:
+        greedy_ids(backend, a, "file:///a.py")
+        greedy_ids(backend, b, "file:///b.py")
+        again = greedy_ids(backend, a, "file:///a.py")
+        assert backend.last_prefill_tokens == 1
+        assert again == reference_greedy(reference, a, 6)
+        status = backend.cache_status()
+        assert (status.states, status.restored) == (1, 1)
+        assert status.bytes > 0
+        # B's cache was kept while A's served: B comes back the same way.
+        assert greedy_ids(backend, b, "file:///b.py") == reference_greedy(reference, b, 6)
+        assert backend.last_prefill_tokens == 1
+    finally:
+        backend.close()
+
+
+def test_a_zero_budget_keeps_no_other_document(model_dir: Path) -> None:
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", kv_cache_mb=0))
+    a = backend.tokenize(PROMPT + MORE, add_bos=True)
+    b = backend.tokenize("for i in range(10):\n    print(i * i)\n" * 2, add_bos=True)
+    try:
+        for prompt, key in ((a, "a"), (b, "b"), (a, "a")):
+            greedy_ids(backend, prompt, key)
+        assert backend.last_prefill_tokens == len(a) - 1  # all but BOS, shared with B
+        assert backend.cache_status().states == 0
+    finally:
+        backend.close()
+
+
+def test_a_cancelled_prompt_stops_between_chunks_and_keeps_what_was_fed(
+    model_dir: Path, reference: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.backends import transformers as backend_module
+
+    monkeypatch.setattr(backend_module, "PREFILL_CHUNK", 4)
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
+    prompt = backend.tokenize(PROMPT + MORE, add_bos=True)
+    assert len(prompt) > 12
+    cancelled = threading.Event()
+    feed = backend._feed
+    forwards = 0
+
+    def counting_feed(ids: list[int]) -> Any:
+        nonlocal forwards
+        forwards += 1
+        if forwards == 2:
+            cancelled.set()  # a newer request arrives while the second chunk runs
+        return feed(ids)
+
+    backend._feed = counting_feed  # type: ignore[method-assign]
+    try:
+        assert greedy_ids(backend, prompt, "a", cancelled=cancelled) == []
+        assert forwards == 2
+        assert len(backend._cached_ids) == 8
+        backend._feed = feed  # type: ignore[method-assign]
+        out = greedy_ids(backend, prompt, "a")
+        assert backend.last_prefill_tokens == len(prompt) - 8
+        assert out == reference_greedy(reference, prompt, 6)
+    finally:
+        backend.close()

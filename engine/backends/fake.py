@@ -44,6 +44,7 @@ class FakeCall:
 
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams
+    cache_key: str | None = None
     yielded: int = 0
 
 
@@ -129,9 +130,14 @@ class FakeBackend(Backend):
         return None
 
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
-        call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling)
+        call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling, cache_key=cache_key)
         self.calls.append(call)
         ids = self._continuation(call.prompt_ids)
         if ids is None:

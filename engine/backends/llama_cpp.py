@@ -11,6 +11,7 @@ call, which per-line token counting cannot afford.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -21,10 +22,15 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
+from engine.prefix_cache import MIN_KEPT_TOKENS, CacheStatus, PrefixCache
+from engine.threads import ThreadPolicy, default_max_threads
 from engine.types import SamplingParams
 
 if TYPE_CHECKING:
@@ -33,30 +39,36 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def default_threads() -> int:
-    """Half the cores, at most 8. On a 2-core machine that is 1: with 2 threads, generation
-    collapses (115 to 3 tokens/s) whenever another process takes a core, while 1 thread holds
-    70-76 tokens/s (shared/data/README.md). Configurable with `threads`."""
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
-
-
+#: llama.cpp's "every sequence" id in the state functions.
+_ALL_SEQUENCES = -1
 #: Prompt tokens evaluated per batch (at most the context size).
 BATCH_SIZE = 512
+#: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
+#: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
+#: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
+EVAL_CHUNK = 256
+#: Spare state buffers kept for reuse, and the room a new one leaves to grow (1/8).
+SPARE_BUFFERS = 2
+SPARE_HEADROOM = 8
 
 
 def llama_params(spec: ModelSpec) -> dict[str, Any]:
     """The `llama_cpp.Llama` arguments our backend loads `spec` with (the benchmarks' raw
     baseline loads its model with the same ones)."""
-    threads = spec.threads or default_threads()
+    threads = spec.threads or default_max_threads()
     return {
         "model_path": str(spec.path.expanduser()),
         "n_ctx": spec.context_size,
         "n_batch": min(BATCH_SIZE, spec.context_size),
+        # The starting count; without a `threads` setting the backend adapts it to the
+        # machine's load before every decode (engine/threads.py).
         "n_threads": threads,
-        # As many as for decoding: with all cores, the few-token prompt evaluation of each
-        # keystroke stalled for seconds whenever another process took a core.
         "n_threads_batch": threads,
         "n_gpu_layers": spec.gpu_layers,
+        # On the CPU, flash attention is 7% faster on a cold prompt and 12% on a keystroke
+        # (Gemma 3 270M, 1,355 tokens, 2 threads), as llama-server uses it. With GPU layers it is
+        # left off: llama-cpp-python can only force it on, not let llama.cpp probe the device.
+        "flash_attn": spec.gpu_layers == 0,
         "verbose": False,
     }
 
@@ -89,6 +101,21 @@ class LlamaCppBackend(Backend):
         self._pieces: dict[int, bytes] = {}
         self._special_ids: dict[str, int | None] = {}
         self._lock = threading.Lock()
+        self._ctx_pointer = self._llm._ctx.ctx
+        self._threads = ThreadPolicy(fixed=spec.threads)
+        self._threads_set = self._threads.threads
+        self._last_prefill_tokens = 0
+        self._cache: PrefixCache[npt.NDArray[np.uint8]] = PrefixCache(
+            spec.cache_bytes, on_drop=self._recycle
+        )
+        # Buffers for the next save: the memory of states let go of, and one made ahead on a
+        # helper thread. A fresh 30 MB buffer costs 50-150 ms of page faults when it is first
+        # written (more in a VM), which the request that switches documents would wait for.
+        self._spare: list[npt.NDArray[np.uint8]] = []
+        self._spare_lock = threading.Lock()
+        self._spare_made = threading.Condition(self._spare_lock)
+        self._making_spare = False
+        self._state_bytes_per_token = 0
         metadata: dict[str, str] = dict(self._llm.metadata)
         chat_template = metadata.get("tokenizer.chat_template") or None
         n_vocab = lib.llama_vocab_n_tokens(self._llama_vocab)
@@ -189,14 +216,29 @@ class LlamaCppBackend(Backend):
     # --- generation --------------------------------------------------------------------------
 
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
         if cancelled.is_set():
             return
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        # All of the prompt but its last token, in batches that a cancel can stop between;
+        # `generate()` then finds that prefix in the cache and evaluates the last token itself
+        # (only a decode gives the logits to sample from).
+        if not self._evaluate_prefix(prompt, cache_key, cancelled):
+            return
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
-        self._llm.set_seed(seed)
-        tokens = self._llm.generate(
-            list(prompt_ids),
+        llm = self._llm
+        llm.set_seed(seed)
+        self._use_threads()
+        tokens = llm.generate(
+            prompt,
             temp=sampling.temperature,
             top_k=sampling.top_k,
             top_p=sampling.top_p,
@@ -210,11 +252,192 @@ class LlamaCppBackend(Backend):
                 yield int(token_id)
                 if cancelled.is_set():
                     return
+                self._use_threads()
         finally:
             tokens.close()
+            self._cache.set_live(cache_key, llm.n_tokens)
+            self._prepare_spare()
+
+    def _evaluate_prefix(
+        self, prompt: list[int], cache_key: str | None, cancelled: threading.Event
+    ) -> bool:
+        """Bring the live KV cache to `prompt[:-1]`: from the live cache or a kept state,
+        whichever shares more, evaluating the rest in batches of `EVAL_CHUNK` tokens. False if
+        `cancelled` stopped it; what was evaluated stays in the cache for the next request."""
+        llm = self._llm
+        live = llm.input_ids[: llm.n_tokens].tolist()
+        plan = self._cache.plan(prompt, cache_key, live)
+        if plan.save_live:
+            self._save_live(live)
+        shared = plan.shared
+        if plan.restore is not None and not self._restore(plan.restore, plan.restore_tokens):
+            shared = 0
+        self._cache.set_live(cache_key, llm.n_tokens)
+        shared = min(shared, len(prompt) - 1)
+        if llm.n_tokens > shared:
+            # A cache that cannot drop a tail (recurrent models), or one whose oldest cells a
+            # sliding-window layer has written over (llama.cpp reuses cells that slid out of
+            # the window once the cache wraps around), starts over.
+            if not llm._ctx.kv_cache_seq_rm(0, shared, -1) or self._lost_cells(shared):
+                llm._ctx.kv_cache_seq_rm(0, 0, -1)
+                shared = 0
+            llm.n_tokens = shared
+        rest = prompt[shared:-1]
+        self._last_prefill_tokens = len(rest) + 1  # generate() evaluates the last one
+        for start in range(0, len(rest), EVAL_CHUNK):
+            if cancelled.is_set():
+                return False
+            chunk = rest[start : start + EVAL_CHUNK]
+            self._use_threads()
+            llm.eval(chunk)
+            self._cache.set_live(cache_key, llm.n_tokens)
+        return not cancelled.is_set()
+
+    def _lost_cells(self, shared: int) -> bool:
+        """Whether the cache no longer holds the first of the `shared` tokens it should."""
+        if shared == 0:
+            return False
+        memory = self._lib.llama_get_memory(self._ctx_pointer)
+        return memory is not None and self._lib.llama_memory_seq_pos_min(memory, 0) > 0
+
+    @property
+    def last_prefill_tokens(self) -> int:
+        """How many prompt tokens the last request evaluated (the rest came from the cache or
+        a kept state). For tests and benchmarks."""
+        return self._last_prefill_tokens
+
+    def _use_threads(self) -> None:
+        threads = self._threads.choose()
+        if threads != self._threads_set:
+            self._lib.llama_set_n_threads(self._ctx_pointer, threads, threads)
+            self._threads_set = threads
+
+    def _save_live(self, tokens: list[int]) -> None:
+        """Keep the live cache's state in RAM, under the document it belongs to.
+
+        Every cell of the cache: asked for sequence 0, llama.cpp leaves out the cells that have
+        slid out of a sliding-window model's window (Gemma 3), and a later request that goes
+        back a few tokens needs some of them. Asked for every sequence (-1; our context has
+        only sequence 0), it writes them all, in the format a sequence is restored from.
+        """
+        started = time.perf_counter()
+        lib, ctx = self._lib, self._ctx_pointer
+        size = int(lib.llama_state_seq_get_size(ctx, _ALL_SEQUENCES))
+        if size <= 0:
+            return
+        buffer = self._buffer(size)
+        written = int(
+            lib.llama_state_seq_get_data(ctx, _uint8_pointer(buffer), size, _ALL_SEQUENCES)
+        )
+        if written <= 0:
+            log.warning("llama.cpp could not save the KV state of %d tokens", len(tokens))
+            return
+        self._state_bytes_per_token = -(-written // max(1, len(tokens)))  # rounded up
+        self._cache.size_budget(self._state_bytes_per_token, self.context_size)
+        self._cache.keep(self._cache.live_key, tokens, buffer[:written], buffer.nbytes)
+        log.debug(
+            "kept the state of %d tokens (%.1f MB) in %.1f ms",
+            len(tokens),
+            written / 1e6,
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _buffer(self, size: int) -> npt.NDArray[np.uint8]:
+        """A buffer of at least `size` bytes: the smallest spare one that fits, else a new one
+        with room for the state to grow a little (the same document a few lines on)."""
+        with self._spare_lock:
+            # The helper may be making one right now: it has paid for part of the page faults
+            # already, so waiting for it costs less than a new buffer would.
+            self._spare_made.wait_for(
+                lambda: not self._making_spare or any(b.size >= size for b in self._spare),
+                timeout=1.0,
+            )
+            fitting = [b for b in self._spare if b.size >= size]
+            if fitting:
+                buffer = min(fitting, key=lambda b: b.size)
+                self._spare = [b for b in self._spare if b is not buffer]
+                return buffer
+        # Not zero-filled: it is written over at once.
+        return np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+
+    def _recycle(self, state: npt.NDArray[np.uint8]) -> None:
+        """Keep the memory of a state the store dropped or that was restored, for reuse."""
+        buffer = state.base if isinstance(state.base, np.ndarray) else state
+        with self._spare_lock:
+            self._spare = sorted([*self._spare, buffer], key=lambda b: b.size)[-SPARE_BUFFERS:]
+            self._spare_made.notify_all()
+
+    def _prepare_spare(self) -> None:
+        """Make sure a buffer is ready for saving the live state when the user switches
+        documents: if no spare one is large enough, a helper thread makes one and touches
+        its pages (`memset` through ctypes, which releases the GIL), off the worker thread
+        and at the lowest priority."""
+        per_token, tokens = self._state_bytes_per_token, self._llm.n_tokens
+        if self._cache.budget_bytes == 0 or per_token == 0 or tokens < MIN_KEPT_TOKENS:
+            return
+        size = per_token * (tokens + tokens // SPARE_HEADROOM)
+        with self._spare_lock:
+            if self._making_spare or any(b.size >= size for b in self._spare):
+                return
+            self._making_spare = True
+        threading.Thread(
+            target=self._make_spare, args=(size,), name="kv-spare", daemon=True
+        ).start()
+
+    def _make_spare(self, size: int) -> None:
+        # At the lowest priority: the user's next keystroke, which may come at once, must
+        # not wait for it.
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        try:
+            buffer = np.empty(size, dtype=np.uint8)
+            ctypes.memset(buffer.ctypes.data, 0, size)
+            self._recycle(buffer)
+        finally:
+            with self._spare_lock:
+                self._making_spare = False
+                self._spare_made.notify_all()
+
+    def _restore(self, state: npt.NDArray[np.uint8], tokens: tuple[int, ...]) -> bool:
+        """Make a kept state the live cache. False (and an empty cache) if llama.cpp refuses.
+
+        Restored as sequence 0, not as the whole context (`llama_state_set_data`): that path
+        leaves the cache's write position at its first cell, and the next tokens would then
+        overwrite the oldest cells of a sliding-window layer instead of free ones.
+        """
+        started = time.perf_counter()
+        llm, lib, ctx = self._llm, self._lib, self._ctx_pointer
+        llm._ctx.kv_cache_seq_rm(0, 0, -1)
+        read = int(lib.llama_state_seq_set_data(ctx, _uint8_pointer(state), state.size, 0))
+        self._recycle(state)
+        if read <= 0:
+            log.warning("llama.cpp could not restore a kept KV state; evaluating afresh")
+            llm._ctx.kv_cache_seq_rm(0, 0, -1)
+            llm.n_tokens = 0
+            return False
+        llm.input_ids[: len(tokens)] = tokens
+        llm.n_tokens = len(tokens)
+        # The logits in the context are not this state's: generate() must decode again.
+        llm._requires_eval = True
+        log.debug(
+            "restored the state of %d tokens in %.1f ms",
+            len(tokens),
+            (time.perf_counter() - started) * 1000,
+        )
+        return True
+
+    def cache_status(self) -> CacheStatus:
+        return self._cache.status
 
     def close(self) -> None:
+        self._cache.clear()
+        with self._spare_lock:
+            self._spare = []
         self._llm.close()
+
+
+def _uint8_pointer(array: npt.NDArray[np.uint8]) -> Any:
+    return array.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
 
 
 def _layers(gpu_layers: int) -> str:

@@ -4,6 +4,9 @@ We run our own decode loop instead of `model.generate()`: it yields one token at
 the cancel event before every step, and keeps the KV cache between requests. A new request
 crops the cache to the longest token prefix it shares with the previous one and feeds only the
 rest, so while the user types each request costs a few new tokens instead of the whole prompt.
+The caches of recently used documents are kept too, within a memory budget
+(engine/prefix_cache.py): going back to a file costs what a keystroke costs. The prompt is fed
+in chunks, so that a cancel stops a long one within a chunk, keeping what was computed.
 
 Left for later (DESIGN §2): a static cache with CUDA graphs (`torch.compile`) for faster
 decoding on a GPU, and caches for models whose attention is not plain key/value (linear
@@ -29,10 +32,15 @@ from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
 from engine.models import ModelSpec, check_device
+from engine.prefix_cache import CacheStatus, PrefixCache
+from engine.prefix_cache import common_prefix as _common_prefix
 from engine.sampling import Sampler
 from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
+
+#: Prompt tokens per forward: a cancel stops a long prompt within one chunk.
+PREFILL_CHUNK = 256
 
 
 class TransformersBackend(Backend):
@@ -73,6 +81,8 @@ class TransformersBackend(Backend):
         self._cache: Any = None
         self._cached_ids: list[int] = []
         self._last_prefill_tokens = 0
+        # Other documents' caches, set aside while the live one serves another.
+        self._kept: PrefixCache[Any] = PrefixCache(spec.cache_bytes)
 
         config = model.config.get_text_config()
         model_vocab = getattr(config, "vocab_size", None) or len(tokenizer)
@@ -150,7 +160,12 @@ class TransformersBackend(Backend):
     # --- generation --------------------------------------------------------------------------
 
     def iter_token_ids(
-        self, prompt_ids: Sequence[int], sampling: SamplingParams, cancelled: threading.Event
+        self,
+        prompt_ids: Sequence[int],
+        sampling: SamplingParams,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
     ) -> Generator[int, None, None]:
         if self._model is None:
             raise RuntimeError(f"the model {self.info.name} is closed")
@@ -161,27 +176,49 @@ class TransformersBackend(Backend):
             raise ValueError("the prompt has no tokens")
         if len(prompt) > self.context_size:
             raise PromptTooLongError(len(prompt), self.context_size)
-        logits = self._prefill(prompt)
+        logits = self._prefill(prompt, cache_key, cancelled)
+        if logits is None:
+            return
         sampler = Sampler(
             sampling, vocab_size=self._vocab_size, prompt_ids=prompt, device=logits.device
         )
-        while not cancelled.is_set():
-            token = sampler(logits)
-            # The consumer may stop here for good: the cache then holds everything but
-            # `token`, which `_cached_ids` says, so the next request stays exact.
-            yield token
-            if cancelled.is_set() or len(self._cached_ids) >= self.context_size:
-                return
-            logits = self._feed([token])
+        try:
+            while not cancelled.is_set():
+                token = sampler(logits)
+                # The consumer may stop here for good: the cache then holds everything but
+                # `token`, which `_cached_ids` says, so the next request stays exact.
+                yield token
+                if cancelled.is_set() or len(self._cached_ids) >= self.context_size:
+                    return
+                logits = self._feed([token])
+        finally:
+            self._kept.set_live(cache_key, len(self._cached_ids))
 
-    def _prefill(self, prompt: list[int]) -> torch.Tensor:
-        """Bring the cache to `prompt` and return the logits after its last token.
+    def cache_status(self) -> CacheStatus:
+        return self._kept.status
 
-        1. Keep the longest prefix the cache shares with the prompt, but never all of the
+    def _prefill(
+        self, prompt: list[int], key: str | None, cancelled: threading.Event
+    ) -> torch.Tensor | None:
+        """Bring the cache to `prompt` and return the logits after its last token; None if
+        `cancelled` stopped it (what was fed stays in the cache for the next request).
+
+        1. Start from the live cache, or from a kept one that shares more of the prompt (the
+           live one is kept when it belongs to another document).
+        2. Keep the longest prefix the cache shares with the prompt, but never all of the
            prompt: its last token is fed again, because only a forward gives fresh logits.
-        2. Crop the cache to that prefix (or start a new one when nothing is shared).
-        3. Feed the rest of the prompt in one forward.
+        3. Crop the cache to that prefix (or start a new one when nothing is shared).
+        4. Feed the rest of the prompt, `PREFILL_CHUNK` tokens per forward.
         """
+        plan = self._kept.plan(prompt, key, self._cached_ids)
+        if plan.save_live and self._cache is not None:
+            self._kept.size_budget(self._bytes_per_token(), self.context_size)
+            nbytes = _cache_bytes(self._cache) or self._bytes_per_token() * len(self._cached_ids)
+            self._kept.keep(self._kept.live_key, self._cached_ids, self._cache, nbytes)
+            self._cache, self._cached_ids = None, []
+        if plan.restore is not None:
+            self._cache, self._cached_ids = plan.restore, list(plan.restore_tokens)
+        self._kept.set_live(key, len(self._cached_ids))
         shared = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
         if self._cache is None or shared == 0:
             self._reset_cache()
@@ -198,7 +235,25 @@ class TransformersBackend(Backend):
             else:
                 del self._cached_ids[shared:]
         self._last_prefill_tokens = len(prompt) - shared
-        return self._feed(prompt[shared:])
+        rest = prompt[shared:]
+        logits: torch.Tensor | None = None
+        for start in range(0, len(rest), PREFILL_CHUNK):
+            if cancelled.is_set():
+                return None
+            logits = self._feed(rest[start : start + PREFILL_CHUNK])
+            self._kept.set_live(key, len(self._cached_ids))
+        return logits
+
+    def _bytes_per_token(self) -> int:
+        """What one token's keys and values take in the model's cache, from its config."""
+        config = self._model.config.get_text_config()
+        layers = getattr(config, "num_hidden_layers", 0) or 0
+        heads = getattr(config, "num_attention_heads", 0) or 0
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or (
+            (getattr(config, "hidden_size", 0) or 0) // max(1, heads)
+        )
+        return int(2 * layers * kv_heads * head_dim * self._model.dtype.itemsize)
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
         """Run `ids` through the model on top of the cache; the logits after the last one."""
@@ -228,6 +283,7 @@ class TransformersBackend(Backend):
 
     def close(self) -> None:
         on_cuda = self._input_device.type == "cuda"
+        self._kept.clear()
         self._cache = None
         self._cached_ids = []
         self._model = None
@@ -326,13 +382,16 @@ def _model_name(name_or_path: str, path: Path) -> str:
     return path.name
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def _cache_bytes(cache: Any) -> int:
+    """The bytes a `DynamicCache`'s tensors take (transformers 5 keeps them per layer, 4 in
+    two lists); 0 if its layout is unknown."""
+    tensors: list[Any] = []
+    for layer in getattr(cache, "layers", None) or ():
+        tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
+    for name in ("key_cache", "value_cache"):
+        if not tensors:
+            tensors += list(getattr(cache, name, None) or ())
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def _first_line(error: BaseException) -> str:

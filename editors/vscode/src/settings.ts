@@ -11,7 +11,7 @@ export interface ServerSetting {
   readonly key: string;
   /** What the value is: a path or a choice (string) or a number. */
   readonly kind: "string" | "number";
-  /** null: the server decides (its default model, half the cores, ...). */
+  /** null: the server decides (its default model, the free cores, ...). */
   readonly default: string | number | null;
 }
 

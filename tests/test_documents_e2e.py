@@ -1,0 +1,93 @@
+"""Many warm documents through the real server with the real default completion model.
+
+A user completes in file A, then in file B, then comes back to A: the server answers A from
+A's kept KV state (the model evaluates one prompt token, not the whole file) and says so in
+`infill/status`; the suggestion is the one A got before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsp_helpers import Session, lsp_session, request_json
+from pytest_lsp import client_capabilities
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = {"infill": {"maxTokensSingleLine": 12, "debounceMs": 0}}
+TAIL = "\n\ndef describe(value):\n    text = str("  # the cursor at the end
+
+
+def document(path: str, lines: int = 40) -> str:
+    """The first lines of a real file of this repository, then a function to complete."""
+    head = (REPO / path).read_text(encoding="utf-8").split("\n")[:lines]
+    return "\n".join(head) + TAIL
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def session() -> AsyncIterator[Session]:
+    async with lsp_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
+        status = await s.until_loaded()
+        assert status["status"] == "ready", status
+        yield s
+
+
+async def completion_jobs(session: Session) -> tuple[int, list[dict[str, Any]]]:
+    report = await request_json(session, "infill/stats", None)
+    (engine,) = [e for e in report["engines"] if "completion" in e["roles"]]
+    return engine["total_jobs"], engine["jobs"]
+
+
+async def complete(session: Session, uri: str, text: str) -> tuple[str, dict[str, Any]]:
+    """An inline request at the end of `text`; its suggestion and the engine job it ran."""
+    before, _ = await completion_jobs(session)
+    lines = text.split("\n")
+    items = await session.inline(uri, session.position(text, len(lines) - 1, len(lines[-1])))
+    # The worker records a job when it ends, which may be just after the response went out.
+    deadline = time.monotonic() + 60
+    while (found := await completion_jobs(session))[0] == before:
+        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
+        await asyncio.sleep(0.02)
+    total, jobs = found
+    assert total == before + 1, "the request ran the model once"
+    suggestion = items[0].insert_text if items else ""
+    assert isinstance(suggestion, str)
+    return suggestion, jobs[-1]
+
+
+async def test_back_in_a_file_its_kept_state_answers_after_one_prompt_token(
+    session: Session,
+) -> None:
+    text_a, text_b = document("engine/worker.py"), document("engine/stops.py")
+    uri_a = session.open(text_a, name="a")
+    first, job = await complete(session, uri_a, text_a)
+    assert job["prompt_evaluated"] >= job["prompt_tokens"] // 2  # new to the model
+    uri_b = session.open(text_b, name="b")
+    _, job_b = await complete(session, uri_b, text_b)
+    assert job_b["prompt_evaluated"] >= job_b["prompt_tokens"] // 2
+
+    # Back in A. A blank line at the very end changes what follows the cursor, so the server
+    # cannot answer from its type-ahead cache, but not the prompt (the prefix).
+    session.change(uri_a, 2, [{"range": _end_range(text_a), "text": "\n"}])
+    again, job_again = await complete(session, uri_a, text_a)
+    assert job_again["prompt_tokens"] == job["prompt_tokens"]
+    assert job_again["prompt_evaluated"] == 1
+    assert again == first
+    assert first, "the model suggests something after `str(`"
+    kv = (await session.status())["kv_cache"]._asdict()  # pygls gives objects as named tuples
+    assert kv["restored"] >= 1
+    assert kv["documents"] >= 1  # B is kept while A is live
+    assert 0 < kv["bytes"] <= kv["budget_bytes"]
+
+
+def _end_range(text: str) -> dict[str, Any]:
+    lines = text.split("\n")
+    end = {"line": len(lines) - 1, "character": len(lines[-1])}
+    return {"start": end, "end": end}
