@@ -42,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import asyncio
 import contextlib
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -70,6 +71,7 @@ TARGET_COLD = 1.1  # ours / llama-server (every core)
 TARGET_WARM = 1.0
 TARGET_LOADED = 2.0  # loaded / idle, ours
 KEPT = (1, 5, 20)
+SETTLE_SECONDS = 0.5
 
 
 @contextlib.contextmanager
@@ -173,9 +175,14 @@ async def rounds(
         ours = await ours_round(client, rnd)
         counts = {step: ours[step]["generated"] for step in ours}
         sides: dict[str, Any] = {"ours": ours}
+        # A pause between sides: llama.cpp's OpenMP threads spin for a while after their
+        # work, and one side's spinning threads would compete with the next side's start.
+        await asyncio.sleep(SETTLE_SECONDS)
         for peer in peers:
             sides[peer.label] = peer_round(peer, rnd, counts)
+            await asyncio.sleep(SETTLE_SECONDS)
         sides["raw llama-cpp-python"] = raw_round(raw, rnd, counts)
+        await asyncio.sleep(SETTLE_SECONDS)
         log.info(
             "%s round %d: %s",
             condition,

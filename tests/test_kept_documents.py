@@ -99,15 +99,18 @@ def test_every_kept_document_comes_back_and_the_budget_evicts_the_oldest() -> No
         document(probe, path)
         for path in ("engine/worker.py", "engine/prompts.py", "engine/stops.py")
     ]
+    greedy(probe, docs[0], "file:///0.py")
+    greedy(probe, docs[1], "file:///1.py")
+    one_state = probe.cache_status().bytes
     probe.close()
-    # Room for one state of these documents (7.5 MB each): keeping a second pushes the
-    # oldest out.
-    backend = make_backend(kv_cache_mb=10)
+    # Room for one state of these documents, not two: keeping a second pushes the oldest out.
+    budget_mb = -(-one_state * 16 // 10 >> 20)
+    backend = make_backend(kv_cache_mb=budget_mb)
     try:
         for number, doc in enumerate(docs):
             greedy(backend, doc, f"file:///{number}.py")
         status = backend.cache_status()
-        assert status.bytes <= 10 << 20
+        assert status.bytes <= budget_mb << 20
         assert status.evicted >= 1
         # The last document is live, the one before it kept, the first one evicted.
         greedy(backend, docs[1], "file:///1.py")

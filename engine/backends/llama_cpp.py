@@ -11,10 +11,8 @@ call, which per-line token counting cannot afford.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
-import os
 import random
 import threading
 import time
@@ -29,7 +27,7 @@ from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
-from engine.prefix_cache import MIN_KEPT_TOKENS, CacheStatus, PrefixCache
+from engine.prefix_cache import CacheStatus, PrefixCache
 from engine.threads import ThreadPolicy, default_max_threads
 from engine.types import SamplingParams
 
@@ -50,6 +48,8 @@ EVAL_CHUNK = 256
 #: Spare state buffers kept for reuse, and the room a new one leaves to grow (1/8).
 SPARE_BUFFERS = 2
 SPARE_HEADROOM = 8
+#: Tokens a spare buffer made ahead leaves for the answer after the prompt.
+SPARE_GENERATED = 64
 
 
 def llama_params(spec: ModelSpec) -> dict[str, Any]:
@@ -108,13 +108,10 @@ class LlamaCppBackend(Backend):
         self._cache: PrefixCache[npt.NDArray[np.uint8]] = PrefixCache(
             spec.cache_bytes, on_drop=self._recycle
         )
-        # Buffers for the next save: the memory of states let go of, and one made ahead on a
-        # helper thread. A fresh 30 MB buffer costs 50-150 ms of page faults when it is first
-        # written (more in a VM), which the request that switches documents would wait for.
+        # Buffers for the next save: the memory of states restored or let go of, and one a
+        # long prompt makes ahead. A new 30 MB buffer costs 20-80 ms of page faults when first
+        # written, which the request that switches documents would otherwise wait for.
         self._spare: list[npt.NDArray[np.uint8]] = []
-        self._spare_lock = threading.Lock()
-        self._spare_made = threading.Condition(self._spare_lock)
-        self._making_spare = False
         self._state_bytes_per_token = 0
         metadata: dict[str, str] = dict(self._llm.metadata)
         chat_template = metadata.get("tokenizer.chat_template") or None
@@ -256,7 +253,6 @@ class LlamaCppBackend(Backend):
         finally:
             tokens.close()
             self._cache.set_live(cache_key, llm.n_tokens)
-            self._prepare_spare()
 
     def _evaluate_prefix(
         self, prompt: list[int], cache_key: str | None, cancelled: threading.Event
@@ -284,6 +280,10 @@ class LlamaCppBackend(Backend):
             llm.n_tokens = shared
         rest = prompt[shared:-1]
         self._last_prefill_tokens = len(rest) + 1  # generate() evaluates the last one
+        if len(rest) > EVAL_CHUNK:
+            # A long prompt pays for the buffer its state will be saved in when the user
+            # switches documents, so that the switch (a keystroke's cost) does not.
+            self._make_spare(len(prompt) + SPARE_GENERATED)
         for start in range(0, len(rest), EVAL_CHUNK):
             if cancelled.is_set():
                 return False
@@ -345,58 +345,27 @@ class LlamaCppBackend(Backend):
     def _buffer(self, size: int) -> npt.NDArray[np.uint8]:
         """A buffer of at least `size` bytes: the smallest spare one that fits, else a new one
         with room for the state to grow a little (the same document a few lines on)."""
-        with self._spare_lock:
-            # The helper may be making one right now: it has paid for part of the page faults
-            # already, so waiting for it costs less than a new buffer would.
-            self._spare_made.wait_for(
-                lambda: not self._making_spare or any(b.size >= size for b in self._spare),
-                timeout=1.0,
-            )
-            fitting = [b for b in self._spare if b.size >= size]
-            if fitting:
-                buffer = min(fitting, key=lambda b: b.size)
-                self._spare = [b for b in self._spare if b is not buffer]
-                return buffer
+        fitting = [b for b in self._spare if b.size >= size]
+        if fitting:
+            buffer = min(fitting, key=lambda b: b.size)
+            self._spare = [b for b in self._spare if b is not buffer]
+            return buffer
         # Not zero-filled: it is written over at once.
         return np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+
+    def _make_spare(self, tokens: int) -> None:
+        """Have a spare buffer ready for a state of `tokens` tokens, its pages touched."""
+        size = self._state_bytes_per_token * tokens
+        if size == 0 or self._cache.budget_bytes == 0 or any(b.size >= size for b in self._spare):
+            return
+        buffer = np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+        ctypes.memset(buffer.ctypes.data, 0, buffer.size)
+        self._recycle(buffer)
 
     def _recycle(self, state: npt.NDArray[np.uint8]) -> None:
         """Keep the memory of a state the store dropped or that was restored, for reuse."""
         buffer = state.base if isinstance(state.base, np.ndarray) else state
-        with self._spare_lock:
-            self._spare = sorted([*self._spare, buffer], key=lambda b: b.size)[-SPARE_BUFFERS:]
-            self._spare_made.notify_all()
-
-    def _prepare_spare(self) -> None:
-        """Make sure a buffer is ready for saving the live state when the user switches
-        documents: if no spare one is large enough, a helper thread makes one and touches
-        its pages (`memset` through ctypes, which releases the GIL), off the worker thread
-        and at the lowest priority."""
-        per_token, tokens = self._state_bytes_per_token, self._llm.n_tokens
-        if self._cache.budget_bytes == 0 or per_token == 0 or tokens < MIN_KEPT_TOKENS:
-            return
-        size = per_token * (tokens + tokens // SPARE_HEADROOM)
-        with self._spare_lock:
-            if self._making_spare or any(b.size >= size for b in self._spare):
-                return
-            self._making_spare = True
-        threading.Thread(
-            target=self._make_spare, args=(size,), name="kv-spare", daemon=True
-        ).start()
-
-    def _make_spare(self, size: int) -> None:
-        # At the lowest priority: the user's next keystroke, which may come at once, must
-        # not wait for it.
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        try:
-            buffer = np.empty(size, dtype=np.uint8)
-            ctypes.memset(buffer.ctypes.data, 0, size)
-            self._recycle(buffer)
-        finally:
-            with self._spare_lock:
-                self._making_spare = False
-                self._spare_made.notify_all()
+        self._spare = sorted([*self._spare, buffer], key=lambda b: b.size)[-SPARE_BUFFERS:]
 
     def _restore(self, state: npt.NDArray[np.uint8], tokens: tuple[int, ...]) -> bool:
         """Make a kept state the live cache. False (and an empty cache) if llama.cpp refuses.
@@ -431,8 +400,7 @@ class LlamaCppBackend(Backend):
 
     def close(self) -> None:
         self._cache.clear()
-        with self._spare_lock:
-            self._spare = []
+        self._spare = []
         self._llm.close()
 
 
