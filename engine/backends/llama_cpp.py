@@ -1,8 +1,11 @@
 """The llama.cpp backend (llama-cpp-python), for GGUF models on the CPU or with CUDA offload.
 
-Generation goes token by token through `Llama.generate()`, which keeps the KV cache of the
-previous prompt and re-evaluates only what differs after the longest shared token prefix:
-while the user types, each request costs a few new tokens instead of the whole prompt.
+We bring the KV cache to all of the prompt but its last token ourselves: from the live cache
+or from the kept state of the request's document (engine/prefix_cache.py), whichever shares
+more, then the rest in batches that a cancel stops between. `Llama.generate()` then finds that
+prefix, evaluates the last token and samples token by token. While the user types, each
+request costs a few new tokens instead of the whole prompt; coming back to a document, one.
+The thread count follows the machine's load (engine/threads.py).
 
 We tokenize and build prompts ourselves: llama-cpp-python's own `suffix=` FIM path is broken
 (it inserts token 0 as every FIM marker), and its helpers allocate a context-sized buffer per
