@@ -20,6 +20,7 @@ describe("the server's settings section", () => {
       gpuLayers: 0,
       contextSize: 4096,
       threads: null,
+      kvCacheMb: null,
       maxTokensSingleLine: 48,
       maxTokensMultiLine: 96,
       debounceMs: 20,
