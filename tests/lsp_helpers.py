@@ -30,6 +30,7 @@ SERVER_COMMAND = list(CLIENT_SERVER_COMMAND)
 REPO = Path(__file__).resolve().parents[1]
 INLINE = types.TEXT_DOCUMENT_INLINE_COMPLETION
 STATUS = "infill/status"
+STATS = "infill/stats"
 
 #: Where LSP ends a line (and nowhere else: not at U+2028, U+0085, form feeds ...).
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -321,3 +322,31 @@ async def request_json(session: Session, method: str, params: Any) -> Any:
     """Send a request with JSON params and return its result as plain JSON (an error response
     raises JsonRpcException)."""
     return plain_json(await answer(session.send_raw(method, params)))
+
+
+@contextlib.asynccontextmanager
+async def ready_session(
+    capabilities: types.ClientCapabilities, initialization_options: Any = None
+) -> AsyncIterator[Session]:
+    """`lsp_session`, once its completion model has loaded."""
+    async with lsp_session(capabilities, initialization_options) as session:
+        status = await session.until_loaded()
+        assert status["status"] == "ready", status
+        yield session
+
+
+async def completion_engine(session: Session) -> dict[str, Any]:
+    """The completion model's engine in `infill/stats`."""
+    report = await request_json(session, STATS, None)
+    (engine,) = [e for e in report["engines"] if "completion" in e["roles"]]
+    return dict(engine)
+
+
+async def completion_engine_after(session: Session, jobs: int) -> dict[str, Any]:
+    """The completion engine once it has finished more than `jobs` jobs: the worker records a
+    job when it ends, which may be just after the response went out."""
+    deadline = time.monotonic() + 60
+    while (engine := await completion_engine(session))["total_jobs"] == jobs:
+        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
+        await asyncio.sleep(0.02)
+    return engine

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import Session, answer, lsp_lines, lsp_session, request_json
+from lsp_helpers import STATS, Session, answer, lsp_lines, lsp_session, request_json
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
@@ -21,7 +21,6 @@ from lsp_server.client import insert_text_of
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 FAST = {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 10}
-STATS = "infill/stats"
 INVALID_PARAMS = -32602
 
 

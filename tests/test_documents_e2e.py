@@ -7,15 +7,20 @@ A's kept KV state (the model evaluates one prompt token, not the whole file) and
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import Session, lsp_session, request_json
+from lsp_helpers import (
+    STATUS,
+    Session,
+    completion_engine,
+    completion_engine_after,
+    ready_session,
+    request_json,
+)
 from pytest_lsp import client_capabilities
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -33,33 +38,20 @@ def document(path: str, lines: int = 40) -> str:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def session() -> AsyncIterator[Session]:
-    async with lsp_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
-        status = await s.until_loaded()
-        assert status["status"] == "ready", status
+    async with ready_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
         yield s
-
-
-async def completion_jobs(session: Session) -> tuple[int, list[dict[str, Any]]]:
-    report = await request_json(session, "infill/stats", None)
-    (engine,) = [e for e in report["engines"] if "completion" in e["roles"]]
-    return engine["total_jobs"], engine["jobs"]
 
 
 async def complete(session: Session, uri: str, text: str) -> tuple[str, dict[str, Any]]:
     """An inline request at the end of `text`; its suggestion and the engine job it ran."""
-    before, _ = await completion_jobs(session)
+    before = (await completion_engine(session))["total_jobs"]
     lines = text.split("\n")
     items = await session.inline(uri, session.position(text, len(lines) - 1, len(lines[-1])))
-    # The worker records a job when it ends, which may be just after the response went out.
-    deadline = time.monotonic() + 60
-    while (found := await completion_jobs(session))[0] == before:
-        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
-        await asyncio.sleep(0.02)
-    total, jobs = found
-    assert total == before + 1, "the request ran the model once"
+    engine = await completion_engine_after(session, before)
+    assert engine["total_jobs"] == before + 1, "the request ran the model once"
     suggestion = items[0].insert_text if items else ""
     assert isinstance(suggestion, str)
-    return suggestion, jobs[-1]
+    return suggestion, engine["jobs"][-1]
 
 
 async def test_back_in_a_file_its_kept_state_answers_after_one_prompt_token(
@@ -81,7 +73,7 @@ async def test_back_in_a_file_its_kept_state_answers_after_one_prompt_token(
     assert job_again["prompt_evaluated"] == 1
     assert again == first
     assert first, "the model suggests something after `str(`"
-    kv = (await session.status())["kv_cache"]._asdict()  # pygls gives objects as named tuples
+    kv = (await request_json(session, STATUS, {}))["kv_cache"]
     assert kv["restored"] >= 1
     assert kv["documents"] >= 1  # B is kept while A is live
     assert 0 < kv["bytes"] <= kv["budget_bytes"]

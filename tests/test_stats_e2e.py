@@ -3,20 +3,22 @@ figures for the inline completion it just ran (the same figures as its log line)
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import Session, lsp_session, request_json, wait_until
+from lsp_helpers import (
+    Session,
+    completion_engine,
+    completion_engine_after,
+    ready_session,
+    wait_until,
+)
 from pytest_lsp import client_capabilities
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
-STATS = "infill/stats"
 FAST = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
 ENGINE_JOB = re.compile(
     r"completion (?P<id>\S+): prompt (?P<prompt>\d+) tokens \((?P<evaluated>\d+) evaluated\), "
@@ -34,16 +36,8 @@ DOCUMENT = (
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def session() -> AsyncIterator[Session]:
-    async with lsp_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
-        status = await s.until_loaded()
-        assert status["status"] == "ready", status
+    async with ready_session(client_capabilities("visual_studio_code@v1.65.2"), FAST) as s:
         yield s
-
-
-async def completion_engine(session: Session) -> dict[str, Any]:
-    report = await request_json(session, STATS, None)
-    (engine,) = [e for e in report["engines"] if "completion" in e["roles"]]
-    return engine
 
 
 async def test_stats_name_the_loaded_completion_engine_and_its_model(session: Session) -> None:
@@ -60,11 +54,7 @@ async def test_an_inline_completions_figures_show_up_in_stats(session: Session) 
     items = await session.inline(uri, session.position(DOCUMENT, 4, 11))
     assert items, "the default model suggests something after `return `"
 
-    # The worker records the job when it ends, which may be just after the response.
-    deadline = time.monotonic() + 60
-    while (engine := await completion_engine(session))["total_jobs"] == before:
-        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
-        await asyncio.sleep(0.02)
+    engine = await completion_engine_after(session, before)
     assert engine["total_jobs"] == before + 1
     job = engine["jobs"][-1]
     assert job["prompt_tokens"] > 0
