@@ -271,6 +271,7 @@ class LlamaCppBackend(Backend):
         shared = plan.shared
         if plan.restore is not None and not self._restore(plan.restore, plan.restore_tokens):
             shared = 0
+        # From here on the live cache is this document's, whatever happens to the prompt.
         self._cache.set_live(cache_key, llm.n_tokens)
         shared = min(shared, len(prompt) - 1)
         if llm.n_tokens > shared:
@@ -289,11 +290,10 @@ class LlamaCppBackend(Backend):
             self._make_spare(len(prompt) + SPARE_GENERATED)
         for start in range(0, len(rest), EVAL_CHUNK):
             if cancelled.is_set():
-                return False
-            chunk = rest[start : start + EVAL_CHUNK]
+                break
             self._use_threads()
-            llm.eval(chunk)
-            self._cache.set_live(cache_key, llm.n_tokens)
+            llm.eval(rest[start : start + EVAL_CHUNK])
+        self._cache.set_live(cache_key, llm.n_tokens)
         return not cancelled.is_set()
 
     def _lost_cells(self, shared: int) -> bool:
@@ -353,15 +353,14 @@ class LlamaCppBackend(Backend):
             buffer = min(fitting, key=lambda b: b.size)
             self._spare = [b for b in self._spare if b is not buffer]
             return buffer
-        # Not zero-filled: it is written over at once.
-        return np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+        return _new_buffer(size)  # not zero-filled: it is written over at once
 
     def _make_spare(self, tokens: int) -> None:
         """Have a spare buffer ready for a state of `tokens` tokens, its pages touched."""
         size = self._state_bytes_per_token * tokens
         if size == 0 or self._cache.budget_bytes == 0 or any(b.size >= size for b in self._spare):
             return
-        buffer = np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+        buffer = _new_buffer(size)
         ctypes.memset(buffer.ctypes.data, 0, buffer.size)
         self._recycle(buffer)
 
@@ -405,6 +404,12 @@ class LlamaCppBackend(Backend):
         self._cache.clear()
         self._spare = []
         self._llm.close()
+
+
+def _new_buffer(size: int) -> npt.NDArray[np.uint8]:
+    """Room for a state of `size` bytes, and for it to grow a little (the same document a
+    few lines on) before it needs another."""
+    return np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
 
 
 def _uint8_pointer(array: npt.NDArray[np.uint8]) -> Any:

@@ -218,6 +218,7 @@ class TransformersBackend(Backend):
             self._cache, self._cached_ids = None, []
         if plan.restore is not None:
             self._cache, self._cached_ids = plan.restore, list(plan.restore_tokens)
+        # From here on the live cache is this document's, whatever happens to the prompt.
         self._kept.set_live(key, len(self._cached_ids))
         shared = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
         if self._cache is None or shared == 0:
@@ -239,10 +240,10 @@ class TransformersBackend(Backend):
         logits: torch.Tensor | None = None
         for start in range(0, len(rest), PREFILL_CHUNK):
             if cancelled.is_set():
-                return None
+                break
             logits = self._feed(rest[start : start + PREFILL_CHUNK])
-            self._kept.set_live(key, len(self._cached_ids))
-        return logits
+        self._kept.set_live(key, len(self._cached_ids))
+        return None if cancelled.is_set() else logits
 
     def _bytes_per_token(self) -> int:
         """What one token's keys and values take in the model's cache, from its config."""
