@@ -54,12 +54,12 @@ def default_max_threads() -> int:
 @dataclass(frozen=True, slots=True)
 class CpuSample:
     """Seconds of wall-clock time, of CPU time on our cores (all processes), and of ours; and
-    how many tasks other than our threads are running right now (None where unknown)."""
+    how many tasks, ours included, are running right now (None where unknown)."""
 
     wall: float
     busy: float
     ours: float
-    others_running: int | None = None
+    running: int | None = None
 
 
 def read_cpu_sample() -> CpuSample | None:
@@ -102,15 +102,11 @@ def read_cpu_sample() -> CpuSample | None:
         wall=time.monotonic(),
         busy=busy_ticks / os.sysconf("SC_CLK_TCK"),
         ours=own.user + own.system,
-        others_running=(
-            max(0, running - _our_running_threads())
-            if running is not None and whole_system
-            else None
-        ),
+        running=running if whole_system else None,
     )
 
 
-def _our_running_threads() -> int:
+def our_running_threads() -> int:
     """Our threads that are running now (state R), this one among them."""
     count = 0
     try:
@@ -143,11 +139,13 @@ class ThreadPolicy:
         max_threads: int | None = None,
         cores: int | None = None,
         sample: Callable[[], CpuSample | None] = read_cpu_sample,
+        ours_running: Callable[[], int] = our_running_threads,
     ) -> None:
         self.fixed = fixed
         self.cores = cores or usable_cores()
         self.max_threads = fixed or max_threads or default_max_threads()
         self._sample = sample
+        self._ours_running = ours_running
         self._last = sample() if fixed is None else None
         self._threads = self.max_threads
         self.others = 0.0  # cores other processes used over the last window
@@ -175,10 +173,11 @@ class ThreadPolicy:
         if wall < WINDOW_SECONDS:
             return self._threads
         others = max(0.0, (now.busy - self._last.busy) - (now.ours - self._last.ours)) / wall
-        if wall > STALE_SECONDS and now.others_running is not None:
+        if wall > STALE_SECONDS and now.running is not None:
             # Both must say busy: the average alone would count a build that has just
             # ended, the count alone the editor that is sending this very request.
-            others = min(others, float(now.others_running))
+            # (Our own threads' states are read only here: after a pause, not every 0.1 s.)
+            others = min(others, float(max(0, now.running - self._ours_running())))
         self._last = now
         self.others = others
         taken = int(others + (1 - BUSY_CORE))

@@ -16,6 +16,9 @@ from engine.threads import (
     usable_cores,
 )
 
+#: Our own threads running when the policy looks (the worker thread itself, and one more).
+OURS_RUNNING = 2
+
 
 class Machine:
     """A fake `/proc/stat`: the test says how busy other processes and we were."""
@@ -27,12 +30,13 @@ class Machine:
         self, seconds: float, *, others: float, ours: float = 0.0, running: int | None = None
     ) -> None:
         """`seconds` pass; other processes keep `others` cores busy, we `ours`; `running`
-        other tasks run at the end (None: the system does not say)."""
+        other tasks run at the end, beside our `OURS_RUNNING` threads (None: the system does
+        not say)."""
         self.now = CpuSample(
             wall=self.now.wall + seconds,
             busy=self.now.busy + seconds * (others + ours),
             ours=self.now.ours + seconds * ours,
-            others_running=running,
+            running=None if running is None else running + OURS_RUNNING,
         )
 
     def sample(self) -> CpuSample:
@@ -75,7 +79,13 @@ def test_the_machine_is_looked_at_once_per_window() -> None:
 
 def test_after_a_pause_a_core_counts_as_taken_only_if_it_still_is() -> None:
     machine = Machine()
-    policy = ThreadPolicy(fixed=None, max_threads=2, cores=2, sample=machine.sample)
+    policy = ThreadPolicy(
+        fixed=None,
+        max_threads=2,
+        cores=2,
+        sample=machine.sample,
+        ours_running=lambda: OURS_RUNNING,
+    )
     # A build kept a core busy for most of a long pause, and has just ended.
     machine.advance(5.0, others=0.9, running=0)
     assert policy.choose() == 2
