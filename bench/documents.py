@@ -211,7 +211,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     }
 
 
-async def memory(client: ServerClient, raw: Raw, docs: Sequence[TypingDoc]) -> list[dict[str, Any]]:
+async def memory(client: ServerClient, docs: Sequence[TypingDoc]) -> list[dict[str, Any]]:
     """The server's resident memory once 1, 5 and 20 documents have been completed in."""
     rows = []
     pid = client.client.pid
@@ -238,7 +238,7 @@ async def run(client: ServerClient, raw: Raw, args: argparse.Namespace) -> dict[
     cores = usable_cores()
     configs = sorted({cores, 1}, reverse=True)
     # First, on the fresh server: memory as documents accumulate (this also warms it up).
-    kept = await memory(client, raw, docs)
+    kept = await memory(client, docs)
     peers = [LlamaServer(binary, raw.info.path, threads=t) for t in configs]
     try:
         idle = await rounds(client, raw, peers, docs, args.rounds, "idle")
