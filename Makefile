@@ -18,7 +18,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
 # skips torch and transformers (their tests then skip, saying why).
 TRANSFORMERS ?= 1
 comma := ,
-EXTRAS := llama,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
+EXTRAS := llama,server,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
 
 # The editors (issue 7): the VS Code extension is built with npm from its lock file; its end-to-end
 # test runs it in a real VS Code (code-server, from npm) in Debian's Chromium. When a system
