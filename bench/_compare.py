@@ -32,7 +32,6 @@ from _raw import RawLlama, RawRun
 
 from engine.engine import Engine
 from engine.models import load_backend
-from engine.prompts import detect_fim_template
 from engine.types import Role, SamplingParams
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
@@ -60,11 +59,7 @@ class Raw:
             return len(backend.tokenize(text, add_bos=False, special=False))
 
         self.count = count
-        self.model = CompletionModel(
-            engine=self.engine,
-            fim=detect_fim_template(backend.special_token_id),
-            count_tokens=count,
-        )
+        self.model = CompletionModel.of(self.engine, None)
         # What `lsp_server.inline` passes for an automatic (greedy) request.
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
 

@@ -16,6 +16,7 @@ refuses new jobs and aborts the running ones (they end with `EngineClosedError`,
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import contextlib
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
+from engine.prefix_cache import CacheStatus
 from engine.types import FinishReason, GenerationRequest, TextDelta
 from engine.worker import END, Job, JobRecord, JobStats, Worker
 
@@ -83,7 +85,76 @@ class _Channel:
         return self._items.popleft()
 
 
-class Engine:
+class BaseEngine(abc.ABC):
+    """What the editor side uses of an engine, local (`Engine`: a model on a worker thread) or
+    remote (`engine.backends.openai.RemoteEngine`: an OpenAI-compatible server)."""
+
+    @property
+    @abc.abstractmethod
+    def info(self) -> ModelInfo:
+        """The model: name, backend, device, context size."""
+
+    @property
+    @abc.abstractmethod
+    def job_record(self) -> JobRecord:
+        """The bounded record of finished jobs (what `infill/stats` reports)."""
+
+    @property
+    def recent_stats(self) -> tuple[JobStats, ...]:
+        """The figures of the most recent finished jobs, oldest first."""
+        return self.job_record.snapshot()[1]
+
+    @abc.abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
+        """Stream the request's deltas; raises `EngineError` subclasses for bad requests, and
+        `EngineClosedError` once the engine is stopped. Closing the stream early aborts the
+        request within one token."""
+
+    @abc.abstractmethod
+    def cancel(self, request_id: str) -> bool:
+        """Stop a running request; its stream ends with CANCELLED deltas. False if unknown."""
+
+    @abc.abstractmethod
+    def stop(self, reason: str) -> None:
+        """Refuse new jobs and abort the running ones, which end with `EngineClosedError`
+        (`reason`). Returns at once."""
+
+    @abc.abstractmethod
+    def close(self, reason: str = "the engine is closed", timeout: float | None = None) -> None:
+        """`stop`, then free what the engine holds. Blocks: call it from a thread."""
+
+    def cache_status(self) -> CacheStatus | None:
+        """What the engine keeps of earlier prompts; None if it keeps nothing (or cannot say)."""
+        return None
+
+    async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
+        """Run a request to the end and return each choice whole."""
+        n = request.sampling.n
+        texts: list[list[str]] = [[] for _ in range(n)]
+        ids: list[list[int]] = [[] for _ in range(n)]
+        last: list[TextDelta | None] = [None] * n
+        async with contextlib.aclosing(self.generate(request)) as deltas:
+            async for delta in deltas:
+                texts[delta.index].append(delta.text)
+                ids[delta.index].extend(delta.token_ids)
+                last[delta.index] = delta
+        results = []
+        for i in range(n):
+            end = last[i]
+            results.append(
+                ChoiceResult(
+                    index=i,
+                    text="".join(texts[i]),
+                    token_ids=tuple(ids[i]),
+                    finish_reason=end.finish_reason if end else None,
+                    stop_reason=end.stop_reason if end else None,
+                    error=end.error if end else None,
+                )
+            )
+        return results
+
+
+class Engine(BaseEngine):
     """One loaded model and its worker thread."""
 
     def __init__(self, backend: Backend, *, name: str | None = None) -> None:
@@ -99,14 +170,12 @@ class Engine:
         return self.backend.info
 
     @property
-    def recent_stats(self) -> tuple[JobStats, ...]:
-        """The figures of the most recent finished jobs, oldest first."""
-        return self.job_record.snapshot()[1]
-
-    @property
     def job_record(self) -> JobRecord:
         """The bounded record of finished jobs (what `infill/stats` reports)."""
         return self._worker.record
+
+    def cache_status(self) -> CacheStatus | None:
+        return self.backend.cache_status()
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
         """Stream the request's deltas; raises `EngineError` subclasses for bad requests, and
@@ -146,32 +215,6 @@ class Engine:
             return False
         job.cancelled.set()
         return True
-
-    async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
-        """Run a request to the end and return each choice whole."""
-        n = request.sampling.n
-        texts: list[list[str]] = [[] for _ in range(n)]
-        ids: list[list[int]] = [[] for _ in range(n)]
-        last: list[TextDelta | None] = [None] * n
-        async with contextlib.aclosing(self.generate(request)) as deltas:
-            async for delta in deltas:
-                texts[delta.index].append(delta.text)
-                ids[delta.index].extend(delta.token_ids)
-                last[delta.index] = delta
-        results = []
-        for i in range(n):
-            end = last[i]
-            results.append(
-                ChoiceResult(
-                    index=i,
-                    text="".join(texts[i]),
-                    token_ids=tuple(ids[i]),
-                    finish_reason=end.finish_reason if end else None,
-                    stop_reason=end.stop_reason if end else None,
-                    error=end.error if end else None,
-                )
-            )
-        return results
 
     def stop(self, reason: str) -> None:
         """Refuse new jobs and abort the running ones, which end with `EngineClosedError`

@@ -28,14 +28,14 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from engine.backend import Backend
-from engine.engine import Engine
+from engine.engine import BaseEngine, Engine
 from engine.errors import (
     BackendUnavailableError,
     ChatTemplateError,
     EngineError,
     ModelLoadError,
 )
-from engine.prompts import check_chat_template
+from engine.prompts import FIM_FAMILIES, check_chat_template
 from engine.types import Role
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,12 @@ log = logging.getLogger(__name__)
 ENV_VARS = {Role.COMPLETION: "INFILL_MODEL", Role.CHAT: "INFILL_CHAT_MODEL"}
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BACKENDS = ("auto", "llama.cpp", "transformers")
+#: "openai": no local model; a remote OpenAI-compatible server (engine/backends/openai.py).
+BACKENDS = ("auto", "llama.cpp", "transformers", "openai")
+REMOTE_BACKEND = "openai"
+#: The API key of a remote server (the remote backend) or of our own engine server, when
+#: neither the command line nor the settings give one.
+API_KEY_ENV = "INFILL_API_KEY"
 DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
 DEFAULT_CONTEXT_SIZE = 4096
 
@@ -227,6 +232,13 @@ class LoadOptions:
     kv_cache_mb: int | None = None
     gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
     device: str = "auto"  # transformers: see check_device
+    #: The FIM family to build prompts for (a key of FIM_FAMILIES, or "none"); None: found
+    #: from the tokenizer's special tokens (or from our engine server's model list).
+    fim_family: str | None = None
+    # The remote backend: the server's URL and its API key (never shown: repr=False keeps it
+    # out of logs and error messages).
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,6 +248,9 @@ class ModelOptions(LoadOptions):
 
     model: str | None = None
     chat_model: str | None = None
+    # The remote backend's models: the names to ask the server for (None: the one it lists).
+    remote_model: str | None = None
+    remote_chat_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,19 +273,86 @@ class ModelSpec(LoadOptions):
         return "transformers" if self.path.is_dir() else "llama.cpp"
 
 
+def check_fim_family(value: object) -> str | None:
+    """`value` if it names a FIM family (or "none"); None (or "") for the detected one."""
+    if value is None or value == "":
+        return None
+    if value != "none" and value not in FIM_FAMILIES:
+        raise ValueError("one of " + ", ".join(("none", *FIM_FAMILIES)))
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteSpec:
+    """A role served by a remote OpenAI-compatible server (engine/backends/openai.py)."""
+
+    role: Role
+    endpoint: str  # the API's base URL, ending in /v1 (`remote_base_url`)
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None  # None: the one the server lists for the role (or first)
+    context_size: int = DEFAULT_CONTEXT_SIZE  # unless the server says
+    fim_family: str | None = None
+
+
+def remote_base_url(endpoint: str) -> str:
+    """The API's base URL from what a user writes: `http://host:8012`, `.../v1` or `.../v1/`
+    all give `http://host:8012/v1`. ModelLoadError for anything but an http(s) URL."""
+    from urllib.parse import urlsplit
+
+    url = endpoint.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ModelLoadError(
+            f"the endpoint must be an http:// or https:// URL, such as "
+            f"http://127.0.0.1:8012/v1; got {endpoint!r}"
+        )
+    return url if parts.path.endswith("/v1") else url + "/v1"
+
+
 def model_spec(
     role: Role, options: ModelOptions, environ: Mapping[str, str] | None = None
-) -> ModelSpec:
+) -> ModelSpec | RemoteSpec:
     """The spec of `role`'s model: its path resolved (setting, environment, default) and the
-    options every model is loaded with. The one place a ModelSpec is built from options."""
+    options every model is loaded with; or, with the remote backend, the server and model to
+    ask. The one place a spec is built from options."""
+    environ = os.environ if environ is None else environ
+    if options.backend == REMOTE_BACKEND:
+        if not options.endpoint:
+            raise ModelLoadError(
+                "the openai backend needs the server's URL: --endpoint URL, or the "
+                "endpoint setting (for example http://127.0.0.1:8012/v1)"
+            )
+        name = options.remote_model
+        if role is Role.CHAT:
+            name = options.remote_chat_model or name
+        return RemoteSpec(
+            role=role,
+            endpoint=remote_base_url(options.endpoint),
+            api_key=options.api_key or environ.get(API_KEY_ENV) or None,
+            model=name,
+            context_size=options.context_size,
+            fim_family=options.fim_family,
+        )
     explicit = options.model if role is Role.COMPLETION else options.chat_model
     loading = {f.name: getattr(options, f.name) for f in fields(LoadOptions)}
+    for remote in ("endpoint", "api_key"):
+        loading[remote] = None  # not the local model's: two specs differing here are one model
     return ModelSpec(path=resolve_model_path(role, explicit, environ), **loading)
+
+
+def _load_engine(spec: ModelSpec | RemoteSpec, role: Role) -> BaseEngine:
+    if isinstance(spec, RemoteSpec):
+        from engine.backends.openai import RemoteEngine
+
+        return RemoteEngine.connect(spec)
+    return Engine(load_backend(spec), name=role.value)
 
 
 def load_backend(spec: ModelSpec) -> Backend:
     """Load one model. Raises ModelLoadError (naming the path) or BackendUnavailableError."""
     kind = spec.resolved_backend()
+    if kind == REMOTE_BACKEND:
+        raise ModelLoadError("the openai backend has no local model to load (see RemoteSpec)")
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
     if kind == "llama.cpp":
@@ -300,25 +382,34 @@ def load_backend(spec: ModelSpec) -> Backend:
 class ModelSet:
     """The engines of both roles; a model named for both roles is loaded once."""
 
-    specs: dict[Role, ModelSpec]
-    _engines: dict[Role, Engine] = field(default_factory=dict)
-    _by_spec: dict[ModelSpec, Engine] = field(default_factory=dict)
+    specs: Mapping[Role, ModelSpec | RemoteSpec]
+    _engines: dict[Role, BaseEngine] = field(default_factory=dict)
+    _by_spec: dict[ModelSpec | RemoteSpec, BaseEngine] = field(default_factory=dict)
 
-    def engine(self, role: Role) -> Engine:
-        """The engine for `role`, loading its model on first use (on the calling thread)."""
+    def engine(self, role: Role) -> BaseEngine:
+        """The engine for `role`, loading its model (or asking the remote server about it) on
+        first use, on the calling thread."""
         if role not in self._engines:
             spec = self.specs[role]
             engine = self._by_spec.get(spec)
             if engine is None:
-                engine = Engine(load_backend(spec), name=role.value)
+                engine = _load_engine(spec, role)
                 self._by_spec[spec] = engine
-            if role is Role.CHAT:
+            if role is Role.CHAT and isinstance(engine, Engine):
                 try:
                     check_chat_template(engine.backend)
                 except ChatTemplateError as e:
-                    raise ModelLoadError(f"the chat template of {spec.path} is refused: {e}") from e
+                    where = spec.path if isinstance(spec, ModelSpec) else engine.info.path
+                    raise ModelLoadError(f"the chat template of {where} is refused: {e}") from e
             self._engines[role] = engine
         return self._engines[role]
+
+    def local_engine(self, role: Role) -> Engine:
+        """`engine(role)`, which must run a local model (what needs its tokenizer)."""
+        engine = self.engine(role)
+        if not isinstance(engine, Engine):
+            raise ModelLoadError(f"the {role} model is remote ({engine.info.path}), not local")
+        return engine
 
     def shared(self) -> bool:
         """Whether one model serves both roles."""

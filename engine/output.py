@@ -22,6 +22,9 @@ from engine.errors import DetokenizeError
 from engine.stops import StopChecker, StopKind
 from engine.types import FinishReason, StopConditions, TextDelta
 
+#: The token id of a piece of text that came without one (`on_text`): no stop id matches it.
+NO_TOKEN = -1
+
 
 class _Choice:
     __slots__ = ("checker", "detokenizer", "reason")
@@ -108,14 +111,37 @@ class OutputProcessor:
                 ]
         return self._text_delta(index, texts, consumed)
 
-    def finish(self, index: int, reason: FinishReason) -> list[TextDelta]:
-        """The engine ended choice `index` itself (for example, the context is full)."""
+    def on_text(self, index: int, text: str) -> list[TextDelta]:
+        """New text of choice `index` from an engine that streams text, not token ids (a
+        remote server): one piece counts as one token; only the stop strings, `min_tokens`
+        and `max_tokens` apply (the server applies its own end-of-generation tokens)."""
+        choice = self._choice(index)
+        if choice is None or choice.finished or not text:
+            return []
+        result = choice.checker.step(NO_TOKEN, text)
+        if result.trigger is None:
+            return [TextDelta(index=index, text=result.text)] if result.text else []
+        choice.reason = result.trigger.finish_reason
+        return [
+            TextDelta(
+                index=index,
+                text=result.text,
+                finish_reason=result.trigger.finish_reason,
+                stop_reason=result.trigger.stop_reason,
+            )
+        ]
+
+    def finish(
+        self, index: int, reason: FinishReason, *, stop_reason: str | int | None = None
+    ) -> list[TextDelta]:
+        """The engine ended choice `index` itself (for example, the context is full, or a
+        remote server stopped it at `stop_reason`)."""
         choice = self._choice(index)
         if choice is None or choice.finished:
             return []
         choice.reason = reason
         text = choice.checker.flush() + choice.detokenizer.finish()
-        return [TextDelta(index=index, text=text, finish_reason=reason)]
+        return [TextDelta(index=index, text=text, finish_reason=reason, stop_reason=stop_reason)]
 
     def end(self, index: int | None = None) -> list[TextDelta]:
         """The token stream ended (for one choice, or all) without a stop: flush, finish STOP."""

@@ -278,9 +278,10 @@ def _clip(text: str, count_tokens: Callable[[str], int], budget: int, *, keep_en
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FimPrompt:
     """A prompt as token ids (user text is never parsed for special tokens), with the extra
-    stop ids of its family, and its text for logs and debugging."""
+    stop ids of its family, and its text for logs and debugging. A prompt for a server that
+    tokenizes it itself (`render_fim_text`) has no ids: its text is the prompt."""
 
-    token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...] | None
     text: str
     family: str | None
     stop_token_ids: tuple[int, ...]
@@ -332,6 +333,27 @@ def build_fim_prompt(
         family=template.family,
         stop_token_ids=fim_stop_token_ids(template, backend.special_token_id),
     )
+
+
+def render_fim_text(
+    prefix: str, suffix: str, *, template: FimTemplate | None, order: FimOrder | None = None
+) -> FimPrompt:
+    """The prompt as text, for a remote server that tokenizes it with its model's tokenizer:
+    the family's special tokens written out, and no BOS (the server adds its model's own).
+    Unlike `build_fim_prompt`, the server parses the whole text for special tokens, code
+    included: code that spells a FIM token out confuses the model there."""
+    if template is None:
+        return FimPrompt(token_ids=None, text=prefix, family=None, stop_token_ids=())
+    text = []
+    for part in template.parts(order):
+        if part is _Slot.PREFIX:
+            text.append(prefix)
+        elif part is _Slot.SUFFIX:
+            text.append(suffix)
+        else:
+            assert isinstance(part, str)
+            text.append(part)
+    return FimPrompt(token_ids=None, text="".join(text), family=template.family, stop_token_ids=())
 
 
 # --- chat -------------------------------------------------------------------------------------

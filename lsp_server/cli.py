@@ -24,15 +24,18 @@ from typing import Any, BinaryIO
 
 from engine.errors import EngineError
 from engine.models import (
+    API_KEY_ENV,
     BACKENDS,
     DEVICES,
     LoadOptions,
     ModelOptions,
     ModelSet,
     ModelSpec,
+    RemoteSpec,
+    check_fim_family,
     model_spec,
 )
-from engine.prompts import detect_fim_template
+from engine.prompts import FIM_FAMILIES
 from engine.types import (
     CHAT_SAMPLING,
     COMPLETION_SAMPLING,
@@ -42,6 +45,8 @@ from engine.types import (
     SamplingParams,
     StopConditions,
 )
+from lsp_server.host import CompletionModel
+from lsp_server.settings import Settings
 
 log = logging.getLogger("infill_lsp")
 
@@ -81,16 +86,62 @@ def _model_options() -> argparse.ArgumentParser:
         help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)",
     )
     group.add_argument("--device", default=defaults.device, help=f"transformers: {DEVICES}")
+    _remote_options(group, with_backend=False)
     group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
     return parent
 
 
+def _remote_options(group: Any, *, with_backend: bool) -> None:
+    """The FIM family and the remote backend's flags (`--backend openai --endpoint URL`)."""
+    if with_backend:
+        group.add_argument(
+            "--backend",
+            choices=BACKENDS,
+            default=None,
+            help="openai: use the OpenAI-compatible server at --endpoint instead of a local model",
+        )
+    group.add_argument(
+        "--fim-family",
+        default=None,
+        metavar="NAME",
+        help=f"FIM prompt format: {', '.join(FIM_FAMILIES)} or none (default: the model's own)",
+    )
+    group.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="with --backend openai: the server's API, e.g. http://127.0.0.1:8012/v1",
+    )
+    group.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"with --backend openai: the server's API key (default: ${API_KEY_ENV})",
+    )
+    group.add_argument(
+        "--remote-model", metavar="NAME", help="with --backend openai: the model to ask for"
+    )
+
+
 def _options(
-    args: argparse.Namespace, *, model: str | None, chat_model: str | None
+    args: argparse.Namespace,
+    *,
+    model: str | None,
+    chat_model: str | None,
+    remote_chat_model: str | None = None,
 ) -> ModelOptions:
-    """The model options of the command line: the `_model_options` flags and a model per role."""
-    loading = {f.name: getattr(args, f.name) for f in fields(LoadOptions)}
-    return ModelOptions(model=model, chat_model=chat_model, **loading)
+    """The model options of the command line: the `_model_options` flags and a model per role
+    (a local one, and a remote one for `--backend openai`)."""
+    loading: dict[str, Any] = {f.name: getattr(args, f.name) for f in fields(LoadOptions)}
+    try:
+        loading["fim_family"] = check_fim_family(loading["fim_family"])
+    except ValueError as e:
+        raise SystemExit(f"infill-lsp: error: --fim-family must be {e}") from e
+    return ModelOptions(
+        model=model,
+        chat_model=chat_model,
+        remote_model=args.remote_model,
+        remote_chat_model=remote_chat_model,
+        **loading,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-file", metavar="PATH", help="log here instead of stderr")
     serve.add_argument("--model", help="completion model, unless the client's settings name one")
     serve.add_argument("--chat-model", help="chat model, unless the client's settings name one")
+    _remote_options(serve, with_backend=True)
+    serve.add_argument(
+        "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
+    )
     serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
 
     complete = sub.add_parser(
@@ -176,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
     doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
     doctor.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
+    doctor.add_argument(
+        "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
+    )
     doctor.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -241,8 +299,10 @@ async def _generate(args: argparse.Namespace) -> int:
         sampling=sampling,
         stops=stops,
     )
-    # --model names the model of the role in use.
-    options = _options(args, model=args.model, chat_model=args.model)
+    # --model (and --remote-model) name the model of the role in use.
+    options = _options(
+        args, model=args.model, chat_model=args.model, remote_chat_model=args.remote_model
+    )
     models = ModelSet({role: model_spec(role, options)})
     engine = await asyncio.to_thread(models.engine, role)
     loop = asyncio.get_running_loop()
@@ -273,8 +333,13 @@ async def _generate(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {}
     failed = False
-    specs: dict[Role, ModelSpec] = {}
-    options = _options(args, model=args.model, chat_model=args.chat_model)
+    specs: dict[Role, ModelSpec | RemoteSpec] = {}
+    options = _options(
+        args,
+        model=args.model,
+        chat_model=args.chat_model,
+        remote_chat_model=args.remote_chat_model,
+    )
     for role in Role:
         try:
             specs[role] = model_spec(role, options)
@@ -286,11 +351,17 @@ def _doctor(args: argparse.Namespace) -> int:
         try:
             engine = models.engine(role)
         except EngineError as e:
-            report[role.value] = {"ok": False, "model_path": str(specs[role].path), "error": str(e)}
+            spec = specs[role]
+            where = str(spec.path) if isinstance(spec, ModelSpec) else spec.endpoint
+            report[role.value] = {"ok": False, "model_path": where, "error": str(e)}
             failed = True
             continue
-        backend = engine.backend
-        fim = detect_fim_template(backend.special_token_id)
+        try:
+            fim = CompletionModel.of(engine, options.fim_family).fim
+        except EngineError as e:
+            report[role.value] = {"ok": False, "model_path": engine.info.path, "error": str(e)}
+            failed = True
+            continue
         info = asdict(engine.info)
         report[role.value] = {
             "ok": True,
@@ -334,7 +405,18 @@ def _serve(args: argparse.Namespace) -> int:
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     logging.getLogger("pygls").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
-    server = build_server(model=args.model, chat_model=args.chat_model)
+    base = Settings(
+        model=args.model,
+        chat_model=args.chat_model,
+        fim_family=check_fim_family(args.fim_family),
+        endpoint=args.endpoint,
+        api_key=args.api_key,
+        remote_model=args.remote_model,
+        remote_chat_model=args.remote_chat_model,
+    )
+    if args.backend is not None:
+        base = replace(base, backend=args.backend)
+    server = build_server(base)
     # INFO and above from our own loggers also reach the client (window/logMessage).
     server.client_log.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     for name in ("engine", "lsp_server"):
@@ -369,6 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(0, "serve")
     args = parser.parse_args(argv)
     if args.command == "serve":
+        try:
+            check_fim_family(args.fim_family)
+        except ValueError as e:
+            parser.error(f"--fim-family must be {e}")
         if args.tcp:
             from lsp_server.tcp import listen_problem
 

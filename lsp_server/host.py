@@ -10,15 +10,32 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from engine.engine import Engine
+from engine.backend import Backend
+from engine.backends.openai import RemoteEngine, estimate_tokens
+from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
-from engine.models import ModelOptions, ModelSet, ModelSpec, model_spec
+from engine.models import (
+    REMOTE_BACKEND,
+    ModelOptions,
+    ModelSet,
+    ModelSpec,
+    RemoteSpec,
+    model_spec,
+)
 from engine.prefix_cache import CacheStatus
-from engine.prompts import FimTemplate, detect_fim_template
+from engine.prompts import (
+    FIM_FAMILIES,
+    FimPrompt,
+    FimTemplate,
+    build_fim_prompt,
+    detect_fim_template,
+    render_fim_text,
+)
 from engine.types import Role
 from lsp_server.settings import Settings
 
@@ -119,16 +136,54 @@ async def run_load(role: str, load: Callable[[], T]) -> T:
 
 @dataclass(frozen=True, slots=True)
 class CompletionModel:
-    """The completion engine with what prompts need to know about its model."""
+    """The completion engine with what prompts need to know about its model: its FIM format,
+    how to count tokens for the context budget, and how to render a prompt (token ids for a
+    local model, text for a remote server)."""
 
-    engine: Engine
+    engine: BaseEngine
     fim: FimTemplate | None
     count_tokens: Callable[[str], int]
+    render: Callable[[str, str], FimPrompt]  # (prefix, suffix) -> prompt
+
+    @classmethod
+    def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
+        """`engine` with its FIM format: the configured family (`fim_family`, "none" for
+        none), else the one its tokenizer's special tokens (or the remote server) name."""
+        if isinstance(engine, RemoteEngine):  # the family is settled when it connects
+            fim = FIM_FAMILIES.get(engine.discovery.fim_family or "")
+            return cls(
+                engine=engine,
+                fim=fim,
+                count_tokens=estimate_tokens,
+                render=functools.partial(render_fim_text, template=fim),
+            )
+        assert isinstance(engine, Engine)
+        backend = engine.backend
+        fim = _local_fim(backend, fim_family)
+        return cls(
+            engine=engine,
+            fim=fim,
+            count_tokens=_token_counter(backend),
+            render=functools.partial(build_fim_prompt, backend, template=fim),
+        )
 
 
-def _token_counter(engine: Engine) -> Callable[[str], int]:
-    backend = engine.backend
+def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:
+    if family is None:
+        return detect_fim_template(backend.special_token_id)
+    if family == "none":
+        return None
+    template = FIM_FAMILIES[family]
+    missing = [t for t in template.required if backend.special_token_id(t) is None]
+    if missing:
+        raise ModelLoadError(
+            f"the model {backend.info.path} has no {', '.join(missing)} token: it cannot use "
+            f"the FIM family {family} (leave fimFamily unset to detect the model's own)"
+        )
+    return template
 
+
+def _token_counter(backend: Backend) -> Callable[[str], int]:
     # Lines repeat from one keystroke to the next: count each once.
     @functools.lru_cache(maxsize=16384)
     def count(text: str) -> int:
@@ -137,10 +192,15 @@ def _token_counter(engine: Engine) -> Callable[[str], int]:
     return count
 
 
-def model_specs(settings: Settings) -> dict[Role, ModelSpec]:
+def model_specs(settings: Settings) -> dict[Role, ModelSpec | RemoteSpec]:
     """The model of each role, from the settings (then environment, then defaults)."""
     options = settings.model_options()
     return {role: model_spec(role, options) for role in Role}
+
+
+#: Seconds between two attempts to reach a remote server that could not be reached: the next
+#: request after that tries again, so a server that comes back is used without a reload.
+REMOTE_RETRY_SECONDS = 2.0
 
 
 class ModelHost:
@@ -155,8 +215,9 @@ class ModelHost:
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
-        self._chat: asyncio.Future[Engine] | None = None
+        self._chat: asyncio.Future[BaseEngine] | None = None
         self._closed = False
+        self._failed_at = 0.0  # when the completion model's load last failed
 
     def start(self, settings: Settings) -> asyncio.Future[CompletionModel]:
         """Load the completion model on a thread (the chat model loads when first used).
@@ -177,6 +238,7 @@ class ModelHost:
             except ModelUnavailableError as e:
                 self.state = LoadState.ERROR
                 self.last_error = e.reason
+                self._failed_at = time.monotonic()
                 future.set_exception(e)
                 future.exception()  # retrieved: requests re-raise it, nobody else must log it
                 return
@@ -200,7 +262,7 @@ class ModelHost:
     def _load(self) -> CompletionModel:
         with self._lock:  # the latest settings: an older load must not bring old models back
             engine = self._model_set(self._settings).engine(Role.COMPLETION)
-        backend = engine.backend
+        model = CompletionModel.of(engine, self._settings.fim_family)
         info = engine.info
         log.info(
             "completion model %s (%s, %s) loaded in %.1f s",
@@ -209,13 +271,9 @@ class ModelHost:
             info.device,
             info.load_seconds,
         )
-        return CompletionModel(
-            engine=engine,
-            fim=detect_fim_template(backend.special_token_id),
-            count_tokens=_token_counter(engine),
-        )
+        return model
 
-    def _load_chat(self) -> Engine:
+    def _load_chat(self) -> BaseEngine:
         with self._lock:  # the latest settings, as in `_load`
             models = self._model_set(self._settings)
             engine = models.engine(Role.CHAT)
@@ -229,10 +287,10 @@ class ModelHost:
         )
         return engine
 
-    async def chat(self) -> Engine:
+    async def chat(self) -> BaseEngine:
         """The chat engine, loaded on first use. Raises ModelUnavailableError if it cannot be."""
         if self._chat is None:
-            future: asyncio.Future[Engine] = asyncio.get_running_loop().create_future()
+            future: asyncio.Future[BaseEngine] = asyncio.get_running_loop().create_future()
             self._chat = future
 
             async def load() -> None:
@@ -252,6 +310,13 @@ class ModelHost:
         """The completion model, once loaded. Raises ModelUnavailableError after a failed load."""
         if self._completion is None:
             raise ModelUnavailableError("completion", "the server is not initialized yet")
+        if (
+            self.state is LoadState.ERROR
+            and self._settings.backend == REMOTE_BACKEND
+            and time.monotonic() - self._failed_at >= REMOTE_RETRY_SECONDS
+        ):
+            log.info("trying the remote server again")
+            self.start(self._settings)
         return await asyncio.shield(self._completion)
 
     def status(self) -> dict[str, Any]:
@@ -273,7 +338,7 @@ class ModelHost:
                 device=info.device,
                 context_size=info.context_size,
                 fim_family=model.fim.family if model.fim else None,
-                kv_cache=_cache_json(model.engine.backend.cache_status()),
+                kv_cache=_cache_json(model.engine.cache_status()),
             )
         else:
             result.update(
@@ -287,9 +352,9 @@ class ModelHost:
             )
         return result
 
-    def loaded_engines(self) -> dict[Role, Engine]:
+    def loaded_engines(self) -> dict[Role, BaseEngine]:
         """The engine of each role whose model is loaded (one engine may serve both)."""
-        engines: dict[Role, Engine] = {}
+        engines: dict[Role, BaseEngine] = {}
         for role, future in ((Role.COMPLETION, self._completion), (Role.CHAT, self._chat)):
             if future is None or not future.done() or future.cancelled():
                 continue

@@ -19,9 +19,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from engine.errors import GenerationError
-from engine.prompts import build_fim_prompt, context_window
+from engine.prompts import context_window
 from engine.text import line_start
 from engine.types import (
     FinishReason,
@@ -60,10 +61,18 @@ class InlineResult:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prompt:
-    token_ids: tuple[int, ...]
+    #: The prompt's token ids; None for a remote model, which takes the text.
+    token_ids: tuple[int, ...] | None
     text: str  # the prompt as text, special tokens written out (for logs and benchmarks)
+    tokens: int  # how many tokens it has (estimated for a remote model)
     stop_token_ids: tuple[int, ...]
     healed_indent: str  # cursor-line indentation left out of the prompt (see `_heal`)
+
+    def request(self, **fields: Any) -> GenerationRequest:
+        """A request with this prompt: its ids, or its text where the engine tokenizes it."""
+        if self.token_ids is None:
+            return GenerationRequest(prompt=self.text, **fields)
+        return GenerationRequest(prompt_token_ids=self.token_ids, **fields)
 
 
 def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Settings) -> Prompt:
@@ -76,10 +85,15 @@ def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Setti
         suffix_budget=settings.suffix_tokens if model.fim else 0,
     )
     prefix, indent = _heal(window.prefix)
-    prompt = build_fim_prompt(model.engine.backend, prefix, window.suffix, template=model.fim)
+    prompt = model.render(prefix, window.suffix)
     return Prompt(
         token_ids=prompt.token_ids,
         text=prompt.text,
+        tokens=(
+            len(prompt.token_ids)
+            if prompt.token_ids is not None
+            else window.prefix_tokens + window.suffix_tokens
+        ),
         stop_token_ids=prompt.stop_token_ids,
         healed_indent=indent,
     )
@@ -153,8 +167,7 @@ async def suggest(
         stop_token_ids=prompt.stop_token_ids,
     )
     wanted = settings.invoked_suggestions if invoked else 1
-    base = GenerationRequest(
-        prompt_token_ids=prompt.token_ids,
+    base = prompt.request(
         role=Role.COMPLETION,
         sampling=_sampling(settings, mode, n=1, greedy=settings.temperature == 0),
         stops=stops,
@@ -183,7 +196,7 @@ async def suggest(
     return InlineResult(
         suggestions=tuple(suggestions[:wanted]),
         mode=mode,
-        prompt_tokens=len(prompt.token_ids),
+        prompt_tokens=prompt.tokens,
         generated_tokens=generated,
         seconds=time.perf_counter() - started,
     )

@@ -35,10 +35,11 @@ log = logging.getLogger(__name__)
 STATUS_REQUEST = "infill/status"
 
 
-def build_server(*, model: str | None = None, chat_model: str | None = None) -> InfillServer:
+def build_server(base: Settings | None = None) -> InfillServer:
     """The server with every feature registered: a handler per request, notification and
-    command, each a few lines over the feature modules."""
-    server = InfillServer(Settings(model=model, chat_model=chat_model))
+    command, each a few lines over the feature modules. `base`: the settings of the command
+    line, which the client's settings go over."""
+    server = InfillServer(base or Settings())
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: InfillServer, params: types.InitializeParams) -> None:

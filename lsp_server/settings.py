@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine.models import BACKENDS, ModelOptions, check_device
+from engine.models import BACKENDS, ModelOptions, check_device, check_fim_family
 
 T = TypeVar("T")
 
@@ -26,9 +26,20 @@ Check = Callable[[Any], T]
 _MODEL = ModelOptions()  # the model options' defaults are the engine's
 
 
-def _setting(default: T, check: Check[T]) -> T:
-    """A setting's field: its default, and the check a client's value must pass."""
-    return dataclasses.field(default=default, metadata={"check": check})
+def _setting(default: T, check: Check[T], *, secret: bool = False) -> T:
+    """A setting's field: its default, and the check a client's value must pass. A secret's
+    value is never shown (not in the dataclass's repr, not in a message about a bad value)."""
+    return dataclasses.field(
+        default=default, repr=not secret, metadata={"check": check, "secret": secret}
+    )
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError("a string")
+    return value
 
 
 def _path(value: Any) -> str | None:
@@ -90,6 +101,12 @@ class Settings:
     context_size: int = _setting(_MODEL.context_size, _int(256, 1_048_576))
     threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))
     kv_cache_mb: int | None = _setting(_MODEL.kv_cache_mb, _optional(_int(0, 1 << 20)))
+    fim_family: str | None = _setting(_MODEL.fim_family, check_fim_family)  # None: detected
+    # The remote backend (backend "openai"): an OpenAI-compatible server and its models.
+    endpoint: str | None = _setting(_MODEL.endpoint, _text)  # e.g. http://127.0.0.1:8012/v1
+    api_key: str | None = _setting(_MODEL.api_key, _text, secret=True)  # else $INFILL_API_KEY
+    remote_model: str | None = _setting(_MODEL.remote_model, _text)  # None: the server's
+    remote_chat_model: str | None = _setting(_MODEL.remote_chat_model, _text)  # None: as above
 
     max_tokens_single_line: int = _setting(48, _int(1, 4096))
     max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU
@@ -145,5 +162,6 @@ def parse_settings(raw: object, base: Settings | None = None) -> tuple[Settings,
             changes[setting.name] = setting.metadata["check"](value)
         except ValueError as e:
             changes[setting.name] = setting.default
-            problems.append(f"infill.{key} must be {e}, got {value!r}: using {setting.default!r}")
+            shown = "a value that is not shown" if setting.metadata["secret"] else repr(value)
+            problems.append(f"infill.{key} must be {e}, got {shown}: using {setting.default!r}")
     return replace(base, **changes), problems

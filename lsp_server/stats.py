@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.engine import Engine
+from engine.engine import BaseEngine
 from engine.types import Role
 from engine.worker import JobStats
 
@@ -35,7 +35,7 @@ def job_json(stats: JobStats) -> dict[str, Any]:
     }
 
 
-def stats_report(engines: Mapping[Role, Engine]) -> dict[str, Any]:
+def stats_report(engines: Mapping[Role, BaseEngine]) -> dict[str, Any]:
     """Per loaded engine: its roles, its model, how many jobs it finished and the most recent
     ones (oldest first). A client counts new jobs by comparing `total_jobs` between calls."""
     report: list[dict[str, Any]] = []

@@ -4,14 +4,12 @@ type-ahead cache and latest-wins."""
 from __future__ import annotations
 
 import asyncio
-import functools
 
 import pytest
 from lsp_helpers import wait_until
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.engine import Engine
-from engine.prompts import detect_fim_template
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
 from lsp_server.inline import InlineResult, LatestWins, TypeAheadCache, complete_latest, suggest
@@ -44,11 +42,7 @@ def make_model():
         backend = FakeBackend(script=script, **kw)  # type: ignore[arg-type]
         engine = Engine(backend)
         engines.append(engine)
-        count = functools.lru_cache(maxsize=None)(
-            lambda s: len(backend.tokenize(s, add_bos=False, special=False))
-        )
-        fim = detect_fim_template(backend.special_token_id)
-        return CompletionModel(engine=engine, fim=fim, count_tokens=count), backend
+        return CompletionModel.of(engine, None), backend
 
     yield make
     for engine in engines:

@@ -23,6 +23,11 @@ GOOD = [
     ("contextSize", 2048, "context_size"),
     ("threads", 3, "threads"),
     ("kvCacheMb", 0, "kv_cache_mb"),
+    ("fimFamily", "qwen", "fim_family"),
+    ("endpoint", "http://gpu-box:8000/v1", "endpoint"),
+    ("apiKey", "sk-local-1234", "api_key"),
+    ("remoteModel", "qwen2.5-coder-7b", "remote_model"),
+    ("remoteChatModel", "llama-3.1-8b-instruct", "remote_chat_model"),
     ("maxTokensSingleLine", 7, "max_tokens_single_line"),
     ("maxTokensMultiLine", 99, "max_tokens_multi_line"),
     ("debounceMs", 0, "debounce_ms"),
@@ -48,6 +53,11 @@ BAD = [
     ("threads", 0),
     ("kvCacheMb", -1),
     ("kvCacheMb", "1G"),
+    ("fimFamily", "gpt"),
+    ("endpoint", 8000),
+    ("apiKey", 12345),
+    ("remoteModel", ["a"]),
+    ("remoteChatModel", 3),
     ("maxTokensSingleLine", "lots"),
     ("maxTokensSingleLine", True),
     ("maxTokensSingleLine", 3.0),
@@ -112,7 +122,9 @@ def test_a_bad_value_falls_back_to_its_default_with_one_message_naming_the_key(
     settings, problems = parse_settings({"infill": {**good, key: value}}, base)
     assert len(problems) == 1
     assert f"infill.{key}" in problems[0]
-    assert repr(value) in problems[0]
+    # A secret is never repeated, not even a bad one (it may be a real key put in the
+    # wrong place); every other value is, so the user sees what was refused.
+    assert (repr(value) in problems[0]) == (key != "apiKey")
     assert getattr(settings, field) == getattr(DEFAULTS, field)
     # The other keys of the same section are still taken.
     for k, v, f in GOOD:
@@ -194,3 +206,10 @@ def test_only_model_settings_change_the_model_options(key: str, value: object, f
         assert options != DEFAULTS.model_options()
     else:
         assert options == DEFAULTS.model_options()
+
+
+def test_the_api_key_is_never_shown() -> None:
+    settings, _ = parse_settings({"apiKey": "sk-secret-4321", "endpoint": "http://h:1/v1"})
+    assert settings.api_key == "sk-secret-4321"
+    assert "sk-secret-4321" not in repr(settings)
+    assert "sk-secret-4321" not in repr(settings.model_options())
