@@ -9,11 +9,14 @@ running jobs (their streams end with an error event), then free the models on a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
+import signal
 import socket
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 import uvicorn
 
@@ -75,6 +78,21 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._models = models
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn's own re-raises the signal after a graceful shutdown, so SIGTERM would end
+        # the process with status 143 after all; a clean stop here exits 0.
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._models.stop()
         await super().shutdown(sockets)
@@ -124,8 +142,6 @@ def run_server(
     )
     try:
         _Server(config, models).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled
-        pass
     finally:
         sock.close()
     return 0
