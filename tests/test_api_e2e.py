@@ -212,8 +212,9 @@ def test_a_dropped_stream_frees_the_engine(engine: EngineProcess) -> None:
     assert job["generated_tokens"] < 100
 
 
-def test_the_key_and_one_model_for_both_roles() -> None:
-    """A second server: SmolLM2 for both roles (loaded once), the key from INFILL_API_KEY."""
+def test_the_key_one_model_for_both_roles_and_shutdown() -> None:
+    """A second server: SmolLM2 for both roles (loaded once), the key from INFILL_API_KEY;
+    SIGTERM ends a running stream with an error event and the process with status 0."""
     smol = str(default_chat_model())
     shared = start_engine("--model", smol, "--chat-model", smol, env={"INFILL_API_KEY": KEY})
     try:
@@ -231,5 +232,20 @@ def test_the_key_and_one_model_for_both_roles() -> None:
         (entry,) = shared.get("/health")["models"]  # /health needs no key
         assert entry["loads"] == 1
         assert entry["roles"] == ["completion", "chat"]
+
+        stream = clients[0].completions.create(
+            model="completion",
+            prompt="x",
+            max_tokens=2000,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        next(chunks)
+        shared.process.terminate()
+        with pytest.raises(openai.APIError, match="shutting down"):
+            for _ in chunks:
+                pass
+        assert shared.process.wait(60) == 0
     finally:
         stop_engine(shared)
