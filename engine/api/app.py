@@ -517,31 +517,19 @@ async def _events(
         for index in range(n):
             yield sse(chat_chunk(header, index, {"role": "assistant", "content": ""}))
     try:
-        async for delta in _chain(first, deltas):
-            if (error := _failure(delta.finish_reason, delta.error)) is not None:
-                yield sse(error.body())
-                return
-            completion_tokens += len(delta.token_ids)
-            chunks = []
-            if chat:
-                if delta.text:
-                    chunks.append(chat_chunk(header, delta.index, {"content": delta.text}))
+        async with contextlib.aclosing(_chain(first, deltas)) as all_deltas:
+            async for delta in all_deltas:
+                if (error := _failure(delta.finish_reason, delta.error)) is not None:
+                    yield sse(error.body())
+                    return
+                completion_tokens += len(delta.token_ids)
+                chunks = delta_chunks(header, delta, chat=chat)
                 if delta.finish_reason is not None:
-                    chunks.append(
-                        chat_chunk(header, delta.index, {}, delta.finish_reason, delta.stop_reason)
-                    )
-            elif delta.text or delta.finish_reason is not None:
-                chunks.append(
-                    completion_chunk(
-                        header, delta.index, delta.text, delta.finish_reason, delta.stop_reason
-                    )
-                )
-            if delta.finish_reason is not None:
-                open_choices.discard(delta.index)
-                if not open_choices:
-                    last = chunks.pop()
-            for chunk in chunks:
-                yield sse(chunk)
+                    open_choices.discard(delta.index)
+                    if not open_choices:
+                        last = chunks.pop()
+                for chunk in chunks:
+                    yield sse(chunk)
     except EngineError as e:
         yield sse(engine_error(e, chat=chat).body())
         return
@@ -557,9 +545,25 @@ async def _events(
     yield sse("[DONE]")
 
 
+def delta_chunks(header: Header, delta: TextDelta, *, chat: bool) -> list[dict[str, Any]]:
+    """The chunks of one delta: its new text, then (chat) a `{}` delta with the finish; a
+    completion chunk carries both."""
+    finish, stop = delta.finish_reason, delta.stop_reason
+    if not chat:
+        if not delta.text and finish is None:
+            return []
+        return [completion_chunk(header, delta.index, delta.text, finish, stop)]
+    chunks = []
+    if delta.text:
+        chunks.append(chat_chunk(header, delta.index, {"content": delta.text}))
+    if finish is not None:
+        chunks.append(chat_chunk(header, delta.index, {}, finish, stop))
+    return chunks
+
+
 async def _chain(
     first: TextDelta | None, rest: AsyncIterator[TextDelta]
-) -> AsyncIterator[TextDelta]:
+) -> AsyncGenerator[TextDelta, None]:
     if first is None:
         return
     yield first

@@ -59,6 +59,15 @@ class _Model:
     loads: int = 0
 
 
+def _combined(states: list[LoadState]) -> LoadState:
+    """Several roles' states as one: an error wins, then loading."""
+    if LoadState.ERROR in states:
+        return LoadState.ERROR
+    if all(s is LoadState.READY for s in states):
+        return LoadState.READY
+    return LoadState.LOADING
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoleStatus:
     """A role's model as a route sees it: its id, and the engine once loaded."""
@@ -208,26 +217,14 @@ class ModelLoader:
     def status(self) -> LoadState:
         """ready when every role is, error when one failed, else loading."""
         with self._lock:
-            states = [s for m in self._models.values() for s in m.state.values()]
-        if LoadState.ERROR in states:
-            return LoadState.ERROR
-        if all(s is LoadState.READY for s in states):
-            return LoadState.READY
-        return LoadState.LOADING
+            return _combined([s for m in self._models.values() for s in m.state.values()])
 
     def describe(self) -> list[dict[str, Any]]:
         """Each model as /health reports it."""
         with self._lock:
             out = []
             for m in self._models.values():
-                states = set(m.state.values())
-                state = (
-                    LoadState.ERROR
-                    if LoadState.ERROR in states
-                    else LoadState.READY
-                    if states == {LoadState.READY}
-                    else LoadState.LOADING
-                )
+                state = _combined(list(m.state.values()))
                 info = m.loaded.engine.info if m.loaded else None
                 out.append(
                     {
