@@ -5,7 +5,8 @@
 - `infill-lsp complete PATH:LINE:COL [--json]`: one inline completion through a real server;
 - `infill-lsp generate`: one JSON object per delta, stable for scripts:
   `{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta);
-- `infill-lsp doctor [--json]`: which model each role uses and how it loaded.
+- `infill-lsp doctor [--json]`: which model each role uses and how it loaded;
+- `infill-lsp engine [--port N]`: both models over an OpenAI-compatible HTTP API (engine/api/).
 """
 
 from __future__ import annotations
@@ -227,6 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--invoked", action="store_true", help="ask as an explicit invocation")
     complete.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
     complete.add_argument("-v", "--verbose", action="store_true", help="show the server's log")
+
+    engine = sub.add_parser(
+        "engine", parents=[model], help="serve both models over an OpenAI-compatible HTTP API"
+    )
+    engine.add_argument("--host", default="127.0.0.1", help="a non-loopback host wants a key")
+    engine.add_argument("--port", type=int, default=8012, help="0: any free port (printed)")
+    engine.add_argument(
+        "--api-key", help="Bearer key for every route but /health (default: $INFILL_API_KEY)"
+    )
+    engine.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN")
+    engine.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
+    engine.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
 
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
     doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
@@ -473,6 +486,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from lsp_server.complete import run_complete
 
             return asyncio.run(run_complete(args))
+        if args.command == "engine":
+            from engine.api.serve import run_server
+
+            return run_server(
+                _options(args, model=args.model, chat_model=args.chat_model),
+                host=args.host,
+                port=args.port,
+                api_key=args.api_key or os.environ.get("INFILL_API_KEY"),
+                cors_origins=args.cors_origin,
+            )
         return _doctor(args)
     except EngineError as e:
         print(f"infill-lsp: error: {e}", file=sys.stderr)

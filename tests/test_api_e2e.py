@@ -1,0 +1,251 @@
+"""The engine server with the real default models, started through the real command
+(`infill-lsp engine --port 0`) and spoken to by the official OpenAI client: properties any
+answer must hold (greedy streams equal whole answers, stops cut, choices are indexed), the
+model list, the key, and a dropped stream freeing the engine."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from lsp_helpers import REPO, server_env
+
+from engine.models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
+
+pytestmark = pytest.mark.slow
+
+#: Loading both models takes seconds; a slow shared machine gets generous deadlines.
+START_SECONDS = 180
+PROMPT = "def fibonacci(n):\n"
+KEY = "sk-e2e-key"
+
+
+@dataclass
+class EngineProcess:
+    process: subprocess.Popen[str]
+    url: str
+    log: list[str]
+
+    def client(self, api_key: str = "none") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=120)
+
+    def get(self, path: str, api_key: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        response = httpx.get(f"{self.url}{path}", headers=headers, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+
+def start_engine(*args: str, env: dict[str, str] | None = None) -> EngineProcess:
+    """`infill-lsp engine --port 0 ARGS`, once it says where it listens and /health is ready."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lsp_server.cli", "engine", "--port", "0", *args],
+        cwd=REPO,
+        env={**server_env(), **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    log: list[str] = []
+
+    def drain() -> None:  # keep reading, so the pipe never fills and blocks the server
+        assert process.stderr is not None
+        for line in process.stderr:
+            log.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + START_SECONDS
+    url = None
+    while url is None:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            line = None
+        if line is None:
+            process.kill()
+            pytest.fail(f"infill-lsp engine did not say where it listens:\n{''.join(log)}")
+        if "listening on " in line:
+            url = line.split("listening on ", 1)[1].strip()
+    engine = EngineProcess(process, url, log)
+    pause = threading.Event()
+    while engine.get("/health")["status"] != "ready":
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            pytest.fail(f"the models did not load: {engine.get('/health')}\n{''.join(log)}")
+        pause.wait(0.1)
+    return engine
+
+
+def stop_engine(engine: EngineProcess) -> None:
+    engine.process.terminate()
+    try:
+        assert engine.process.wait(60) == 0, "SIGTERM ends the server cleanly"
+    finally:
+        if engine.process.poll() is None:
+            engine.process.kill()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[EngineProcess]:
+    started = start_engine()
+    yield started
+    stop_engine(started)
+
+
+def complete(engine: EngineProcess, **kw: Any) -> Any:
+    args = {"model": "completion", "prompt": PROMPT, "max_tokens": 24, "temperature": 0, **kw}
+    return engine.client().completions.create(**args)
+
+
+def test_streamed_completion_equals_the_whole_one(engine: EngineProcess) -> None:
+    whole = complete(engine)
+    chunks = list(complete(engine, stream=True))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text
+    assert text.strip(), "the model continues the code"
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert whole.usage.completion_tokens <= 24
+    assert whole.usage.prompt_tokens > 1
+
+
+def test_a_stop_string_cuts_the_text(engine: EngineProcess) -> None:
+    free = complete(engine).choices[0].text
+    assert "\n" in free.lstrip("\n"), f"the model wrote more than one line: {free!r}"
+    start = len(free) - len(free.lstrip("\n"))
+    # A stop string after the first non-empty line: the greedy answer is cut right there.
+    (stopped,) = complete(engine, prompt=PROMPT + free[:start], stop=["\n"]).choices
+    rest = free[start:]
+    assert stopped.text == rest[: rest.index("\n")]
+    assert stopped.finish_reason == "stop"
+    assert (stopped.model_extra or {})["stop_reason"] == "\n"
+
+
+def test_n_with_a_seed_gives_indexed_repeatable_choices(engine: EngineProcess) -> None:
+    first = complete(engine, n=2, seed=7, temperature=0.9, max_tokens=12)
+    assert [c.index for c in first.choices] == [0, 1]
+    assert all(c.finish_reason in ("stop", "length") for c in first.choices)
+    again = complete(engine, n=2, seed=7, temperature=0.9, max_tokens=12)
+    assert [c.text for c in again.choices] == [c.text for c in first.choices]
+
+
+def test_a_suffix_on_gemma_is_a_clear_400(engine: EngineProcess) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        complete(engine, suffix="    return a\n")
+    assert raised.value.param == "suffix"
+    assert "fill-in-the-middle" in raised.value.message
+    assert complete(engine, max_tokens=2).choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_streamed_equals_the_whole_answer(engine: EngineProcess) -> None:
+    args: dict[str, Any] = {
+        "model": "chat",
+        "messages": [{"role": "user", "content": "What does a Python list comprehension do?"}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    whole = engine.client().chat.completions.create(**args)
+    content = whole.choices[0].message.content
+    assert content
+    chunks = list(engine.client().chat.completions.create(**args, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == content
+    assert whole.model == SMOLLM2_FILE.removesuffix(".gguf")
+
+
+def test_models_lists_both_default_models(engine: EngineProcess) -> None:
+    models = {m.id: m for m in engine.client().models.list().data}
+    gemma = models[GEMMA_FILE.removesuffix(".gguf")]
+    smol = models[SMOLLM2_FILE.removesuffix(".gguf")]
+    assert (gemma.owned_by, smol.owned_by) == ("infill-lsp", "infill-lsp")
+    assert (gemma.model_extra or {})["roles"] == ["completion"]
+    assert (smol.model_extra or {})["roles"] == ["chat"]
+    for model in (gemma, smol):
+        extra = model.model_extra or {}
+        assert extra["context_size"] == extra["max_model_len"] > 0
+        assert extra["fim_family"] is None
+    health = engine.get("/health")
+    assert health["backend"] == "llama.cpp"
+    assert [m["loads"] for m in health["models"]] == [1, 1]
+
+
+def test_a_dropped_stream_frees_the_engine(engine: EngineProcess) -> None:
+    stream = engine.client().completions.create(
+        model="completion",
+        prompt=PROMPT,
+        max_tokens=2000,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    request_id = None
+    for received, chunk in enumerate(stream, start=1):
+        request_id = chunk.id
+        if received == 3:
+            break
+    stream.close()
+    # The next request is served at once: the dropped job no longer holds the model.
+    assert complete(engine, max_tokens=4).usage.completion_tokens <= 4
+
+    def dropped_job() -> dict[str, Any] | None:
+        for model in engine.get("/stats")["models"]:
+            for job in model["recent"]:
+                if job["request_id"] == request_id:
+                    return job  # type: ignore[no-any-return]
+        return None
+
+    job = dropped_job()
+    assert job is not None, "the dropped job finished before the next one"
+    assert job["finish_reasons"] == ["cancelled"]
+    assert job["generated_tokens"] < 100
+
+
+def test_the_key_one_model_for_both_roles_and_shutdown() -> None:
+    """A second server: SmolLM2 for both roles (loaded once), the key from INFILL_API_KEY;
+    SIGTERM ends a running stream with an error event and the process with status 0."""
+    smol = str(default_chat_model())
+    shared = start_engine("--model", smol, "--chat-model", smol, env={"INFILL_API_KEY": KEY})
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            shared.client().models.list()
+        with pytest.raises(openai.AuthenticationError):
+            shared.client("wrong").models.list()
+        (model,) = shared.client(KEY).models.list().data
+        assert (model.model_extra or {})["roles"] == ["completion", "chat"]
+        clients = [shared.client(KEY), shared.client(KEY)]  # two editors, one model
+        clients[0].completions.create(model="completion", prompt="x = ", max_tokens=3)
+        clients[1].chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
+        (entry,) = shared.get("/health")["models"]  # /health needs no key
+        assert entry["loads"] == 1
+        assert entry["roles"] == ["completion", "chat"]
+
+        stream = clients[0].completions.create(
+            model="completion",
+            prompt="x",
+            max_tokens=2000,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        next(chunks)
+        shared.process.terminate()
+        with pytest.raises(openai.APIError, match="shutting down"):
+            for _ in chunks:
+                pass
+        assert shared.process.wait(60) == 0
+    finally:
+        stop_engine(shared)
