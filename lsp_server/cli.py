@@ -52,8 +52,9 @@ from lsp_server.settings import Settings
 log = logging.getLogger("infill_lsp")
 
 
-def _model_options() -> argparse.ArgumentParser:
-    """The flags of `LoadOptions`, one each (`--context-size` sets `context_size`)."""
+def _model_options(*, remote: bool = True) -> argparse.ArgumentParser:
+    """The flags of `LoadOptions`, one each (`--context-size` sets `context_size`); without
+    `remote`, only those of a local model (the engine server has no remote backend)."""
     defaults = LoadOptions()
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("model")
@@ -87,7 +88,8 @@ def _model_options() -> argparse.ArgumentParser:
         help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)",
     )
     group.add_argument("--device", default=defaults.device, help=f"transformers: {DEVICES}")
-    _remote_options(group, with_backend=False)
+    if remote:
+        _remote_options(group, with_backend=False)
     group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")
     return parent
 
@@ -131,7 +133,9 @@ def _options(
 ) -> ModelOptions:
     """The model options of the command line: the `_model_options` flags and a model per role
     (a local one, and a remote one for `--backend openai`)."""
-    loading: dict[str, Any] = {f.name: getattr(args, f.name) for f in fields(LoadOptions)}
+    loading: dict[str, Any] = {
+        f.name: getattr(args, f.name, f.default) for f in fields(LoadOptions)
+    }
     try:
         loading["fim_family"] = check_fim_family(loading["fim_family"])
     except ValueError as e:
@@ -139,7 +143,7 @@ def _options(
     return ModelOptions(
         model=model,
         chat_model=chat_model,
-        remote_model=args.remote_model,
+        remote_model=getattr(args, "remote_model", None),
         remote_chat_model=remote_chat_model,
         **loading,
     )
@@ -230,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("-v", "--verbose", action="store_true", help="show the server's log")
 
     engine = sub.add_parser(
-        "engine", parents=[model], help="serve both models over an OpenAI-compatible HTTP API"
+        "engine",
+        parents=[_model_options(remote=False)],
+        help="serve both models over an OpenAI-compatible HTTP API",
     )
     engine.add_argument("--host", default="127.0.0.1", help="a non-loopback host wants a key")
     engine.add_argument("--port", type=int, default=8012, help="0: any free port (printed)")
@@ -493,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _options(args, model=args.model, chat_model=args.chat_model),
                 host=args.host,
                 port=args.port,
-                api_key=args.api_key or os.environ.get("INFILL_API_KEY"),
+                api_key=args.api_key or os.environ.get(API_KEY_ENV),
                 cors_origins=args.cors_origin,
             )
         return _doctor(args)

@@ -334,6 +334,7 @@ async def completion_request(
         fim = await asyncio.to_thread(
             build_fim_prompt, backend, prompt, params.suffix, template=template
         )
+        assert fim.token_ids is not None  # built from the model's own tokenizer
         prompt = fim.token_ids
     elif isinstance(prompt, tuple) and any(t >= backend.info.vocab_size for t in prompt):
         raise ApiError(

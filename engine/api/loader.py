@@ -18,7 +18,8 @@ from typing import Any
 
 from engine.backend import Backend
 from engine.engine import Engine
-from engine.models import ModelSet
+from engine.errors import ModelLoadError
+from engine.models import ModelSet, ModelSpec
 from engine.prompts import FimTemplate, detect_fim_template, fim_stop_token_ids
 from engine.types import Role
 
@@ -136,6 +137,8 @@ class ModelLoader:
             spec = models.specs.get(role)
             if spec is None:
                 continue
+            if not isinstance(spec, ModelSpec):
+                raise ModelLoadError("the engine server serves local models, not a remote one")
             ident = by_spec.get(spec)
             if ident is None:
                 ident = model_id(spec.path)
