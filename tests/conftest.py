@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Our engine server over scripted engines (tests/scripted_servers.py).
+from scripted_servers import make_server, serve  # noqa: F401
+
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
 from engine.models import ModelOptions, load_backend, model_spec

@@ -1,0 +1,489 @@
+"""The remote backend (engine/backends/openai.py) against real HTTP servers in this process:
+our engine server over the scripted backend, where every answer is known, and a scripted
+"foreign" server that answers as other OpenAI-compatible servers do (no `stop_reason`,
+errors, broken streams). What is asserted is what a user would see: the same text, finish
+and stop reason as the local engine gives, clear errors naming the endpoint, and service
+again once the server answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import uvicorn
+from scripted_servers import KEY, Server, wait_until
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine.api.app import build_app
+from engine.api.loader import ModelLoader
+from engine.api.serve import bind, url_of
+from engine.backends.fake import FakeBackend
+from engine.backends.openai import RemoteEngine, estimate_tokens
+from engine.engine import BaseEngine, Engine
+from engine.errors import EngineClosedError, EngineError, ModelLoadError
+from engine.models import ModelOptions, RemoteSpec, model_spec, remote_base_url
+from engine.types import (
+    ChatMessage,
+    FinishReason,
+    GenerationRequest,
+    Role,
+    SamplingParams,
+    StopConditions,
+    TextDelta,
+)
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.host import CompletionModel, LoadState, ModelHost
+from lsp_server.inline import build_prompt, suggest
+from lsp_server.settings import Settings
+
+TEXT = "def area(r):\n    return 3.14 * r * r\n\nprint(area(2))\n"
+
+
+def remote(url: str, role: Role = Role.COMPLETION, **spec: Any) -> RemoteEngine:
+    return RemoteEngine.connect(RemoteSpec(role=role, endpoint=f"{url}/v1", **spec))
+
+
+async def deltas_of(engine: BaseEngine, request: GenerationRequest) -> list[TextDelta]:
+    async with contextlib.aclosing(engine.generate(request)) as stream:
+        return [delta async for delta in stream]
+
+
+def outcome(deltas: list[TextDelta]) -> tuple[str, FinishReason | None, str | int | None]:
+    return "".join(d.text for d in deltas), deltas[-1].finish_reason, deltas[-1].stop_reason
+
+
+# --- the address and the budget ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "base"),
+    [
+        ("http://127.0.0.1:8012", "http://127.0.0.1:8012/v1"),
+        ("http://127.0.0.1:8012/", "http://127.0.0.1:8012/v1"),
+        ("http://127.0.0.1:8012/v1", "http://127.0.0.1:8012/v1"),
+        (" https://gpu.example/openai/v1/ ", "https://gpu.example/openai/v1"),
+    ],
+)
+def test_the_endpoint_is_the_apis_base_url_however_it_is_written(written: str, base: str) -> None:
+    assert remote_base_url(written) == base
+
+
+@pytest.mark.parametrize("written", ["127.0.0.1:8012", "ftp://host/v1", "http://", ""])
+def test_an_endpoint_that_is_no_url_is_a_clear_error(written: str) -> None:
+    with pytest.raises(ModelLoadError, match="http:// or https:// URL"):
+        remote_base_url(written)
+
+
+def test_the_remote_backend_needs_an_endpoint_and_takes_the_key_from_the_environment() -> None:
+    with pytest.raises(ModelLoadError, match="--endpoint URL"):
+        model_spec(Role.COMPLETION, ModelOptions(backend="openai"), environ={})
+    options = ModelOptions(backend="openai", endpoint="http://h:1", remote_model="coder")
+    spec = model_spec(Role.CHAT, options, environ={"INFILL_API_KEY": "sk-env"})
+    assert spec == RemoteSpec(
+        role=Role.CHAT, endpoint="http://h:1/v1", api_key="sk-env", model="coder"
+    )
+    assert "sk-env" not in repr(spec)
+
+
+def test_token_estimates_stay_above_what_code_tokenizers_take() -> None:
+    # Three UTF-8 bytes a token, rounded up: code averages 3.5-4 characters a token.
+    assert [estimate_tokens(t) for t in ("", "a", "abc", "abcd", "é", "😀😀")] == [0, 1, 1, 2, 1, 3]
+
+
+# --- our engine server ---------------------------------------------------------------------------
+
+
+def test_our_server_names_each_roles_model_its_context_and_fim_family(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server()
+    completion = remote(server.url)
+    chat = remote(server.url, Role.CHAT)
+    assert completion.discovery.model == "fake-coder"
+    assert completion.discovery.fim_family == "starcoder"  # the scripted tokenizer's tokens
+    assert completion.discovery.ours
+    assert completion.info.context_size == FakeBackend().context_size
+    assert (completion.info.backend, completion.info.path) == ("openai", f"{server.url}/v1")
+    assert chat.discovery.model == "fake-chat"
+    # A family named in the settings wins; "none" is none.
+    assert remote(server.url, fim_family="qwen").discovery.fim_family == "qwen"
+    assert remote(server.url, fim_family="none").discovery.fim_family is None
+
+
+SCRIPT = "alpha beta(gamma)\ndelta epsilon\n"
+
+#: Stop settings, each run through the local engine and the remote one on the same script.
+STOP_CASES = [
+    pytest.param(StopConditions(stop=("\n",)), 64, id="hidden newline"),
+    pytest.param(StopConditions(stop=("(", "beta")), 64, id="earliest match wins"),
+    pytest.param(StopConditions(stop=("beta(x",)), 64, id="partial match released"),
+    pytest.param(StopConditions(stop=("a(",)), 64, id="stop inside a token run"),
+    pytest.param(
+        StopConditions(stop=("(",), include_stop_str_in_output=True), 64, id="visible stop"
+    ),
+    pytest.param(StopConditions(stop=("zeta",)), 7, id="max tokens"),
+    pytest.param(StopConditions(), 64, id="end of text"),
+]
+
+
+@pytest.mark.parametrize(("stops", "max_tokens"), STOP_CASES)
+async def test_the_remote_answer_is_the_local_engines(
+    make_server: Callable[..., Server], stops: StopConditions, max_tokens: int
+) -> None:
+    server = make_server({"script": [SCRIPT]})
+    local = Engine(FakeBackend(script=[SCRIPT]))
+    engine = remote(server.url)
+    request = GenerationRequest(
+        prompt="x", sampling=SamplingParams(max_tokens=max_tokens), stops=stops
+    )
+    try:
+        expected = await deltas_of(local, request)
+        got = await deltas_of(engine, request)
+    finally:
+        local.close()
+    assert outcome(got) == outcome(expected)
+    # Withholding: no piece shown ends in the start of a hidden stop string that matched later.
+    matched = got[-1].stop_reason
+    if isinstance(matched, str) and not stops.include_stop_str_in_output:
+        shown = ""
+        for delta in got[:-1]:
+            shown += delta.text
+            assert not any(shown.endswith(matched[:k]) for k in range(1, len(matched))), shown
+
+
+async def test_the_document_is_sent_as_the_cache_key_to_our_server(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server()
+    request = GenerationRequest(prompt="x", cache_key="file:///home/me/a%20b.py")
+    await deltas_of(remote(server.url), request)
+    assert server.completion.calls[-1].cache_key == "file:///home/me/a%20b.py"
+
+
+async def test_each_choice_has_its_own_seed(make_server: Callable[..., Server]) -> None:
+    server = make_server({"script": ["one", "two"], "repeat_last": False})
+    request = GenerationRequest(prompt="x", sampling=SamplingParams(n=2, seed=7, temperature=1))
+    deltas = await deltas_of(remote(server.url), request)
+    texts = {i: "".join(d.text for d in deltas if d.index == i) for i in (0, 1)}
+    assert texts == {0: "one", 1: "two"}
+    assert [c.sampling.seed for c in server.completion.calls] == [7, 8]
+
+
+async def test_chat_messages_are_rendered_by_the_server(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server(chat={"script": ["It adds."]})
+    request = GenerationRequest(messages=(ChatMessage("user", "What does + do?"),), role=Role.CHAT)
+    deltas = await deltas_of(remote(server.url, Role.CHAT), request)
+    assert outcome(deltas) == ("It adds.", FinishReason.STOP, None)
+    prompt = server.chat.detokenize(server.chat.calls[-1].prompt_ids)
+    assert "<|user|>What does + do?" in prompt
+
+
+async def test_a_prompt_of_token_ids_is_refused(make_server: Callable[..., Server]) -> None:
+    engine = remote(make_server().url)
+    with pytest.raises(EngineError, match="as text"):
+        await deltas_of(engine, GenerationRequest(prompt_token_ids=(1, 2, 3)))
+
+
+async def test_closing_the_stream_cancels_the_job_on_the_server(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
+    engine = remote(server.url)
+    request = GenerationRequest(prompt="p", sampling=SamplingParams(max_tokens=2000))
+    received = 0
+    async with contextlib.aclosing(engine.generate(request)) as stream:
+        async for delta in stream:
+            received += len(delta.text)
+            if received >= 5:
+                break
+    jobs = wait_until(
+        lambda: [j for m in server.stats()["models"] for j in m["recent"]], "the server's job"
+    )
+    assert jobs[-1]["finish_reasons"] == ["cancelled"]
+    assert jobs[-1]["generated_tokens"] <= received + 3  # what was in flight when we closed
+
+
+async def test_cancel_ends_the_stream_with_cancelled(make_server: Callable[..., Server]) -> None:
+    server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
+    engine = remote(server.url)
+    request = GenerationRequest(prompt="p", sampling=SamplingParams(max_tokens=2000))
+    deltas = []
+    async with contextlib.aclosing(engine.generate(request)) as stream:
+        async for delta in stream:
+            deltas.append(delta)
+            if len(deltas) == 3:
+                assert engine.cancel(request.request_id)
+    assert deltas[-1].finish_reason is FinishReason.CANCELLED
+    assert len("".join(d.text for d in deltas)) < 2000
+    assert not engine.cancel(request.request_id)  # over: unknown now
+
+
+async def test_stop_aborts_the_running_request_and_refuses_new_ones(
+    make_server: Callable[..., Server],
+) -> None:
+    server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
+    engine = remote(server.url)
+    request = GenerationRequest(prompt="p", sampling=SamplingParams(max_tokens=2000))
+
+    async def run_until_stopped() -> None:
+        async with contextlib.aclosing(engine.generate(request)) as stream:
+            async for _ in stream:
+                engine.stop("reloading")
+
+    with pytest.raises(EngineClosedError, match="reloading"):
+        await run_until_stopped()
+    with pytest.raises(EngineClosedError):
+        await deltas_of(engine, GenerationRequest(prompt="q"))
+
+
+async def test_the_key_is_sent_and_never_logged(
+    make_server: Callable[..., Server], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server = make_server({"script": ["ok"]}, api_key=KEY)
+    with pytest.raises(ModelLoadError, match="401"):
+        remote(server.url)
+    engine = remote(server.url, api_key=KEY)
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "ok"
+    assert KEY not in caplog.text
+    assert KEY not in repr(engine.spec)
+
+
+# --- other servers: what they do differently, and what goes wrong ------------------------------
+
+
+@dataclass
+class Foreign:
+    """A scripted OpenAI-compatible server: each request gets the next answer."""
+
+    url: str = ""
+    answers: list[Callable[[dict[str, Any]], Response]] = field(default_factory=list)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"id": "their-model", "object": "model", "owned_by": "me"}]
+    )
+
+
+def events(*payloads: object, broken: bool = False) -> Callable[[dict[str, Any]], Response]:
+    """An answer streaming `payloads` as server-sent events (strings as they are); `broken`:
+    the connection drops after them, without the end of the stream."""
+
+    async def lines() -> AsyncIterator[bytes]:
+        for payload in payloads:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            yield f"data: {data}\n\n".encode()
+            await asyncio.sleep(0)
+        if broken:
+            raise ConnectionResetError("the server went away")
+
+    return lambda body: StreamingResponse(lines(), media_type="text/event-stream")
+
+
+def piece(text: str, finish: str | None = None, **extra: object) -> dict[str, Any]:
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, **extra}
+    return {"id": "cmpl-1", "object": "text_completion", "choices": [choice]}
+
+
+@pytest.fixture
+def foreign() -> Iterator[Foreign]:
+    state = Foreign()
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": state.models})
+
+    async def complete(request: Request) -> Response:
+        body = await request.json()
+        state.bodies.append(body)
+        return state.answers.pop(0)(body)
+
+    app = Starlette(
+        routes=[
+            Route("/v1/models", models),
+            Route("/v1/completions", complete, methods=["POST"]),
+            Route("/v1/chat/completions", complete, methods=["POST"]),
+        ]
+    )
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    state.url = url_of(sock)
+    yield state
+    server.should_exit = True
+    thread.join(30)
+
+
+async def test_a_server_that_does_not_say_which_stop_matched_gets_no_stops(
+    foreign: Foreign,
+) -> None:
+    # It would cut the stop string and answer "stop": a stop string or the end of the text,
+    # we could not tell. Without it, the text streams on and our own processor stops it.
+    foreign.answers.append(events(piece("a"), piece("b("), piece("c"), piece("", "length")))
+    engine = remote(foreign.url)
+    request = GenerationRequest(prompt="x", stops=StopConditions(stop=("(",)))
+    assert outcome(await deltas_of(engine, request)) == ("ab", FinishReason.STOP, "(")
+    assert "stop" not in foreign.bodies[-1]
+    assert foreign.bodies[-1]["model"] == "their-model"  # the first one it lists
+    assert foreign.bodies[-1]["repeat_penalty"] == 1.0  # not llama.cpp's server's 1.1
+
+
+async def test_a_server_that_reports_stop_reason_gets_the_stops_from_then_on(
+    foreign: Foreign,
+) -> None:
+    foreign.answers += [
+        events(piece("done", "stop", stop_reason=None)),  # vLLM always has the field
+        events(piece("a"), piece("", "stop", stop_reason="(")),  # it cut the stop itself
+    ]
+    engine = remote(foreign.url)
+    request = GenerationRequest(prompt="x", stops=StopConditions(stop=("(",)))
+    assert outcome(await deltas_of(engine, request)) == ("done", FinishReason.STOP, None)
+    assert "stop" not in foreign.bodies[-1]
+    assert outcome(await deltas_of(engine, request)) == ("a", FinishReason.STOP, "(")
+    assert foreign.bodies[-1]["stop"] == ["("]
+
+
+async def test_openais_own_api_gets_only_openais_fields(foreign: Foreign) -> None:
+    foreign.models = [{"id": "gpt-x", "object": "model", "owned_by": "openai"}]
+    foreign.answers.append(events(piece("hi", "stop")))
+    await deltas_of(remote(foreign.url), GenerationRequest(prompt="x"))
+    body = foreign.bodies[-1]
+    assert not {"repeat_penalty", "repetition_penalty", "min_p", "top_k", "cache_key"} & set(body)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (
+            lambda body: JSONResponse(
+                {"error": {"message": "prompt is too long", "type": "invalid_request_error"}},
+                status_code=400,
+            ),
+            "answered 400 Bad Request: prompt is too long",
+        ),
+        (lambda body: Response("upstream down", status_code=502), "502 Bad Gateway: upstream"),
+        (events(piece("a"), {"error": {"message": "out of memory"}}), "failed: out of memory"),
+        (events(piece("a"), broken=True), "broke mid-answer"),
+        (events(piece("a"), "not json"), "not JSON"),
+    ],
+)
+async def test_a_failure_is_an_error_naming_the_endpoint_and_the_next_request_works(
+    foreign: Foreign, answer: Callable[[dict[str, Any]], Response], message: str
+) -> None:
+    foreign.answers += [answer, events(piece("fine", "stop"))]
+    engine = remote(foreign.url)
+    failed = await deltas_of(engine, GenerationRequest(prompt="x"))
+    assert failed[-1].finish_reason is FinishReason.ERROR
+    assert failed[-1].error is not None
+    assert f"{foreign.url}/v1" in failed[-1].error
+    assert message in failed[-1].error
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "fine"
+
+
+async def test_a_server_that_is_gone_is_an_error_saying_so(foreign: Foreign) -> None:
+    engine = remote(foreign.url)
+    sock = bind("127.0.0.1", 0)  # a port where nothing answers
+    url = url_of(sock)
+    sock.close()
+    gone = RemoteEngine(RemoteSpec(role=Role.COMPLETION, endpoint=f"{url}/v1"), engine.discovery)
+    deltas = await deltas_of(gone, GenerationRequest(prompt="x"))
+    assert deltas[-1].finish_reason is FinishReason.ERROR
+    assert f"{url}/v1: cannot connect" in (deltas[-1].error or "")
+    with pytest.raises(ModelLoadError, match=f"cannot reach {url}/v1"):
+        remote(url)
+
+
+# --- the language server's side ------------------------------------------------------------------
+
+
+def snapshot(text: str, offset: int) -> DocumentSnapshot:
+    line = text.count("\n", 0, offset)
+    character = offset - (text.rfind("\n", 0, offset) + 1)
+    return DocumentSnapshot(
+        uri="file:///w/a%20b.py",
+        version=1,
+        language_id="python",
+        text=text,
+        offset=offset,
+        line=line,
+        character=character,
+    )
+
+
+def test_a_remote_fim_prompt_is_text_in_the_familys_format_without_bos(
+    make_server: Callable[..., Server],
+) -> None:
+    model = CompletionModel.of(remote(make_server().url), None)
+    assert model.fim is not None
+    assert model.fim.family == "starcoder"
+    cursor = TEXT.index("3.14")
+    prompt = build_prompt(model, snapshot(TEXT, cursor), Settings())
+    assert prompt.token_ids is None
+    assert prompt.text == f"<fim_prefix>{TEXT[:cursor]}<fim_suffix>{TEXT[cursor:]}<fim_middle>"
+    assert prompt.tokens >= estimate_tokens(TEXT)  # counted line by line: never fewer
+
+
+async def test_an_inline_suggestion_through_the_remote_backend(
+    make_server: Callable[..., Server],
+) -> None:
+    # 1 is the scripted tokenizer's <eos>: the server stops there.
+    server = make_server({"script": [["3.14 * r * r", 1, "ignored"]]}, no_fim=True)
+    model = CompletionModel.of(remote(server.url), None)
+    assert model.fim is None  # the prefix alone is continued
+    text = "def area(r):\n    return \n"
+    result = await suggest(model, snapshot(text, text.index("\n", 13)), Settings(), invoked=False)
+    assert [s.text for s in result.suggestions] == ["3.14 * r * r"]
+    call = server.completion.calls[-1]
+    assert server.completion.detokenize(call.prompt_ids) == "def area(r):\n    return "
+    assert call.cache_key == "file:///w/a%20b.py"
+
+
+async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    import lsp_server.host as host_module
+
+    monkeypatch.setattr(host_module, "REMOTE_RETRY_SECONDS", 0.0)
+    # A port that is ours but not listening yet: connecting to it is refused.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    url = url_of(sock)
+    host = ModelHost()
+    host.start(Settings(backend="openai", endpoint=url))
+    with pytest.raises(Exception, match=f"cannot reach {url}/v1"):
+        await host.completion()
+    assert host.state is LoadState.ERROR
+    # The server comes up at that address; the next request tries again, and is served.
+    sock.listen(16)
+    engines = {role: Engine(FakeBackend(script=["ok"], template="{{ messages }}")) for role in Role}
+    models = ModelLoader.from_engines(engines)
+    models.load_all()
+    server = uvicorn.Server(uvicorn.Config(build_app(models), log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        model = await host.completion()
+        assert host.state is LoadState.READY
+        assert (model.engine.info.backend, model.engine.info.path) == ("openai", f"{url}/v1")
+        deltas = await deltas_of(model.engine, GenerationRequest(prompt="x"))
+        assert outcome(deltas) == ("ok", FinishReason.STOP, None)
+    finally:
+        await host.aclose()
+        models.stop()
+        server.should_exit = True
+        thread.join(30)
+        models.close()
