@@ -484,6 +484,17 @@ def test_models_and_health_describe_both_roles(make_server: Callable[..., Server
         "fim_family": "starcoder",
         "loads": 1,
     }
+    assert health["model_loaded"] is True
+    with server.http() as http:
+        info = http.get("/model-info").json()
+    assert info["completion"] == {
+        "id": "fake-coder",
+        "model_path": "<fake>",
+        "backend": "fake",
+        "device": "cpu",
+        "context_size": 2048,
+    }
+    assert info["chat"]["id"] == "fake-chat"
 
 
 def test_one_model_for_both_roles_is_listed_once(make_server: Callable[..., Server]) -> None:
@@ -524,7 +535,7 @@ def test_requests_get_503_while_their_model_loads(serve: Callable[..., str]) -> 
                 "the completion model",
             )
             health = http.get("/health").json()
-            assert health["status"] == "loading"
+            assert (health["status"], health["model_loaded"]) == ("loading", False)
             assert [m["status"] for m in health["models"]] == ["ready", "loading"]
             assert (
                 client.completions.create(model="completion", prompt="x", max_tokens=5)

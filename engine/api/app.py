@@ -110,6 +110,7 @@ def build_app(
     routes = [
         Route("/health", api.health, methods=["GET"]),
         Route("/stats", api.stats, methods=["GET"]),
+        Route("/model-info", api.model_info, methods=["GET"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
@@ -185,15 +186,34 @@ class _Api:
         self.started = started
 
     async def health(self, request: Request) -> Response:
-        """`{"status", "backend", "device", "models": [...]}`; never needs the key."""
+        """`{"status", "model_loaded", "backend", "device", "models": [...]}`; never needs
+        the key (`model_loaded`: every role's model is, as the seed 002 API's health says)."""
         models = self.models.describe()
         first = next((m for m in models if m["backend"] is not None), None)
+        status = self.models.status()
         return JSONResponse(
             {
-                "status": self.models.status().value,
+                "status": status.value,
+                "model_loaded": status is LoadState.READY,
                 "backend": first["backend"] if first else None,
                 "device": first["device"] if first else None,
                 "models": models,
+            }
+        )
+
+    async def model_info(self, request: Request) -> Response:
+        """The seed 002 API's `/model-info`: each role's model path, backend and device."""
+        return JSONResponse(
+            {
+                role: {
+                    "id": m["id"],
+                    "model_path": m["path"],
+                    "backend": m["backend"],
+                    "device": m["device"],
+                    "context_size": m["context_size"],
+                }
+                for m in self.models.describe()
+                for role in m["roles"]
             }
         )
 
