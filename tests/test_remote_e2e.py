@@ -79,6 +79,9 @@ FAST = {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 10}
 #: A single-line completion: the cursor after `return ` (line 1, character 11).
 DOUBLE = "def double(x):\n    return \n"
 DOUBLE_CURSOR = (1, 11)
+#: A multi-line completion: the cursor on the empty first line of a function's body.
+FIBONACCI = "def fibonacci(n):\n    \n"
+FIBONACCI_CURSOR = (1, 4)
 
 
 def remote_options(endpoint: str, **more: str) -> dict[str, Any]:
@@ -188,12 +191,28 @@ async def test_an_editor_completes_and_explains_through_the_engine_server(
         suggestion = await editor.suggestion(DOUBLE, *DOUBLE_CURSOR)
         assert suggestion.strip(), "the model continues the line"
         assert "\n" not in suggestion, "a single-line completion"
+        body = await editor.suggestion(FIBONACCI, *FIBONACCI_CURSOR)
+        assert body.count("\n") >= 1, f"a multi-line completion: {body!r}"
 
         uri = editor.session.open(MERGE)
         result, streamed = await editor.explained(uri, MERGE_RANGE)
         assert len(streamed) >= 2, "the answer streams"
         assert result == "".join(streamed)
         assert result.strip()
+
+
+async def test_a_model_the_engine_server_lacks_is_a_request_failure_naming_it(
+    engine_server: ServerProcess,
+) -> None:
+    """A misspelt `remoteModel`: not listed, asked for all the same (gateways list nothing),
+    and the server's 404 reaches the editor with its own words."""
+    options = remote_options(engine_server.api, remoteModel="gemma-3-270m-q4_k_n")
+    async with remote_editor(options) as editor:
+        uri = editor.session.open(DOUBLE)
+        position = editor.session.position(DOUBLE, *DOUBLE_CURSOR)
+        message = await request_failure(editor.session.inline(uri, position))
+        assert f"{engine_server.api} answered 404" in message
+        assert "'gemma-3-270m-q4_k_n' does not exist here" in message
 
 
 # --- 2. stops: remote equals local ----------------------------------------------------------------
