@@ -239,7 +239,9 @@ FILES_BODY = "    with open(path) as f:\n        return [line.strip() for line i
 
 # Prompts on which llama.cpp's server and our local engine agree greedily token for token. On a
 # few others they part at a near tie (`class Stack:` gets `item` from one, `val` from the
-# other): different thread counts sum the same numbers in another order, which is not ours.
+# other) although both get the same greedy request (temperature 0, no repeat penalty): the
+# peer computes with its own thread count and batch sizes, and a near tie can tip either way.
+# That is the peer's arithmetic, not our stops, so those prompts are not used here.
 STOP_CASES = {
     "hidden newline": StopCase(ADD, ("\n",), text=" a + b", stop_reason="\n"),
     "hidden parenthesis": StopCase(FILES, ("(",), text="    with open", stop_reason="("),
