@@ -243,6 +243,7 @@ class ModelHost:
                 future.exception()  # retrieved: requests re-raise it, nobody else must log it
                 return
             self.state = LoadState.READY
+            self.last_error = None  # a retry that reached the server: the old error is over
             future.set_result(model)
 
         asyncio.get_running_loop().create_task(load())

@@ -5,97 +5,19 @@ model list, the key, and a dropped stream freeing the engine."""
 
 from __future__ import annotations
 
-import queue
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import openai
 import pytest
-from lsp_helpers import REPO, server_env
+from api_helpers import EngineProcess, start_engine, stop_engine
 
 from engine.models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
 
 pytestmark = pytest.mark.slow
 
-#: Loading both models takes seconds; a slow shared machine gets generous deadlines.
-START_SECONDS = 180
 PROMPT = "def fibonacci(n):\n"
 KEY = "sk-e2e-key"
-
-
-@dataclass
-class EngineProcess:
-    process: subprocess.Popen[str]
-    url: str
-    log: list[str]
-
-    def client(self, api_key: str = "none") -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, timeout=120)
-
-    def get(self, path: str, api_key: str | None = None) -> Any:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        response = httpx.get(f"{self.url}{path}", headers=headers, timeout=30)
-        response.raise_for_status()
-        return response.json()
-
-
-def start_engine(*args: str, env: dict[str, str] | None = None) -> EngineProcess:
-    """`infill-lsp engine --port 0 ARGS`, once it says where it listens and /health is ready."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lsp_server.cli", "engine", "--port", "0", *args],
-        cwd=REPO,
-        env={**server_env(), **(env or {})},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    log: list[str] = []
-
-    def drain() -> None:  # keep reading, so the pipe never fills and blocks the server
-        assert process.stderr is not None
-        for line in process.stderr:
-            log.append(line)
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=drain, daemon=True).start()
-    deadline = time.monotonic() + START_SECONDS
-    url = None
-    while url is None:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            line = None
-        if line is None:
-            process.kill()
-            pytest.fail(f"infill-lsp engine did not say where it listens:\n{''.join(log)}")
-        if "listening on " in line:
-            url = line.split("listening on ", 1)[1].strip()
-    engine = EngineProcess(process, url, log)
-    pause = threading.Event()
-    while engine.get("/health")["status"] != "ready":
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            pytest.fail(f"the models did not load: {engine.get('/health')}\n{''.join(log)}")
-        pause.wait(0.1)
-    return engine
-
-
-def stop_engine(engine: EngineProcess) -> None:
-    engine.process.terminate()
-    try:
-        assert engine.process.wait(60) == 0, "SIGTERM ends the server cleanly"
-    finally:
-        if engine.process.poll() is None:
-            engine.process.kill()
 
 
 @pytest.fixture(scope="module")

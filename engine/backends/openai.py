@@ -357,7 +357,7 @@ class RemoteEngine(BaseEngine):
             return processor.finish(index, item.reason, stop_reason=item.stop_reason)
         assert isinstance(item, _Failed)
         if not self._failing:
-            log.warning("%s: %s", self.spec.endpoint, item.message)
+            log.warning("%s", item.message)  # it names the endpoint
         self._failing = True
         return processor.error(item.message, index)
 
