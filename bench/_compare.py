@@ -64,17 +64,7 @@ class Raw:
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
 
     def prompt(self, text: str, offset: int) -> Prompt:
-        line = text.count("\n", 0, offset)
-        character = offset - (text.rfind("\n", 0, offset) + 1)
-        snap = DocumentSnapshot(
-            uri="file:///raw.py",
-            version=1,
-            language_id="python",
-            text=text,
-            offset=offset,
-            line=line,
-            character=character,
-        )
+        snap = DocumentSnapshot.at(text, offset, uri="file:///raw.py")
         return build_prompt(self.model, snap, self.settings)
 
     def generate(self, ids: Sequence[int], n: int, *, cold: bool = False) -> RawRun:

@@ -24,6 +24,7 @@ import logging
 import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
@@ -83,6 +84,42 @@ class _Channel:
                 break
             await self._ready.wait()
         return self._items.popleft()
+
+
+J = TypeVar("J")
+
+
+class JobTable(Generic[J]):
+    """An engine's running requests by id, and whether it has stopped taking new ones. Any
+    thread may use it (a shutdown stops the engine from another one)."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, J] = {}
+        self._lock = threading.Lock()
+        self._stopped: EngineClosedError | None = None
+
+    def add(self, request_id: str, job: J) -> None:
+        """Record a starting request; EngineClosedError (naming why) once stopped."""
+        with self._lock:
+            if self._stopped is not None:
+                raise EngineClosedError(str(self._stopped))
+            self._jobs[request_id] = job
+
+    def remove(self, request_id: str) -> None:
+        with self._lock:
+            self._jobs.pop(request_id, None)
+
+    def get(self, request_id: str) -> J | None:
+        with self._lock:
+            return self._jobs.get(request_id)
+
+    def stop(self, reason: str) -> tuple[EngineClosedError, list[J]]:
+        """Take no more requests: the error they get (the first stop's reason), and the
+        requests running now, which the engine aborts with it."""
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = EngineClosedError(reason)
+            return self._stopped, list(self._jobs.values())
 
 
 class BaseEngine(abc.ABC):
@@ -160,9 +197,7 @@ class Engine(BaseEngine):
     def __init__(self, backend: Backend, *, name: str | None = None) -> None:
         self.backend = backend
         self._worker = Worker(backend, name or backend.info.name)
-        self._active: dict[str, Job] = {}
-        self._lock = threading.Lock()
-        self._stopped: EngineClosedError | None = None
+        self._jobs: JobTable[Job] = JobTable()
         self._closed = False
 
     @property
@@ -182,11 +217,8 @@ class Engine(BaseEngine):
         `EngineClosedError` once the engine is stopped."""
         channel = _Channel(asyncio.get_running_loop())
         job = Job(request=request, emit=channel.put)
-        with self._lock:  # so that `stop` sees every job that reached the worker
-            if self._stopped is not None:
-                raise EngineClosedError(str(self._stopped))
-            self._active[request.request_id] = job
-            self._worker.submit(job)
+        self._jobs.add(request.request_id, job)  # first: `stop` sees every job the worker has
+        self._worker.submit(job)
         finished = False
         try:
             while True:
@@ -204,13 +236,11 @@ class Engine(BaseEngine):
             # the stream early: abort the job so the model stops within one token.
             if not finished:
                 job.cancelled.set()
-            with self._lock:
-                self._active.pop(request.request_id, None)
+            self._jobs.remove(request.request_id)
 
     def cancel(self, request_id: str) -> bool:
         """Stop a running request; its stream ends with CANCELLED deltas. False if unknown."""
-        with self._lock:
-            job = self._active.get(request_id)
+        job = self._jobs.get(request_id)
         if job is None:
             return False
         job.cancelled.set()
@@ -219,11 +249,7 @@ class Engine(BaseEngine):
     def stop(self, reason: str) -> None:
         """Refuse new jobs and abort the running ones, which end with `EngineClosedError`
         (`reason`). Returns at once: the worker stops within one token."""
-        with self._lock:
-            if self._stopped is None:
-                self._stopped = EngineClosedError(reason)
-            error = self._stopped
-            jobs = list(self._active.values())
+        error, jobs = self._jobs.stop(reason)
         for job in jobs:
             job.abort(error)
 

@@ -156,6 +156,22 @@ class DocumentSnapshot:
     line: int
     character: int  # in code points
 
+    @classmethod
+    def at(
+        cls, text: str, offset: int, *, uri: str, version: int = 1, language_id: str = "python"
+    ) -> DocumentSnapshot:
+        """`text` with the cursor at code point `offset` (for tests and benchmarks)."""
+        line_start = text.rfind("\n", 0, offset) + 1
+        return cls(
+            uri=uri,
+            version=version,
+            language_id=language_id,
+            text=text,
+            offset=offset,
+            line=text.count("\n", 0, offset),
+            character=offset - line_start,
+        )
+
     @property
     def prefix(self) -> str:
         return self.text[: self.offset]

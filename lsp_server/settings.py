@@ -34,20 +34,20 @@ def _setting(default: T, check: Check[T], *, secret: bool = False) -> T:
     )
 
 
-def _text(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError("a string")
-    return value
+def _text(what: str = "a string") -> Check[str | None]:
+    """A string setting; empty (or null) for none."""
+
+    def check(value: Any) -> str | None:
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise ValueError(what)
+        return value
+
+    return check
 
 
-def _path(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError("a path string")
-    return value
+_path = _text("a path string")
 
 
 def _int(low: int, high: int) -> Check[int]:
@@ -103,10 +103,10 @@ class Settings:
     kv_cache_mb: int | None = _setting(_MODEL.kv_cache_mb, _optional(_int(0, 1 << 20)))
     fim_family: str | None = _setting(_MODEL.fim_family, check_fim_family)  # None: detected
     # The remote backend (backend "openai"): an OpenAI-compatible server and its models.
-    endpoint: str | None = _setting(_MODEL.endpoint, _text)  # e.g. http://127.0.0.1:8012/v1
-    api_key: str | None = _setting(_MODEL.api_key, _text, secret=True)  # else $INFILL_API_KEY
-    remote_model: str | None = _setting(_MODEL.remote_model, _text)  # None: the server's
-    remote_chat_model: str | None = _setting(_MODEL.remote_chat_model, _text)  # None: as above
+    endpoint: str | None = _setting(_MODEL.endpoint, _text())  # e.g. http://127.0.0.1:8012/v1
+    api_key: str | None = _setting(_MODEL.api_key, _text(), secret=True)  # else $INFILL_API_KEY
+    remote_model: str | None = _setting(_MODEL.remote_model, _text())  # None: the server's
+    remote_chat_model: str | None = _setting(_MODEL.remote_chat_model, _text())  # None: as above
 
     max_tokens_single_line: int = _setting(48, _int(1, 4096))
     max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU

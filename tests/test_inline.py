@@ -21,17 +21,7 @@ SETTINGS = Settings(debounce_ms=0)
 
 def snap_at(text: str, marker: str = "|", uri: str = "file:///t.py") -> DocumentSnapshot:
     offset = text.index(marker)
-    text = text.replace(marker, "", 1)
-    line = text.count("\n", 0, offset)
-    return DocumentSnapshot(
-        uri=uri,
-        version=1,
-        language_id="python",
-        text=text,
-        offset=offset,
-        line=line,
-        character=offset - (text.rfind("\n", 0, offset) + 1),
-    )
+    return DocumentSnapshot.at(text.replace(marker, "", 1), offset, uri=uri)
 
 
 @pytest.fixture

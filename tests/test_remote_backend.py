@@ -408,17 +408,7 @@ async def test_a_server_that_is_gone_is_an_error_saying_so(foreign: Foreign) -> 
 
 
 def snapshot(text: str, offset: int) -> DocumentSnapshot:
-    line = text.count("\n", 0, offset)
-    character = offset - (text.rfind("\n", 0, offset) + 1)
-    return DocumentSnapshot(
-        uri="file:///w/a%20b.py",
-        version=1,
-        language_id="python",
-        text=text,
-        offset=offset,
-        line=line,
-        character=character,
-    )
+    return DocumentSnapshot.at(text, offset, uri="file:///w/a%20b.py")
 
 
 def test_a_remote_fim_prompt_is_text_in_the_familys_format_without_bos(

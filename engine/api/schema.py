@@ -443,14 +443,7 @@ def completion_chunk(
     stop_reason: str | int | None = None,
 ) -> dict[str, Any]:
     """One streamed `text_completion` chunk: new text, and the finish on a choice's last one."""
-    choice: dict[str, Any] = {
-        "index": index,
-        "text": text,
-        "logprobs": None,
-        "finish_reason": finish_name(finish_reason),
-    }
-    if finish_reason is not None:
-        choice["stop_reason"] = stop_reason
+    choice = _chunk_choice(index, "text", text, finish_reason, stop_reason)
     return _envelope(header, "text_completion", [choice])
 
 
@@ -462,15 +455,27 @@ def chat_chunk(
     stop_reason: str | int | None = None,
 ) -> dict[str, Any]:
     """One streamed `chat.completion.chunk`: a role, new content, or (`{}`) the finish."""
+    choice = _chunk_choice(index, "delta", delta, finish_reason, stop_reason)
+    return _envelope(header, "chat.completion.chunk", [choice])
+
+
+def _chunk_choice(
+    index: int,
+    key: str,
+    value: object,
+    finish_reason: FinishReason | None,
+    stop_reason: str | int | None,
+) -> dict[str, Any]:
+    """A streamed choice: its `key` ("text" or "delta"), and `stop_reason` on its last one."""
     choice: dict[str, Any] = {
         "index": index,
-        "delta": delta,
+        key: value,
         "logprobs": None,
         "finish_reason": finish_name(finish_reason),
     }
     if finish_reason is not None:
         choice["stop_reason"] = stop_reason
-    return _envelope(header, "chat.completion.chunk", [choice])
+    return choice
 
 
 def usage_chunk(header: Header, *, chat: bool, usage: Usage) -> dict[str, Any]:

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -36,8 +35,8 @@ from typing import Any
 import httpx
 
 from engine.backend import ModelInfo
-from engine.engine import BaseEngine
-from engine.errors import EngineClosedError, EngineError, ModelLoadError
+from engine.engine import BaseEngine, JobTable
+from engine.errors import EngineError, ModelLoadError
 from engine.models import RemoteSpec
 from engine.output import OutputProcessor
 from engine.prompts import FIM_FAMILIES
@@ -256,9 +255,7 @@ class RemoteEngine(BaseEngine):
             load_seconds=load_seconds,
         )
         self._record = JobRecord()
-        self._active: dict[str, _Job] = {}
-        self._lock = threading.Lock()
-        self._stopped: EngineClosedError | None = None
+        self._jobs: JobTable[_Job] = JobTable()
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         # Whether the server says which stop string ended a choice (then it gets ours).
@@ -296,10 +293,7 @@ class RemoteEngine(BaseEngine):
         """Stream the request's deltas from the server, one choice after another."""
         path, body = self._body(request)
         job = _Job(request=request, loop=asyncio.get_running_loop())
-        with self._lock:
-            if self._stopped is not None:
-                raise EngineClosedError(str(self._stopped))
-            self._active[request.request_id] = job
+        self._jobs.add(request.request_id, job)
         sampling = request.sampling
         processor = OutputProcessor(
             n=sampling.n,
@@ -340,8 +334,7 @@ class RemoteEngine(BaseEngine):
                             job.queue.put_nowait(_STOPPED)
                             break
         finally:
-            with self._lock:
-                self._active.pop(request.request_id, None)
+            self._jobs.remove(request.request_id)
             self._record_job(request, processor, usage, started, first)
 
     def _deltas(self, processor: OutputProcessor, index: int, item: object) -> list[TextDelta]:
@@ -530,8 +523,7 @@ class RemoteEngine(BaseEngine):
 
     def cancel(self, request_id: str) -> bool:
         """Stop a running request: its connection closes and its stream ends CANCELLED."""
-        with self._lock:
-            job = self._active.get(request_id)
+        job = self._jobs.get(request_id)
         if job is None:
             return False
         _on_loop(job.loop, job.stop, None)
@@ -539,11 +531,7 @@ class RemoteEngine(BaseEngine):
 
     def stop(self, reason: str) -> None:
         """Refuse new requests; running ones end with EngineClosedError(`reason`)."""
-        with self._lock:
-            if self._stopped is None:
-                self._stopped = EngineClosedError(reason)
-            error = self._stopped
-            jobs = list(self._active.values())
+        error, jobs = self._jobs.stop(reason)
         for job in jobs:
             _on_loop(job.loop, job.stop, error)
 
