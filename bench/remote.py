@@ -27,8 +27,9 @@ only one model process computes at a time, the others stay idle. Targets: engine
 1.10; engine / llama_cpp.server <= 1.0.
 
 b. Two language servers typing at once against one engine server: each types a line of its
-own document (one character every 60 ms, a request per character, latest-wins), and the time
-from its last keystroke to the answer to it is compared with the same typing by that language
+own document (one character every 60 ms, a request per character, latest-wins; the shorter
+line starts later, so that both last keystrokes come at the same moment), and the time from
+its last keystroke to the answer to it is compared with the same typing by that language
 server alone. Medians over rounds, and together / alone.
 
 Prints tables to stdout and writes JSON to bench/results/remote.json; logs go to stderr.
@@ -295,6 +296,34 @@ def round_doc(doc: TypingDoc, round_number: int, spot: int, side: str) -> tuple[
     return header + doc.text, len(header) + doc.offset, uri
 
 
+async def server_jobs(side: Side) -> tuple[int, float | None]:
+    """The engine server's completion jobs finished so far, and the last one's total time
+    (ms, from its `/stats`); (0, None) for the other sides."""
+    if side.name != ENGINE or side.server is None:
+        return 0, None
+    stats = await asyncio.to_thread(get_json, f"{side.server.url}/stats")
+    for model in stats["models"]:
+        if "completion" in model["roles"] and model["recent"]:
+            return model["jobs_finished"], float(model["recent"][-1]["total_seconds"]) * 1000
+    return 0, None
+
+
+async def server_job_ms(side: Side, before: int, wait_s: float = 2.0) -> float | None:
+    """The total time of the engine server's first completion job after `before`, ms (it
+    records a job as it ends, which may be just after the answer went out)."""
+    if side.name != ENGINE or side.server is None:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        count, total = await server_jobs(side)
+        if count == before + 1:
+            return total
+        if count > before + 1 or time.monotonic() > deadline:
+            log.warning("%s: no single engine server job for the request", side.name)
+            return None
+        await asyncio.sleep(0.01)
+
+
 async def side_turn(
     side: Side, docs: Sequence[TypingDoc], round_number: int
 ) -> list[dict[str, Any]]:
@@ -305,13 +334,21 @@ async def side_turn(
     for spot, doc in enumerate(docs):
         text, offset, uri = round_doc(doc, round_number, spot, side.name)
         client.open(uri, text)
+        before, _ = await server_jobs(side)
         runs = {"cold": await ours_once(client, uri, offset)}
+        model_ms = {"cold": await server_job_ms(side, before)}
         client.edit(uri, offset, offset, doc.next_char)
         bust_cache(client, uri)  # a model run, not the type-ahead cache
+        before, _ = await server_jobs(side)
         runs["warm"] = await ours_once(client, uri, offset + 1)
+        model_ms["warm"] = await server_job_ms(side, before)
         client.close(uri)
         for step, run in runs.items():
             job = run.job
+            # The model's own time for the request: the engine's job in the language server
+            # (local), the engine server's job (its /stats); unknown for llama_cpp.server.
+            if side.name == LOCAL:
+                model_ms[step] = job.total_ms if job else None
             if job is None:
                 log.warning("%s %s %s: answered without the engine", side.name, doc.path, step)
             out.append(
@@ -325,6 +362,7 @@ async def side_turn(
                     "prompt_tokens": job.prompt_tokens if job else None,
                     "generated": job.generated if job else None,
                     "engine_ms": job.total_ms if job else None,
+                    "model_ms": model_ms[step],
                     "first_token_ms": job.first_token_ms if job else None,
                     "finish": job.finish if job else None,
                     "suggestion": run.suggestion,
@@ -358,6 +396,20 @@ def summarize_latency(runs: Sequence[dict[str, Any]], sides: Sequence[str]) -> d
         side: {
             step: median([r["seconds"] for r in runs if r["side"] == side and r["step"] == step])
             * 1000
+            for step in STEPS
+        }
+        for side in sides
+    }
+    # What each path adds around the model: request time minus the model's own time.
+    overhead_ms = {
+        side: {
+            step: median(
+                [
+                    r["seconds"] * 1000 - r["model_ms"]
+                    for r in runs
+                    if r["side"] == side and r["step"] == step and r["model_ms"] is not None
+                ]
+            )
             for step in STEPS
         }
         for side in sides
@@ -410,7 +462,13 @@ def summarize_latency(runs: Sequence[dict[str, Any]], sides: Sequence[str]) -> d
                 f"round {r['round']} {r['document']} {r['step']}: {r['side']} prompt "
                 f"{r['prompt_tokens']} tokens, local {local['prompt_tokens']}"
             )
-    return {"median_ms": median_ms, "ratio": ratios, "paired_ratio": paired, "unequal": mismatches}
+    return {
+        "median_ms": median_ms,
+        "overhead_ms": overhead_ms,
+        "ratio": ratios,
+        "paired_ratio": paired,
+        "unequal": mismatches,
+    }
 
 
 # --- b. two language servers typing at once --------------------------------------------------
@@ -441,11 +499,14 @@ async def prepare_typing(typist: Typist, tag: str) -> tuple[str, int, str]:
     return uri, len(header) + start, doc.text[start : doc.offset]
 
 
-async def type_line(typist: Typist, uri: str, start: int, typed: str) -> dict[str, Any]:
-    """One character every 60 ms, a request after each (latest-wins supersedes the older):
-    the time from the last keystroke to its answer."""
+async def type_line(
+    typist: Typist, uri: str, start: int, typed: str, delay_s: float = 0.0
+) -> dict[str, Any]:
+    """After `delay_s`, one character every 60 ms, a request after each (latest-wins
+    supersedes the older): the time from the last keystroke to its answer."""
     client = typist.client
     count = await client.job_count()
+    await asyncio.sleep(delay_s)
     timer = Timer()
     pendings: list[Pending] = []
     key_at = 0.0
@@ -488,8 +549,13 @@ async def bench_concurrent(typists: Sequence[Typist], rounds: int) -> list[dict[
                     await asyncio.sleep(SETTLE_S)
             else:
                 prepared = [await prepare_typing(t, tag) for t in typists]
+                # The shorter line starts later: both last keystrokes come at the same moment.
+                longest = max(len(typed) for _, _, typed in prepared)
                 results = await asyncio.gather(
-                    *(type_line(t, *p) for t, p in zip(typists, prepared, strict=True))
+                    *(
+                        type_line(t, *p, delay_s=(longest - len(p[2])) * KEYSTROKE_S)
+                        for t, p in zip(typists, prepared, strict=True)
+                    )
                 )
                 for typist, result in zip(typists, results, strict=True):
                     runs.append({"round": number, "mode": mode, "typist": typist.name, **result})
@@ -665,12 +731,13 @@ def print_table(result: dict[str, Any]) -> None:
         )
         header = (
             f"{'side':<30} {'cold':>8} {'warm':>8} {'cold/x':>7} {'warm/x':>7} "
-            f"{'paired c':>8} {'paired w':>8}"
+            f"{'paired c':>8} {'paired w':>8} {'added c':>8} {'added w':>8}"
         )
         print(header + "\n" + "-" * len(header))
         for side, ms in latency["median_ms"].items():
             ratio = latency["ratio"].get(side)
             paired = latency["paired_ratio"].get(side)
+            added = latency["overhead_ms"][side]
             print(
                 f"{side:<30} {ms['cold']:>8.1f} {ms['warm']:>8.1f} "
                 + (
@@ -679,6 +746,7 @@ def print_table(result: dict[str, Any]) -> None:
                     if ratio and paired
                     else f"{'-':>7} {'-':>7} {'-':>8} {'-':>8}"
                 )
+                + f" {added['cold']:>8.1f} {added['warm']:>8.1f}"
             )
         for name, ratio in latency["ratio"].items():
             if " / " in name:
@@ -687,7 +755,12 @@ def print_table(result: dict[str, Any]) -> None:
                     f"{name:<30} {'':>8} {'':>8} {ratio['cold']:>7.3f} {ratio['warm']:>7.3f} "
                     f"{paired['cold']:>8.3f} {paired['warm']:>8.3f}"
                 )
-        print("x: local (or the side after the slash); paired: median of per-request ratios")
+        print(
+            "x: local (or the side after the slash); paired: median of per-request ratios;\n"
+            "added: request time minus the model's own time for it (the language server's "
+            "engine job,\nor the engine server's /stats job), ms: what the path adds around "
+            "the model (nan: unknown)"
+        )
         engine = latency["ratio"].get(ENGINE)
         if engine:
             worst = max(engine.values())
