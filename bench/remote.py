@@ -12,8 +12,9 @@ same threads and context size), on the same model file:
 - local: `backend` "llama.cpp" (the default), the model in the server's process;
 - engine: `backend` "openai" against `infill-lsp engine` (our engine server) serving the model;
 - llama_cpp.server: `backend` "openai" against llama-cpp-python's own server serving the same
-  GGUF (`--n_threads T --n_threads_batch T --flash_attn true`, as our backend loads it). Where
-  it cannot start (its extra is not installed), the side is skipped and the reason printed.
+  GGUF (`--n_threads T --n_threads_batch T --flash_attn true --logits_all false`, as our
+  backend loads it; its default `logits_all` made a cold prompt 4x slower). Where it cannot
+  start (its extra is not installed), the side is skipped and the reason printed.
 
 a. Inline-completion latency. Documents are cut from real files of this repository (the cursor
 after the first `(` of an assignment near the end, bench/_spots.py), each round's with a first
@@ -21,7 +22,9 @@ line of its own, so that no cache holds it. On each: the cold request (the first
 document), then the warm one (the line's next character typed, then a request; the blank-line
 edit of bench/_compare.py keeps the type-ahead cache out of it). Time from sending
 `textDocument/inlineCompletion` to its response, medians over rounds and documents, and the
-remote sides' ratios over local (also the median of the ratios paired by round and document).
+remote sides' ratios over local (also the median of the ratios paired by round and document),
+and what each path adds around the model: the request's time minus the model's own time for
+it (the local engine's job in `infill/stats`, the engine server's job in its `/stats`).
 The sides take turns within a round (local, engine, llama_cpp.server, then the next round):
 only one model process computes at a time, the others stay idle. Targets: engine / local <=
 1.10; engine / llama_cpp.server <= 1.0.
