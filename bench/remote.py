@@ -84,7 +84,7 @@ FILES = (
     "lsp_server/inline.py",
     "lsp_server/action_handlers.py",
     "lsp_server/protocol.py",
-    "engine/engine.py",
+    "engine/prefix_cache.py",
     "lsp_server/host.py",
 )
 LOCAL, ENGINE, PEER = "local", "engine", "llama_cpp.server"
