@@ -79,6 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/humaneval.py --layouts hole,blank
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/documents.py
+	$(BIN)/python bench/remote.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)

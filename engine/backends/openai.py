@@ -258,6 +258,8 @@ class RemoteEngine(BaseEngine):
         self._jobs: JobTable[_Job] = JobTable()
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        # Readers of answers already over, reading the rest of their stream.
+        self._draining: set[asyncio.Future[None]] = set()
         # Whether the server says which stop string ended a choice (then it gets ours).
         self._reports_stop_reason = discovery.ours
         self._failing = False  # the last request failed: log the next success
@@ -310,6 +312,7 @@ class RemoteEngine(BaseEngine):
                 seed = sampling.for_choice(index).seed
                 choice_body = body if seed is None else {**body, "seed": seed}
                 reader = asyncio.ensure_future(self._read(path, choice_body, job.queue, usage))
+                ended = False  # the server ended the choice (its reader reads the rest alone)
                 try:
                     while not processor.is_finished(index):
                         item = await job.queue.get()
@@ -322,12 +325,19 @@ class RemoteEngine(BaseEngine):
                             return
                         if first is None and isinstance(item, _Piece | _PieceThenEnd):
                             first = time.perf_counter()
+                        ended = not isinstance(item, _Piece)
                         for delta in self._deltas(processor, index, item):
                             yield delta
                 finally:
-                    reader.cancel()  # closes the connection if the answer is not over
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await reader
+                    if ended and not reader.done():
+                        # It reads what follows the end (usage, `[DONE]`) so that the
+                        # connection goes back to the pool for the next request.
+                        self._draining.add(reader)
+                        reader.add_done_callback(self._draining.discard)
+                    else:
+                        reader.cancel()  # closes the connection if the answer is not over
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await reader
                     # A piece the reader put after the choice ended belongs to no one.
                     while not job.queue.empty():
                         if job.queue.get_nowait() is _STOPPED:
@@ -410,35 +420,49 @@ class RemoteEngine(BaseEngine):
     ) -> None:
         """Stream one choice from the server into `queue`: pieces, then its end or failure."""
         chat = path == "/chat/completions"
+        client = self._http()
+        response: httpx.Response | None = None
+        ended = False
         try:
-            async with self._http().stream(
+            request = client.build_request(
                 "POST", self.spec.endpoint + path, json=body, headers=_headers(self.spec)
-            ) as response:
-                if response.status_code >= 400:
-                    content = b""
-                    async for chunk in response.aiter_bytes():
-                        content += chunk
-                        if len(content) >= ERROR_BODY_BYTES:
-                            break
-                    queue.put_nowait(
-                        _Failed(
-                            f"{self.spec.endpoint} answered {_status(response)}: "
-                            f"{_error_message(content)}"
-                        )
-                    )
-                    return
-                async for line in response.aiter_lines():
-                    item = self._event(line, chat, usage)
-                    if item is None:
-                        continue
-                    queue.put_nowait(item)
-                    if not isinstance(item, _Piece):
-                        return
-            queue.put_nowait(
-                _Failed(f"{self.spec.endpoint} ended the answer without saying why it stopped")
             )
+            response = await client.send(request, stream=True)
+            if response.status_code >= 400:
+                content = b""
+                async for chunk in response.aiter_bytes():
+                    content += chunk
+                    if len(content) >= ERROR_BODY_BYTES:
+                        break
+                queue.put_nowait(
+                    _Failed(
+                        f"{self.spec.endpoint} answered {_status(response)}: "
+                        f"{_error_message(content)}"
+                    )
+                )
+                return
+            async for line in response.aiter_lines():
+                if ended:
+                    continue  # read to the end: an answer read whole keeps its connection
+                item = self._event(line, chat, usage)
+                if item is None:
+                    continue
+                queue.put_nowait(item)
+                ended = not isinstance(item, _Piece)
+            if not ended:
+                queue.put_nowait(
+                    _Failed(f"{self.spec.endpoint} ended the answer without saying why it stopped")
+                )
         except httpx.HTTPError as e:
-            queue.put_nowait(_Failed(f"{self.spec.endpoint}: {_describe(e)}"))
+            if not ended:
+                queue.put_nowait(_Failed(f"{self.spec.endpoint}: {_describe(e)}"))
+        finally:
+            if response is not None:
+                # Shielded: a cancel that lands while the response closes would leave its
+                # connection counted as in use for good (httpcore shields with anyio, which a
+                # plain task.cancel() goes through), and after 100 of them every request
+                # would wait for the pool.
+                await asyncio.shield(response.aclose())
 
     def _event(self, line: str, chat: bool, usage: _Usage) -> object | None:
         """What one line of the event stream means: a piece, the end, a failure, or nothing."""
