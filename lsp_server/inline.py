@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.errors import GenerationError
 from engine.prompts import context_window
-from engine.text import line_start
+from engine.text import TAB_WIDTH, leading_whitespace, line_start, newline_of, opens_block
 from engine.types import (
     FinishReason,
     GenerationRequest,
@@ -57,6 +57,7 @@ class InlineResult:
     generated_tokens: int = 0
     seconds: float = 0.0
     cached: bool = False  # answered from the type-ahead cache, without the model
+    ahead: bool = False  # answered with what the model wrote before it was asked (`Speculator`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,16 +152,35 @@ def _sampling(settings: Settings, mode: CompletionMode, *, n: int, greedy: bool)
     )
 
 
-async def suggest(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What a request for a snapshot asks of the model, before it is asked."""
+
+    ctx: CursorContext
+    mode: CompletionMode
+    prompt: Prompt
+    requests: tuple[GenerationRequest, ...]  # the greedy one, then the sampled ones
+
+
+#: What identifies a model answer: the same prompt, sampling and stops get the same raw texts
+#: (and the same indentation taken back, which decides where a multi-line one was stopped).
+AnswerKey = tuple[str, SamplingParams, StopConditions, str]
+#: The raw text of each choice and how it ended.
+RawTexts = list[tuple[str, FinishReason | None]]
+
+
+def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
+    return (plan.prompt.text, request.sampling, request.stops, plan.prompt.healed_indent)
+
+
+def plan_for(
     model: CompletionModel, snap: DocumentSnapshot, settings: Settings, *, invoked: bool
-) -> InlineResult:
-    """Suggestions for the cursor in `snap`: one for automatic triggers, up to
-    `settings.invoked_suggestions` distinct ones when the user asked."""
-    started = time.perf_counter()
+) -> Plan | None:
+    """The mode, prompt and requests for the cursor in `snap`; None: nothing to suggest."""
     ctx = _cursor_context(snap)
     mode = decide_mode(ctx)
     if mode is None:
-        return InlineResult(suggestions=(), mode=None)
+        return None
     prompt = build_prompt(model, snap, settings)
     stops = StopConditions(
         stop=("\n",) if mode is CompletionMode.SINGLE_LINE else (),
@@ -177,13 +197,41 @@ async def suggest(
     if wanted > 1:
         sampled = _sampling(settings, mode, n=wanted, greedy=False)
         requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
+    return Plan(ctx=ctx, mode=mode, prompt=prompt, requests=tuple(requests))
+
+
+async def suggest(
+    model: CompletionModel,
+    snap: DocumentSnapshot,
+    settings: Settings,
+    *,
+    invoked: bool,
+    ahead: Speculator | None = None,
+) -> InlineResult:
+    """Suggestions for the cursor in `snap`: one for automatic triggers, up to
+    `settings.invoked_suggestions` distinct ones when the user asked. `ahead`: answers
+    computed before they were asked for (its work stops when the model is needed here)."""
+    started = time.perf_counter()
+    plan = plan_for(model, snap, settings, invoked=invoked)
+    if plan is None:
+        return InlineResult(suggestions=(), mode=None)
+    ctx, mode, prompt = plan.ctx, plan.mode, plan.prompt
+    wanted = settings.invoked_suggestions if invoked else 1
 
     suggestions: list[Fitted] = []
     generated = 0
-    for request in requests:
-        texts = await _generate(
-            model, request, ctx, mode, prompt.healed_indent, stop_early=request.sampling.n == 1
-        )
+    ahead_of_time = False
+    for request in plan.requests:
+        texts = None
+        if ahead is not None:
+            texts = await ahead.take(answer_key(plan, request))
+            ahead_of_time = texts is not None
+            if texts is None:
+                ahead.interrupt()  # the model is needed here
+        if texts is None:
+            texts = await _generate(
+                model, request, ctx, mode, prompt.healed_indent, stop_early=request.sampling.n == 1
+            )
         for raw, finish in texts:
             generated += 1
             if mode is CompletionMode.MULTI_LINE and finish is FinishReason.LENGTH:
@@ -199,7 +247,130 @@ async def suggest(
         prompt_tokens=prompt.tokens,
         generated_tokens=generated,
         seconds=time.perf_counter() - started,
+        ahead=ahead_of_time,
     )
+
+
+def accepted(snap: DocumentSnapshot, suggestion: Fitted, *, next_line: bool) -> DocumentSnapshot:
+    """The document once `suggestion` is accepted, the cursor after it; with `next_line`,
+    also the line ending typed after it, the new line indented as an editor indents it (as the
+    line before, one level deeper after a line that opens a block)."""
+    prefix = snap.prefix + suggestion.text
+    suffix = snap.suffix[suggestion.replace_chars :]
+    if next_line:
+        line = prefix[line_start(prefix) :]
+        indent = leading_whitespace(line)
+        if opens_block(line):
+            indent += "\t" if indent.startswith("\t") else " " * TAB_WIDTH
+        prefix += newline_of(snap.text) + indent
+    return DocumentSnapshot.at(
+        prefix + suffix,
+        len(prefix),
+        uri=snap.uri,
+        version=snap.version or 0,
+        language_id=snap.language_id,
+    )
+
+
+class Speculator:
+    """Answers computed before they are asked for (issue 12, part 3).
+
+    When a suggestion has been shown and the model is idle, the model already writes the
+    suggestion for the document as it will be once this one is accepted (and, for a
+    single-line one, once the line ending is typed after it). Accepting and going on is then
+    answered without waiting for the model. Answers are keyed by what the model was asked
+    (`AnswerKey`), so an answer is only ever used for the very prompt it was made for. The
+    work is dropped the moment the model is needed for anything else (`interrupt`).
+    """
+
+    def __init__(self, keep: int = 8) -> None:
+        self._keep = keep
+        self._answers: OrderedDict[AnswerKey, RawTexts] = OrderedDict()
+        self._running: dict[AnswerKey, asyncio.Future[RawTexts]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def anticipate(
+        self,
+        model: CompletionModel,
+        snap: DocumentSnapshot,
+        result: InlineResult,
+        settings: Settings,
+    ) -> None:
+        """Start on what follows `result`'s first suggestion (after what runs is dropped)."""
+        self.interrupt()
+        if not result.suggestions or settings.speculative_suggestions == 0:
+            return
+        first = result.suggestions[0]
+        ahead = [accepted(snap, first, next_line=False)]
+        if settings.speculative_suggestions > 1 and result.mode is CompletionMode.SINGLE_LINE:
+            ahead.append(accepted(snap, first, next_line=True))
+        self._task = asyncio.ensure_future(self._run(model, ahead, settings))
+
+    async def take(self, key: AnswerKey) -> RawTexts | None:
+        """The answer for `key`: made already, or awaited while it is being made."""
+        if key in self._answers:
+            self._answers.move_to_end(key)
+            return self._answers[key]
+        future = self._running.get(key)
+        if future is None:
+            return None
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.cancelled():  # dropped for other work: not this request's cancel
+                return None
+            raise
+
+    def status(self) -> dict[str, int]:
+        """How many answers are ready ahead of time, and how many are being written."""
+        running = self._task is not None and not self._task.done()
+        return {"ready": len(self._answers), "running": int(running)}
+
+    async def idle(self) -> None:
+        """Until the work in progress is done or dropped (what tests and benchmarks wait on)."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
+
+    def interrupt(self) -> None:
+        """Drop the work in progress: the model is needed (the engine stops within a token)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
+        for future in self._running.values():
+            future.cancel()
+        self._running.clear()
+
+    async def _run(
+        self, model: CompletionModel, ahead: list[DocumentSnapshot], settings: Settings
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        for snap in ahead:
+            plan = plan_for(model, snap, settings, invoked=False)
+            if plan is None:
+                continue
+            request = plan.requests[0]
+            key = answer_key(plan, request)
+            if key in self._answers:
+                continue
+            future: asyncio.Future[RawTexts] = loop.create_future()
+            self._running[key] = future
+            try:
+                texts = await _generate(
+                    model, request, plan.ctx, plan.mode, plan.prompt.healed_indent, stop_early=True
+                )
+            except asyncio.CancelledError:
+                future.cancel()
+                raise
+            except Exception as e:  # a failure here is the next real request's to report
+                log.debug("an answer ahead of time failed: %s", e)
+                future.cancel()
+                return
+            finally:
+                self._running.pop(key, None)
+            future.set_result(texts)
+            self._answers[key] = texts
+            while len(self._answers) > self._keep:
+                self._answers.popitem(last=False)
 
 
 async def _generate(
@@ -326,9 +497,11 @@ async def complete_latest(
     get_model: Callable[[], Awaitable[CompletionModel]],
     *,
     invoked: bool,
+    ahead: Speculator | None = None,
 ) -> InlineResult | None:
     """`suggest`, after the debounce, unless a newer request for the document supersedes this
-    one first (then None, at once: the engine is told to stop within one token)."""
+    one first (then None, at once: the engine is told to stop within one token). With
+    `ahead`, an automatic suggestion is followed by the answers that come after it."""
     superseded = slots.claim(snap.uri)
     cached = cache.lookup(snap, invoked)
     if cached is not None:
@@ -344,7 +517,7 @@ async def complete_latest(
         model = await get_model()
         if superseded.is_set():
             return None
-        work = asyncio.ensure_future(suggest(model, snap, settings, invoked=invoked))
+        work = asyncio.ensure_future(suggest(model, snap, settings, invoked=invoked, ahead=ahead))
         waiter = asyncio.ensure_future(superseded.wait())
         try:
             await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -354,6 +527,8 @@ async def complete_latest(
             return None
         result = work.result()
         cache.remember(snap, invoked, result, documents=settings.type_ahead_documents)
+        if ahead is not None and not invoked:
+            ahead.anticipate(model, snap, result, settings)
         return result
     finally:
         slots.release(snap.uri, superseded)

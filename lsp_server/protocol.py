@@ -30,7 +30,7 @@ from engine.errors import EngineError
 from lsp_server.commands import fold_positional, make_converter
 from lsp_server.documents import find_document
 from lsp_server.host import ModelHost, ModelUnavailableError
-from lsp_server.inline import LatestWins, TypeAheadCache
+from lsp_server.inline import LatestWins, Speculator, TypeAheadCache
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ class InfillServer(LanguageServer):
         self.host = ModelHost()
         self.inline_slots = LatestWins()
         self.type_ahead = TypeAheadCache()
+        self.ahead = Speculator()
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 

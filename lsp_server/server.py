@@ -89,6 +89,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
                 settings,
                 ls.host.completion,
                 invoked=invoked,
+                ahead=ls.ahead,
             )
         if result is None:  # superseded by a newer request for the same document
             return []
@@ -109,10 +110,11 @@ def build_server(base: Settings | None = None) -> InfillServer:
                 )
             )
         log.info(
-            "inline %s: %s, %d item(s), prompt %d tokens, %.0f ms",
+            "inline %s: %s, %d item(s)%s, prompt %d tokens, %.0f ms",
             snap.uri.rsplit("/", 1)[-1],
             result.mode,
             len(items),
+            " (written ahead)" if result.ahead else "",
             result.prompt_tokens,
             result.seconds * 1000,
         )
@@ -129,7 +131,9 @@ def build_server(base: Settings | None = None) -> InfillServer:
 
     @server.feature(STATS_REQUEST)
     def stats(ls: InfillServer, params: Any) -> dict[str, Any]:
-        return stats_report(ls.host.loaded_engines())
+        report = stats_report(ls.host.loaded_engines())
+        report["ahead"] = ls.ahead.status()
+        return report
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: InfillServer, params: Any) -> None:

@@ -113,6 +113,9 @@ class Settings:
     debounce_ms: int = _setting(20, _int(0, 10_000))
     invoked_suggestions: int = _setting(3, _int(1, 10))  # distinct items when asked for
     temperature: float = _setting(0.0, _float(0.0, 2.0))  # for automatic suggestions; 0: greedy
+    # Answers computed while the model is idle (inline.Speculator): 0 none; 1 the document
+    # once the shown suggestion is accepted; 2 also the next line after a single-line one.
+    speculative_suggestions: int = _setting(0, _int(0, 2))
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
 

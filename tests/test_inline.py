@@ -4,15 +4,23 @@ type-ahead cache and latest-wins."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from lsp_helpers import wait_until
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
+from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
-from lsp_server.inline import InlineResult, LatestWins, TypeAheadCache, complete_latest, suggest
+from lsp_server.inline import (
+    InlineResult,
+    LatestWins,
+    Speculator,
+    TypeAheadCache,
+    complete_latest,
+    suggest,
+)
 from lsp_server.postprocess import CompletionMode, Fitted
 from lsp_server.settings import Settings
 
@@ -226,3 +234,74 @@ def test_the_type_ahead_cache_keeps_the_last_answers_of_at_most_n_documents() ->
     cache.forget("file:///2.py")  # closed
     assert len(cache) == 2
     assert cache.lookup(snap_at("a = 1|", uri="file:///2.py"), False) is None
+
+
+async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_written_ahead(
+    make_model,
+) -> None:
+    # The shown line; then, ahead: the rest of its line once accepted (nothing), and the
+    # next line once the line ending is typed after it.
+    model, backend = make_model(["2", "", "c = 3"], repeat_last=False)
+    settings = Settings(debounce_ms=0, speculative_suggestions=2)
+    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    shown = await complete_latest(
+        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    assert shown is not None
+    assert [s.text for s in shown.suggestions] == ["2"]
+    await ahead.idle()
+    assert len(backend.calls) == 3  # the shown one, then the two ahead
+    going_on = await complete_latest(
+        slots, cache, snap_at("a = 1\nb = 2\n|\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    assert going_on is not None
+    assert going_on.ahead
+    assert [s.text for s in going_on.suggestions] == ["c = 3"]
+    assert len(backend.calls) == 3  # no model call for it
+
+
+async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) -> None:
+    ahead_started = threading.Event()
+
+    def on_step(call: FakeCall) -> None:
+        if len(backend.calls) > 1 and call is backend.calls[1]:
+            ahead_started.set()
+
+    model, backend = make_model(
+        ["2", "y" * 400, "z"], repeat_last=False, step_seconds=0.002, on_step=on_step
+    )
+    settings = Settings(debounce_ms=0, speculative_suggestions=1)
+    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    await complete_latest(
+        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    assert await asyncio.to_thread(ahead_started.wait, 30)
+    other = await complete_latest(
+        slots, cache, snap_at("q = |\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    assert other is not None
+    assert not other.ahead
+    assert [s.text for s in other.suggestions] == ["z"]
+    assert backend.calls[1].yielded < 400  # the work ahead stopped
+
+
+async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> None:
+    model, backend = make_model(["2"])
+    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    await complete_latest(
+        slots, cache, snap_at("a = 1\nb = |\n"), SETTINGS, get_model, invoked=False, ahead=ahead
+    )
+    await ahead.idle()
+    assert len(backend.calls) == 1
