@@ -224,7 +224,7 @@ async def suggest(
     for request in plan.requests:
         texts = None
         if ahead is not None:
-            texts = await ahead.take(answer_key(plan, request))
+            texts = await ahead.take(model, answer_key(plan, request))
             ahead_of_time = texts is not None
             if texts is None:
                 ahead.interrupt()  # the model is needed here
@@ -288,6 +288,7 @@ class Speculator:
         self._answers: OrderedDict[AnswerKey, RawTexts] = OrderedDict()
         self._running: dict[AnswerKey, asyncio.Future[RawTexts]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._model: CompletionModel | None = None  # whose answers are kept
 
     def anticipate(
         self,
@@ -298,6 +299,9 @@ class Speculator:
     ) -> None:
         """Start on what follows `result`'s first suggestion (after what runs is dropped)."""
         self.interrupt()
+        if model is not self._model:  # reloaded: the old model's answers are not this one's
+            self._answers.clear()
+            self._model = model
         if not result.suggestions or settings.speculative_suggestions == 0:
             return
         first = result.suggestions[0]
@@ -306,8 +310,10 @@ class Speculator:
             ahead.append(accepted(snap, first, next_line=True))
         self._task = asyncio.ensure_future(self._run(model, ahead, settings))
 
-    async def take(self, key: AnswerKey) -> RawTexts | None:
-        """The answer for `key`: made already, or awaited while it is being made."""
+    async def take(self, model: CompletionModel, key: AnswerKey) -> RawTexts | None:
+        """`model`'s answer for `key`: made already, or awaited while it is being made."""
+        if model is not self._model:
+            return None
         if key in self._answers:
             self._answers.move_to_end(key)
             return self._answers[key]
