@@ -11,7 +11,8 @@ call (`name = call(`, bench/_spots.py), each round's with a first line of its ow
 nothing is cached from before. On each, per side: an automatic request at the cursor; once the
 server has finished its work ahead (`infill/stats` "ahead"), the first item is accepted and the
 line ending typed (the new line indented as the one before), then a request at the new
-cursor: its time from request to response, and whether the engine ran for it. The sides take
+cursor: its time from request to response, and whether the model ran for it (the server's log
+says which answers were written ahead). The sides take
 turns, one computing at a time.
 
 Target: with the work ahead, accepting and going on costs at most a tenth of a warm model
@@ -57,13 +58,19 @@ ASSIGN = re.compile(r"^[ \t]+[\w.]+ = [\w.]+\(.*\)$")
 SETTINGS = {"debounceMs": 0}
 
 
-def spot(path: str, round_number: int) -> tuple[str, int]:
-    """The file up to the end of its last `name = call(...)` line in its first 120 lines,
-    the cursor at that line's end; a first line of the round's own."""
-    lines = (ROOT / path).read_text(encoding="utf-8").split("\n")[:120]
-    index = max(i for i, line in enumerate(lines) if ASSIGN.match(line))
+def spot(path: str, round_number: int) -> tuple[str, int] | None:
+    """The file up to its last `name = call(...)` line in its first 200 lines, that line cut
+    after the call's `(`, the cursor there; a first line of the round's own. None: no such
+    line."""
+    lines = (ROOT / path).read_text(encoding="utf-8").split("\n")[:200]
+    found = [i for i, line in enumerate(lines) if ASSIGN.match(line)]
+    if not found:
+        return None
+    index = found[-1]
+    line = lines[index]
     head = f"# round {round_number}\n"
-    text = head + "\n".join(lines[: index + 1]) + "\n"
+    # The line cut after its call's `(`: the suggestion writes the arguments.
+    text = head + "\n".join([*lines[:index], line[: line.index("(") + 1]]) + "\n"
     return text, len(text) - 1
 
 
@@ -73,6 +80,10 @@ async def settled(client: ServerClient) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the work ahead never finished")
         await asyncio.sleep(0.01)
+
+
+def read_log(client: ServerClient) -> list[str]:
+    return client.log_file.read_text(encoding="utf-8", errors="replace").splitlines()
 
 
 async def one(client: ServerClient, uri: str, text: str, cursor: int) -> dict[str, Any] | None:
@@ -87,9 +98,11 @@ async def one(client: ServerClient, uri: str, text: str, cursor: int) -> dict[st
     if opens_block(line):
         indent += " " * TAB_WIDTH
     client.edit(uri, cursor, cursor, after[cursor:end] + "\n" + indent)
-    jobs = await client.job_count()
     _, pending = await client.inline(uri, end + 1 + len(indent))
-    ran = bool(await client.jobs_since(jobs, at_least=1, wait_s=0.5))
+    # The server logs each answer, saying which were written ahead (a job count would also
+    # see the work ahead that starts after the answer).
+    answers = [line for line in read_log(client) if " inline " in line]
+    ran = "(written ahead)" not in answers[-1]
     client.close(uri)
     await settled(client)  # its work ahead after this answer must not slow the other side
     return {"seconds": pending.seconds, "model_ran": ran}
@@ -106,7 +119,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for round_number in range(args.rounds):
             for path in FILES[: args.files]:
-                text, cursor = spot(path, round_number)
+                found = spot(path, round_number)
+                if found is None:
+                    continue
+                text, cursor = found
                 outcome = {}
                 for name, client in sides.items():
                     uri = (ROOT / f"{path}.r{round_number}.{name}.py").as_uri()
