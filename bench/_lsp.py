@@ -143,7 +143,9 @@ class ServerClient:
     """The real server as a subprocess, with a copy of every document the benchmark opened."""
 
     def __init__(self, settings: dict[str, Any] | None = None, *, model: str | None = None) -> None:
-        self.settings = dict(settings or {})
+        # The benchmarks count the engine's jobs per request: no work ahead after each answer
+        # unless a benchmark measures it (bench/ahead.py).
+        self.settings = {"speculativeSuggestions": 0, **(settings or {})}
         self.model = model
         self.shown: list[str] = []  # window/showMessage texts
         self.client = InfillClient("infill-lsp-bench", on_show=self._show)

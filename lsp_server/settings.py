@@ -115,7 +115,7 @@ class Settings:
     temperature: float = _setting(0.0, _float(0.0, 2.0))  # for automatic suggestions; 0: greedy
     # Answers computed while the model is idle (inline.Speculator): 0 none; 1 the document
     # once the shown suggestion is accepted; 2 also the next line after a single-line one.
-    speculative_suggestions: int = _setting(0, _int(0, 2))
+    speculative_suggestions: int = _setting(2, _int(0, 2))
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
 

@@ -272,6 +272,20 @@ class Session:
         await self.status()
 
 
+def without_work_ahead(options: Any) -> Any:
+    """`options` with `speculativeSuggestions` 0 unless they set it: these tests count the
+    engine's jobs and read its KV cache's figures, which the work the server does ahead after
+    each answer would change (tests/test_ahead_e2e.py tests that work; the editor tests run
+    with the default)."""
+    if options is None:
+        return {"speculativeSuggestions": 0}
+    if not isinstance(options, dict):
+        return options  # a malformed value, sent as it is on purpose
+    if isinstance(options.get("infill"), dict):
+        return {**options, "infill": without_work_ahead(options["infill"])}
+    return {"speculativeSuggestions": 0, **options}
+
+
 @contextlib.asynccontextmanager
 async def lsp_session(
     capabilities: types.ClientCapabilities,
@@ -281,6 +295,7 @@ async def lsp_session(
     """Start the real server (`infill-lsp serve`, stdio; or `server_command`), initialize it
     as the client with `capabilities` would, and shut it down cleanly afterwards (unless the
     test did)."""
+    initialization_options = without_work_ahead(initialization_options)
     config = ClientServerConfig(server_command=list(server_command), server_env=server_env())
     client = await config.start()
     try:

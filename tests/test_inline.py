@@ -296,12 +296,13 @@ async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) 
 async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> None:
     model, backend = make_model(["2"])
     slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    settings = Settings(debounce_ms=0, speculative_suggestions=0)
 
     async def get_model() -> CompletionModel:
         return model
 
     await complete_latest(
-        slots, cache, snap_at("a = 1\nb = |\n"), SETTINGS, get_model, invoked=False, ahead=ahead
+        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
     )
     await ahead.idle()
     assert len(backend.calls) == 1

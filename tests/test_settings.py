@@ -33,7 +33,7 @@ GOOD = [
     ("debounceMs", 0, "debounce_ms"),
     ("invokedSuggestions", 5, "invoked_suggestions"),
     ("temperature", 0.4, "temperature"),
-    ("speculativeSuggestions", 2, "speculative_suggestions"),
+    ("speculativeSuggestions", 0, "speculative_suggestions"),
     ("prefixTokens", 512, "prefix_tokens"),
     ("suffixTokens", 0, "suffix_tokens"),
     ("maxDocumentBytes", 1 << 20, "max_document_bytes"),

@@ -31,7 +31,7 @@ describe("the server's settings section", () => {
       debounceMs: 20,
       invokedSuggestions: 3,
       temperature: 0,
-      speculativeSuggestions: 0,
+      speculativeSuggestions: 2,
       prefixTokens: 1536,
       suffixTokens: 512,
       maxDocumentBytes: 4194304,
