@@ -62,7 +62,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -135,6 +135,23 @@ class ModelServer:
             tail = self.log_path.read_text(errors="replace")[-1500:]
             raise RuntimeError(f"{self.label} exited with {self._process.returncode}:\n{tail}")
 
+    def wait_ready(self, ready: Callable[[], bool], wait_s: float) -> None:
+        """Until `ready()` (a request to the server; one that cannot connect yet is not
+        ready), while the process lives; closes the server if it never gets there."""
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                self.check_alive()
+                with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
+                    if ready():
+                        return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.label} was not ready after {wait_s:.0f} s")
+                time.sleep(0.2)
+        except BaseException:
+            self.close()
+            raise
+
     def close(self) -> None:
         if self._process.poll() is None:
             self._process.terminate()
@@ -181,20 +198,18 @@ def start_engine_server(
                 server.url = found[1].rstrip("/")
             else:
                 time.sleep(0.1)
-        while True:
-            server.check_alive()
-            with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
-                status = get_json(f"{server.url}/health").get("status")
-                if status == "ready":
-                    return server
-                if status == "error":
-                    raise RuntimeError(f"{server.label} could not load its models: see its log")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{server.label} was not ready after {wait_s:.0f} s")
-            time.sleep(0.2)
     except BaseException:
         server.close()
         raise
+
+    def ready() -> bool:
+        status = get_json(f"{server.url}/health").get("status")
+        if status == "error":
+            raise RuntimeError(f"{server.label} could not load its models: see its log")
+        return status == "ready"
+
+    server.wait_ready(ready, max(1.0, deadline - time.monotonic()))
+    return server
 
 
 def peer_missing() -> str | None:
@@ -250,19 +265,8 @@ def start_peer_server(
         log_dir,
     )
     server.url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + wait_s
-    try:
-        while True:
-            server.check_alive()
-            with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
-                if get_json(f"{server.url}/v1/models").get("data"):
-                    return server
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{server.label} was not ready after {wait_s:.0f} s")
-            time.sleep(0.2)
-    except BaseException:
-        server.close()
-        raise
+    server.wait_ready(lambda: bool(get_json(f"{server.url}/v1/models").get("data")), wait_s)
+    return server
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@ fixtures `serve` and `make_server` (registered in conftest.py) and what tests ne
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -75,26 +76,34 @@ def wait_until(predicate: Callable[[], Any], what: str, give_up_after: float = 3
     pytest.fail(f"timed out waiting for {what}")
 
 
+def serve_in_thread(app: Any, sock: socket.socket) -> Callable[[], None]:
+    """Serve the ASGI `app` with uvicorn on `sock` (bound) in a thread; returns its stop.
+    A socket that already listens keeps requests in its backlog until uvicorn accepts."""
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(30)
+
+    return stop
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., str]]:
     """Start the app on a free loopback port in a thread; returns its URL."""
-    running: list[tuple[uvicorn.Server, threading.Thread, ModelLoader]] = []
+    running: list[tuple[Callable[[], None], ModelLoader]] = []
 
     def start(models: ModelLoader, **kw: Any) -> str:
         sock = bind("127.0.0.1", 0)
-        app = build_app(models, **kw)
-        server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-        # The socket already listens: requests wait in its backlog until uvicorn accepts.
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        running.append((server, thread, models))
+        running.append((serve_in_thread(build_app(models, **kw), sock), models))
         return url_of(sock)
 
     yield start
-    for server, thread, models in running:
+    for stop, models in running:
         models.stop()
-        server.should_exit = True
-        thread.join(30)
+        stop()
         models.close()
 
 

@@ -11,14 +11,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
-from scripted_servers import KEY, Server, wait_until
+from scripted_servers import KEY, Server, serve_in_thread, wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -316,13 +314,10 @@ def foreign() -> Iterator[Foreign]:
         ]
     )
     sock = bind("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    stop = serve_in_thread(app, sock)
     state.url = url_of(sock)
     yield state
-    server.should_exit = True
-    thread.join(30)
+    stop()
 
 
 async def test_a_server_that_does_not_say_which_stop_matched_gets_no_stops(
@@ -462,9 +457,7 @@ async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
     engines = {role: Engine(FakeBackend(script=["ok"], template="{{ messages }}")) for role in Role}
     models = ModelLoader.from_engines(engines)
     models.load_all()
-    server = uvicorn.Server(uvicorn.Config(build_app(models), log_config=None, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    stop = serve_in_thread(build_app(models), sock)
     try:
         model = await host.completion()
         assert host.state is LoadState.READY
@@ -474,6 +467,5 @@ async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
     finally:
         await host.aclose()
         models.stop()
-        server.should_exit = True
-        thread.join(30)
+        stop()
         models.close()
