@@ -52,6 +52,7 @@ from engine.api.schema import (
     sse,
     usage_chunk,
 )
+from engine.backends.openai import OURS
 from engine.engine import Engine
 from engine.errors import (
     ChatTemplateError,
@@ -224,7 +225,7 @@ class _Api:
                 "id": m["id"],
                 "object": "model",
                 "created": self.started,
-                "owned_by": "infill-lsp",
+                "owned_by": OURS,  # how our remote backend knows its own server
                 "roles": m["roles"],
                 "context_size": m["context_size"],
                 "max_model_len": m["context_size"],

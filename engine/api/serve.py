@@ -22,7 +22,7 @@ import uvicorn
 
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
-from engine.models import ModelOptions, ModelSet, model_spec
+from engine.models import REMOTE_BACKEND, ModelOptions, ModelSet, model_spec
 from engine.types import Role
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def run_server(
     cors_origins: Sequence[str] = (),
 ) -> int:
     """Serve both roles' models until SIGINT or SIGTERM; the exit status."""
-    if options.backend == "openai":
+    if options.backend == REMOTE_BACKEND:
         print(
             "infill-lsp engine: error: the engine server serves local models (llama.cpp or "
             "transformers); --backend openai names a remote server, which editors can use "

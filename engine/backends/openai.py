@@ -37,7 +37,7 @@ import httpx
 from engine.backend import ModelInfo
 from engine.engine import BaseEngine, JobTable
 from engine.errors import EngineError, ModelLoadError
-from engine.models import RemoteSpec
+from engine.models import REMOTE_BACKEND, RemoteSpec
 from engine.output import OutputProcessor
 from engine.prompts import FIM_FAMILIES
 from engine.types import FinishReason, GenerationRequest, TextDelta
@@ -246,7 +246,7 @@ class RemoteEngine(BaseEngine):
         self._info = ModelInfo(
             name=discovery.model or "(the server's model)",
             path=spec.endpoint,
-            backend="openai",
+            backend=REMOTE_BACKEND,
             device="remote",
             context_size=discovery.context_size,
             vocab_size=0,
