@@ -276,6 +276,78 @@ def _clip(text: str, count_tokens: Callable[[str], int], budget: int, *, keep_en
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RepoFile:
+    """Code from another file, put in front of the FIM prompt in the family's own
+    repository format (`repo_section`): a snippet of it (whole lines), labelled with its path."""
+
+    path: str
+    text: str
+
+
+#: One piece of a repository section: (is a special token, text).
+_Piece = tuple[bool, str]
+
+
+def repo_section(
+    template: FimTemplate | None,
+    files: Sequence[RepoFile],
+    *,
+    path: str,
+    repo: str | None,
+    has_token: Callable[[str], bool],
+) -> tuple[list[_Piece], str] | None:
+    """The family's repository-level context for `files` and the current file at `path`: the
+    pieces that go before the FIM prompt, and a head for the prefix slot (StarCoder2 names the
+    current file just after `<fim_prefix>`). None when the family has no file markers, or the
+    tokenizer lacks the ones its format needs: the caller then writes the files as plain
+    text (a path comment and the code). The formats are the ones each family was trained on:
+
+    - Qwen2.5-Coder: `<|repo_name|>repo\n`, then `<|file_sep|>path\ncode` per file, then
+      `<|file_sep|>path\n` for the current file before `<|fim_prefix|>`;
+    - StarCoder2: `<repo_name>repo`, `<file_sep>path\ncode` per file, then `<file_sep>` and
+      `<fim_prefix>path\n` before the current file's prefix;
+    - StarCoder (1): `<reponame>repo`, `<filename>path\ncode` per file and for the current one;
+    - CodeGemma: `path\ncode<|file_separator|>` per file (the separator ends a file), then
+      the current file's `path\n`.
+    """
+    if template is None or not template.repo_tokens:
+        return None
+    tokens = set(template.repo_tokens)
+
+    def code(text: str) -> str:
+        return text if text.endswith("\n") else text + "\n"
+
+    pieces: list[_Piece] = []
+    head = ""
+    if "<|file_sep|>" in tokens and has_token("<|file_sep|>"):
+        if repo and has_token("<|repo_name|>"):
+            pieces += [(True, "<|repo_name|>"), (False, repo + "\n")]
+        for file in files:
+            pieces += [(True, "<|file_sep|>"), (False, f"{file.path}\n{code(file.text)}")]
+        pieces += [(True, "<|file_sep|>"), (False, path + "\n")]
+    elif "<file_sep>" in tokens and has_token("<file_sep>"):
+        if repo and has_token("<repo_name>"):
+            pieces += [(True, "<repo_name>"), (False, repo)]
+        for file in files:
+            pieces += [(True, "<file_sep>"), (False, f"{file.path}\n{code(file.text)}")]
+        pieces.append((True, "<file_sep>"))
+        head = path + "\n"
+    elif "<filename>" in tokens and has_token("<filename>"):
+        if repo and has_token("<reponame>"):
+            pieces += [(True, "<reponame>"), (False, repo)]
+        for file in files:
+            pieces += [(True, "<filename>"), (False, f"{file.path}\n{code(file.text)}")]
+        pieces += [(True, "<filename>"), (False, path + "\n")]
+    elif "<|file_separator|>" in tokens and has_token("<|file_separator|>"):
+        for file in files:
+            pieces += [(False, f"{file.path}\n{code(file.text)}"), (True, "<|file_separator|>")]
+        pieces.append((False, path + "\n"))
+    else:
+        return None
+    return pieces, head
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FimPrompt:
     """A prompt as token ids (user text is never parsed for special tokens), with the extra
     stop ids of its family, and its text for logs and debugging. A prompt for a server that
@@ -294,12 +366,19 @@ def build_fim_prompt(
     *,
     template: FimTemplate | None,
     order: FimOrder | None = None,
+    files: Sequence[RepoFile] = (),
+    path: str = "",
+    repo: str | None = None,
 ) -> FimPrompt:
     """The prompt for filling the text between `prefix` and `suffix`.
 
     With a template: the family's special tokens by id and the code tokenized as plain text.
     Without one (no FIM tokens): the prefix alone, continued by the model (the documented
     fallback; the suffix is used afterwards, in post-processing).
+
+    `files`: other files' code, first, in the family's repository format (`repo_section`),
+    the current file labelled `path`. Only for a family that has one: the caller writes
+    plain-text context into the prefix itself for the others.
     """
     ids: list[int] = []
     text: list[str] = []
@@ -313,6 +392,34 @@ def build_fim_prompt(
         text.append(prefix)
         return FimPrompt(token_ids=tuple(ids), text="".join(text), family=None, stop_token_ids=())
 
+    def special(token: str) -> int:
+        token_id = backend.special_token_id(token)
+        if token_id is None:
+            raise ValueError(
+                f"the tokenizer has no {token!r} token for FIM family {template.family}"
+            )
+        return token_id
+
+    if files:
+        section = repo_section(
+            template,
+            files,
+            path=path,
+            repo=repo,
+            has_token=lambda t: backend.special_token_id(t) is not None,
+        )
+        if section is None:
+            raise ValueError(f"FIM family {template.family} has no repository format")
+        pieces, head = section
+        for is_special, piece in pieces:
+            ids.extend(
+                [special(piece)]
+                if is_special
+                else backend.tokenize(piece, add_bos=False, special=False)
+            )
+            text.append(piece)
+        if template.parts(order)[1] is _Slot.PREFIX:  # PSM: the head starts the prefix slot
+            prefix = head + prefix
     for part in template.parts(order):
         if part is _Slot.PREFIX or part is _Slot.SUFFIX:
             code = prefix if part is _Slot.PREFIX else suffix
@@ -320,12 +427,7 @@ def build_fim_prompt(
                 ids.extend(backend.tokenize(code, add_bos=False, special=False))
                 text.append(code)
         else:
-            token_id = backend.special_token_id(part)
-            if token_id is None:
-                raise ValueError(
-                    f"the tokenizer has no {part!r} token for FIM family {template.family}"
-                )
-            ids.append(token_id)
+            ids.append(special(part))
             text.append(part)
     return FimPrompt(
         token_ids=tuple(ids),
@@ -336,15 +438,31 @@ def build_fim_prompt(
 
 
 def render_fim_text(
-    prefix: str, suffix: str, *, template: FimTemplate | None, order: FimOrder | None = None
+    prefix: str,
+    suffix: str,
+    *,
+    template: FimTemplate | None,
+    order: FimOrder | None = None,
+    files: Sequence[RepoFile] = (),
+    path: str = "",
+    repo: str | None = None,
 ) -> FimPrompt:
     """The prompt as text, for a remote server that tokenizes it with its model's tokenizer:
     the family's special tokens written out, and no BOS (the server adds its model's own).
     Unlike `build_fim_prompt`, the server parses the whole text for special tokens, code
-    included: code that spells a FIM token out confuses the model there."""
+    included: code that spells a FIM token out confuses the model there. `files`: as in
+    `build_fim_prompt` (the server's tokenizer is assumed to have the family's markers)."""
     if template is None:
         return FimPrompt(token_ids=None, text=prefix, family=None, stop_token_ids=())
-    text = []
+    text: list[str] = []
+    if files:
+        section = repo_section(template, files, path=path, repo=repo, has_token=lambda _: True)
+        if section is None:
+            raise ValueError(f"FIM family {template.family} has no repository format")
+        pieces, head = section
+        text.extend(piece for _, piece in pieces)
+        if template.parts(order)[1] is _Slot.PREFIX:
+            prefix = head + prefix
     for part in template.parts(order):
         if part is _Slot.PREFIX:
             text.append(prefix)

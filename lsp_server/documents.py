@@ -64,6 +64,17 @@ def _skip_lines(text: str, count: int, start: int) -> int | None:
     return None if match is None else match.end()
 
 
+def lines_at(text: str, first: int, count: int) -> str:
+    """Lines `first` to `first + count` of `text` (0-based), with their line breaks; fewer
+    where the text ends first. Found by counting line breaks in C (`_skip_lines`), so a
+    snippet from a large document costs no split of the whole of it."""
+    start = _skip_lines(text, first, 0) if first >= 0 else None
+    if start is None:
+        return ""
+    end = _skip_lines(text, count, start)
+    return text[start : len(text) if end is None else end]
+
+
 class LspTextDocument(TextDocument):
     """pygls's document, with LSP's line breaks and edits that cost what they change."""
 

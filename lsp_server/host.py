@@ -35,6 +35,7 @@ from engine.prompts import (
     build_fim_prompt,
     detect_fim_template,
     render_fim_text,
+    repo_section,
 )
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -143,7 +144,11 @@ class CompletionModel:
     engine: BaseEngine
     fim: FimTemplate | None
     count_tokens: Callable[[str], int]
-    render: Callable[[str, str], FimPrompt]  # (prefix, suffix) -> prompt
+    #: (prefix, suffix, files=, path=, repo=) -> prompt; `files` only where `repo_files`.
+    render: Callable[..., FimPrompt]
+    #: Whether the model takes other files' code in its family's repository format
+    #: (`repo_section`); without it, other-file context is written as plain text.
+    repo_files: bool = False
 
     @classmethod
     def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
@@ -156,6 +161,7 @@ class CompletionModel:
                 fim=fim,
                 count_tokens=estimate_tokens,
                 render=functools.partial(render_fim_text, template=fim),
+                repo_files=repo_section(fim, (), path="", repo=None, has_token=_any) is not None,
             )
         assert isinstance(engine, Engine)
         backend = engine.backend
@@ -165,7 +171,20 @@ class CompletionModel:
             fim=fim,
             count_tokens=_token_counter(backend),
             render=functools.partial(build_fim_prompt, backend, template=fim),
+            repo_files=repo_section(
+                fim,
+                (),
+                path="",
+                repo=None,
+                has_token=lambda t: backend.special_token_id(t) is not None,
+            )
+            is not None,
         )
+
+
+def _any(token: str) -> bool:
+    """A remote server's tokenizer is taken to have its family's markers."""
+    return True
 
 
 def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:

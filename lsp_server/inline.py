@@ -2,7 +2,8 @@
 
 1. Decide the mode from the cursor's surroundings (nothing to suggest: no model call).
 2. Cut the context window to the token budget and build the FIM prompt (or the documented
-   prefix-only fallback for models without FIM tokens).
+   prefix-only fallback for models without FIM tokens), other documents' snippets first
+   (`neighbors.py`: chosen by the adapter, only the prompt changes with them).
 3. Stream from the engine; a multi-line suggestion stops the model as soon as the code
    leaves the cursor's block.
 4. Fit each choice to the text around the cursor; drop empty and duplicate ones.
@@ -33,6 +34,7 @@ from engine.types import (
 )
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
+from lsp_server.neighbors import PromptContext, render_plain
 from lsp_server.postprocess import (
     CompletionMode,
     CursorContext,
@@ -76,8 +78,19 @@ class Prompt:
         return GenerationRequest(prompt_token_ids=self.token_ids, **fields)
 
 
-def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Settings) -> Prompt:
-    """The token prompt for the snapshot: budgeted window, then the family's FIM format."""
+def build_prompt(
+    model: CompletionModel,
+    snap: DocumentSnapshot,
+    settings: Settings,
+    context: PromptContext | None = None,
+) -> Prompt:
+    """The token prompt for the snapshot: budgeted window, then the family's FIM format.
+
+    `context`: other documents' snippets, put first: in the family's repository format where
+    it has one (the current file labelled with its path), else as plain text in front of the
+    prefix. Their budget (`contextTokens`) comes on top of the prefix and suffix budgets, so
+    the current file's window is the same with or without them.
+    """
     window = context_window(
         snap.prefix,
         snap.suffix,
@@ -86,14 +99,26 @@ def build_prompt(model: CompletionModel, snap: DocumentSnapshot, settings: Setti
         suffix_budget=settings.suffix_tokens if model.fim else 0,
     )
     prefix, indent = _heal(window.prefix)
-    prompt = model.render(prefix, window.suffix)
+    lead_tokens = 0
+    if context is None or not context.snippets:
+        prompt = model.render(prefix, window.suffix)
+    elif model.repo_files:
+        files = context.files()
+        prompt = model.render(
+            prefix, window.suffix, files=files, path=context.path, repo=context.repo
+        )
+        lead_tokens = sum(model.count_tokens(f.path + "\n" + f.text) for f in files)
+    else:
+        lead = render_plain(context)
+        prompt = model.render(lead + prefix, window.suffix)
+        lead_tokens = model.count_tokens(lead)
     return Prompt(
         token_ids=prompt.token_ids,
         text=prompt.text,
         tokens=(
             len(prompt.token_ids)
             if prompt.token_ids is not None
-            else window.prefix_tokens + window.suffix_tokens
+            else lead_tokens + window.prefix_tokens + window.suffix_tokens
         ),
         stop_token_ids=prompt.stop_token_ids,
         healed_indent=indent,
@@ -174,14 +199,19 @@ def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
 
 
 def plan_for(
-    model: CompletionModel, snap: DocumentSnapshot, settings: Settings, *, invoked: bool
+    model: CompletionModel,
+    snap: DocumentSnapshot,
+    settings: Settings,
+    *,
+    invoked: bool,
+    context: PromptContext | None = None,
 ) -> Plan | None:
     """The mode, prompt and requests for the cursor in `snap`; None: nothing to suggest."""
     ctx = _cursor_context(snap)
     mode = decide_mode(ctx)
     if mode is None:
         return None
-    prompt = build_prompt(model, snap, settings)
+    prompt = build_prompt(model, snap, settings, context)
     stops = StopConditions(
         stop=("\n",) if mode is CompletionMode.SINGLE_LINE else (),
         stop_token_ids=prompt.stop_token_ids,
@@ -207,12 +237,14 @@ async def suggest(
     *,
     invoked: bool,
     ahead: Speculator | None = None,
+    context: PromptContext | None = None,
 ) -> InlineResult:
     """Suggestions for the cursor in `snap`: one for automatic triggers, up to
     `settings.invoked_suggestions` distinct ones when the user asked. `ahead`: answers
-    computed before they were asked for (its work stops when the model is needed here)."""
+    computed before they were asked for (its work stops when the model is needed here).
+    `context`: other documents' snippets for the prompt (`build_prompt`)."""
     started = time.perf_counter()
-    plan = plan_for(model, snap, settings, invoked=invoked)
+    plan = plan_for(model, snap, settings, invoked=invoked, context=context)
     if plan is None:
         return InlineResult(suggestions=(), mode=None)
     ctx, mode, prompt = plan.ctx, plan.mode, plan.prompt
@@ -296,8 +328,10 @@ class Speculator:
         snap: DocumentSnapshot,
         result: InlineResult,
         settings: Settings,
+        context: PromptContext | None = None,
     ) -> None:
-        """Start on what follows `result`'s first suggestion (after what runs is dropped)."""
+        """Start on what follows `result`'s first suggestion (after what runs is dropped),
+        with the request's `context`: the next request in the region keeps the same one."""
         self.interrupt()
         if model is not self._model:  # reloaded: the old model's answers are not this one's
             self._answers.clear()
@@ -308,7 +342,7 @@ class Speculator:
         ahead = [accepted(snap, first, next_line=False)]
         if settings.speculative_suggestions > 1 and result.mode is CompletionMode.SINGLE_LINE:
             ahead.append(accepted(snap, first, next_line=True))
-        self._task = asyncio.ensure_future(self._run(model, ahead, settings))
+        self._task = asyncio.ensure_future(self._run(model, ahead, settings, context))
 
     async def take(self, model: CompletionModel, key: AnswerKey) -> RawTexts | None:
         """`model`'s answer for `key`: made already, or awaited while it is being made."""
@@ -347,11 +381,15 @@ class Speculator:
         self._running.clear()
 
     async def _run(
-        self, model: CompletionModel, ahead: list[DocumentSnapshot], settings: Settings
+        self,
+        model: CompletionModel,
+        ahead: list[DocumentSnapshot],
+        settings: Settings,
+        context: PromptContext | None,
     ) -> None:
         loop = asyncio.get_running_loop()
         for snap in ahead:
-            plan = plan_for(model, snap, settings, invoked=False)
+            plan = plan_for(model, snap, settings, invoked=False, context=context)
             if plan is None:
                 continue
             request = plan.requests[0]
@@ -504,10 +542,13 @@ async def complete_latest(
     *,
     invoked: bool,
     ahead: Speculator | None = None,
+    context: Callable[[CompletionModel], PromptContext | None] | None = None,
 ) -> InlineResult | None:
     """`suggest`, after the debounce, unless a newer request for the document supersedes this
     one first (then None, at once: the engine is told to stop within one token). With
-    `ahead`, an automatic suggestion is followed by the answers that come after it."""
+    `ahead`, an automatic suggestion is followed by the answers that come after it.
+    `context`: other documents' snippets for the model, chosen once the model is known (their
+    budget is counted in its tokens)."""
     superseded = slots.claim(snap.uri)
     cached = cache.lookup(snap, invoked)
     if cached is not None:
@@ -523,7 +564,10 @@ async def complete_latest(
         model = await get_model()
         if superseded.is_set():
             return None
-        work = asyncio.ensure_future(suggest(model, snap, settings, invoked=invoked, ahead=ahead))
+        lead = None if context is None else context(model)
+        work = asyncio.ensure_future(
+            suggest(model, snap, settings, invoked=invoked, ahead=ahead, context=lead)
+        )
         waiter = asyncio.ensure_future(superseded.wait())
         try:
             await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -534,7 +578,7 @@ async def complete_latest(
         result = work.result()
         cache.remember(snap, invoked, result, documents=settings.type_ahead_documents)
         if ahead is not None and not invoked:
-            ahead.anticipate(model, snap, result, settings)
+            ahead.anticipate(model, snap, result, settings, lead)
         return result
     finally:
         slots.release(snap.uri, superseded)

@@ -28,9 +28,10 @@ from pygls.workspace import TextDocument
 
 from engine.errors import EngineError
 from lsp_server.commands import fold_positional, make_converter
-from lsp_server.documents import find_document
+from lsp_server.documents import exceeds_bytes, find_document
 from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline import LatestWins, Speculator, TypeAheadCache
+from lsp_server.neighbors import NeighborContext, OtherDocument
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class InfillServer(LanguageServer):
         self.inline_slots = LatestWins()
         self.type_ahead = TypeAheadCache()
         self.ahead = Speculator()
+        self.neighbors = NeighborContext()  # other documents' snippets for the prompt
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 
@@ -139,10 +141,29 @@ class InfillServer(LanguageServer):
 
     def forget_document(self, uri: str) -> None:
         """Drop what we keep for a closed document: its live inline request (superseded),
-        its type-ahead answer, its size note."""
+        its type-ahead answer, its size note, its recent regions and context selection."""
         self.inline_slots.forget(uri)
+        self.neighbors.forget(uri)
         self.type_ahead.forget(uri)
         self.large_documents.discard(uri)
+
+    def other_documents(self, uri: str) -> dict[str, OtherDocument]:
+        """The open documents but `uri`, as they are now (their texts shared, not copied);
+        those over `maxDocumentBytes` left out, as they get no completions either."""
+        limit = self.settings.max_document_bytes
+        return {
+            document.uri: OtherDocument(
+                uri=document.uri, version=document.version, text=document.source
+            )
+            for document in list(self.workspace.text_documents.values())
+            if document.uri != uri and not exceeds_bytes(document.source, limit)
+        }
+
+    def workspace_roots(self) -> list[str]:
+        """The workspace folders' URIs (the root first): what document paths are relative to."""
+        roots = [self.workspace.root_uri] if self.workspace.root_uri else []
+        roots += [folder.uri for folder in self.workspace.folders.values()]
+        return list(dict.fromkeys(roots))
 
     def open_document(self, uri: str) -> TextDocument:
         """The open document for `uri`; InvalidParams (naming the uri) if it is not open."""

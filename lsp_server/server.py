@@ -24,8 +24,9 @@ from lsp_server.commands import (
     RewriteArguments,
 )
 from lsp_server.documents import exceeds_bytes, snapshot, use_lsp_lines
-from lsp_server.host import ModelUnavailableError
+from lsp_server.host import CompletionModel, ModelUnavailableError
 from lsp_server.inline import complete_latest
+from lsp_server.neighbors import PromptContext
 from lsp_server.protocol import InfillServer, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
@@ -79,6 +80,17 @@ def build_server(base: Settings | None = None) -> InfillServer:
             return []
         snap = snapshot(document, params.position)  # InvalidParams outside the document
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        ls.neighbors.note(snap.uri, snap.line)  # a region the user is looking at
+        others, roots = ls.other_documents(snap.uri), ls.workspace_roots()
+
+        def context(model: CompletionModel) -> PromptContext | None:
+            return ls.neighbors.context_for(
+                snap,
+                others,
+                budget=settings.context_tokens,
+                count_tokens=model.count_tokens,
+                roots=roots,
+            )
 
         # 2. Plain functions do the work; a newer request for the document wins.
         with engine_failures():  # RequestFailed naming the cause, never a traceback
@@ -90,6 +102,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
                 ls.host.completion,
                 invoked=invoked,
                 ahead=ls.ahead,
+                context=context,
             )
         if result is None:  # superseded by a newer request for the same document
             return []
@@ -119,6 +132,13 @@ def build_server(base: Settings | None = None) -> InfillServer:
             result.seconds * 1000,
         )
         return items
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: InfillServer, params: types.DidChangeTextDocumentParams) -> None:
+        # pygls has already applied the changes; where they were is a recently edited region.
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                ls.neighbors.note(params.text_document.uri, change.range.start.line)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: InfillServer, params: types.DidCloseTextDocumentParams) -> None:

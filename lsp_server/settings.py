@@ -118,6 +118,9 @@ class Settings:
     speculative_suggestions: int = _setting(2, _int(0, 2))
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
+    # Other open documents' snippets, first in the prompt (neighbors.py), on top of the two
+    # budgets above; 0: none.
+    context_tokens: int = _setting(512, _int(0, 1_000_000))
 
     # Bounds: what one document or request may cost.
     max_document_bytes: int = _setting(4 << 20, _int(1, 1 << 40))  # UTF-8; larger: no completion

@@ -34,6 +34,7 @@ describe("the server's settings section", () => {
       speculativeSuggestions: 2,
       prefixTokens: 1536,
       suffixTokens: 512,
+      contextTokens: 512,
       maxDocumentBytes: 4194304,
       maxSelectionChars: 16000,
       typeAheadDocuments: 32,
