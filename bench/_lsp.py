@@ -161,13 +161,14 @@ class ServerClient:
     def log_file(self) -> Path:
         return Path(self._tmp.name) / "server.log"
 
-    async def start(self, wait_s: float = 300.0) -> dict[str, Any]:
-        """Start the server, initialize, and wait until the completion model is loaded."""
+    async def start(self, wait_s: float = 300.0, *, root: Path = ROOT) -> dict[str, Any]:
+        """Start the server, initialize (with `root` as the workspace folder), and wait until
+        the completion model is loaded."""
         args = ["--log-file", str(self.log_file)]
         if self.model:
             args += ["--model", self.model]
         await self.client.start(
-            root_uri=ROOT.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
+            root_uri=root.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
         )
         deadline = time.monotonic() + wait_s
         while True:
