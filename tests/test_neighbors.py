@@ -279,9 +279,15 @@ def test_typing_a_few_characters_keeps_the_prompts_leading_context_byte_identica
     assert "def compute_invoice_total" in prompts[0].text[:start]
     for prompt in prompts[1:]:
         assert prompt.text[: start + len(lead)] == prompts[0].text[: start + len(lead)]
-        assert prompt.token_ids is not None and prompts[0].token_ids is not None
-        shared = len(byte_ids(prompts[0].text[:start]))
-        assert prompt.token_ids[:shared] == prompts[0].token_ids[:shared]
+    # The same in token ids: the special tokens, then the context's bytes, one id each.
+    head = prompts[0].text[:start]
+    specials = [t for t in ("<bos>", "<fim_prefix>") if t in head]
+    shared = len(specials) + len(byte_ids(head.replace("<bos>", "").replace("<fim_prefix>", "")))
+    first_ids = prompts[0].token_ids
+    assert first_ids is not None
+    for prompt in prompts[1:]:
+        assert prompt.token_ids is not None
+        assert prompt.token_ids[:shared] == first_ids[:shared]
 
 
 # --- formats ----------------------------------------------------------------------------------
