@@ -59,6 +59,12 @@ MAX_SCAN_CHARS = 256 * 1024
 STILL_THE_SAME = 0.5
 #: Documents whose selection is kept.
 KEPT_DOCUMENTS = 64
+#: A candidate whose non-blank lines are this much already in the current file near the
+#: cursor tells the model nothing new, and a copy of the very code being written (the same
+#: file open twice, a duplicate) makes it repeat what is there: left out (llama.vim's rule).
+ALREADY_THERE = 0.9
+#: Characters around the cursor that count as "near" for that rule.
+NEAR_CHARS = 16_000
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Words that say nothing about which code is related.
@@ -244,6 +250,12 @@ def windows(uri: str, path: str, text: str) -> list[Snippet]:
     return out
 
 
+def already_there(text: str, near: frozenset[str]) -> bool:
+    """Whether `text`'s non-blank lines are (stripped) mostly among the lines in `near`."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return bool(lines) and sum(line in near for line in lines) >= ALREADY_THERE * len(lines)
+
+
 def _overlaps(a: Snippet, b: Snippet) -> bool:
     return (
         a.uri == b.uri
@@ -400,7 +412,8 @@ class NeighborContext:
         roots: Sequence[str],
     ) -> PromptContext:
         """1. The documents to look at: the recently used ones first, then the others.
-        2. Candidates: their windows, and the recent regions (raised by their recency).
+        2. Candidates: their windows, and the recent regions (raised by their recency); not
+           those already near the cursor in the current file.
         3. The best that fit the budget, in document and line order."""
         self.selections += 1
         path, repo = display_path(snap.uri, roots)
@@ -412,14 +425,17 @@ class NeighborContext:
         if not order or not query:
             return context
         paths = {uri: display_path(uri, roots)[0] for uri in order}
+        around = snap.text[max(0, snap.offset - NEAR_CHARS) : snap.offset + NEAR_CHARS // 4]
+        near = frozenset(line.strip() for line in around.splitlines())
         scored: list[tuple[float, Snippet]] = []
         for uri in order:
             for window in windows(uri, paths[uri], others[uri].text):
-                scored.append((jaccard(query, identifiers(window.text)), window))
+                if not already_there(window.text, near):
+                    scored.append((jaccard(query, identifiers(window.text)), window))
         regions = [key for key in reversed(self._ring) if key[0] in paths]
         for age, (uri, first) in enumerate(regions):
             text = lines_at(others[uri].text, first, RING_LINES)
-            if not text.strip():
+            if not text.strip() or already_there(text, near):
                 continue
             region = Snippet(uri=uri, path=paths[uri], first_line=first, text=text)
             bonus = RECENT_BONUS * (1 - age / RING_REGIONS)

@@ -18,9 +18,7 @@ BILLING = (
 )
 #: The cursor after `compute_invoice_total_`: the rest of the name is in billing.py only.
 CART = (
-    "def checkout(cart, discount_rate):\n"
-    "    items = cart.items\n"
-    "    total = compute_invoice_total_"
+    "def checkout(cart, discount_rate):\n    items = cart.items\n    total = compute_invoice_total_"
 )
 
 

@@ -189,6 +189,16 @@ def test_a_recently_edited_region_is_preferred_to_an_equally_similar_window() ->
     assert [s.first_line for s in context.snippets] == [192]  # the ring's region, 10 above
 
 
+def test_a_copy_of_the_code_near_the_cursor_is_not_offered_again() -> None:
+    # The same file open twice (or a duplicate): the model would only repeat it.
+    copy = CART.replace("|", "")
+    context = NeighborContext().context_for(
+        snap_at(CART), others(copy=copy, billing=BILLING), budget=512, count_tokens=chars
+    )
+    assert context is not None
+    assert [s.path for s in context.snippets] == ["billing.py"]
+
+
 def test_no_budget_no_context() -> None:
     context = NeighborContext().context_for(
         snap_at(CART), others(billing=BILLING), budget=0, count_tokens=chars
