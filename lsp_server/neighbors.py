@@ -48,7 +48,8 @@ REGION_LINES = 16
 #: Recently edited or viewed regions kept, and the lines each holds.
 RING_REGIONS = 16
 RING_LINES = 20
-#: The most a recent region's score is raised by its recency (the newest gets all of it).
+#: The most a recent region's score is raised by its recency (the newest gets all of it);
+#: only a region that shares some identifier with the cursor's lines is a candidate.
 RECENT_BONUS = 0.1
 #: Other documents looked at, most recently used first, and how much of each: a selection
 #: over huge files costs no more than over a few ordinary ones.
@@ -437,9 +438,11 @@ class NeighborContext:
             text = lines_at(others[uri].text, first, RING_LINES)
             if not text.strip() or already_there(text, near):
                 continue
+            similarity = jaccard(query, identifiers(text))
+            if similarity == 0:  # recency alone is no reason: unrelated code misleads
+                continue
             region = Snippet(uri=uri, path=paths[uri], first_line=first, text=text)
-            bonus = RECENT_BONUS * (1 - age / RING_REGIONS)
-            scored.append((jaccard(query, identifiers(text)) + bonus, region))
+            scored.append((similarity + RECENT_BONUS * (1 - age / RING_REGIONS), region))
 
         def header(snippet: Snippet) -> str:
             return comment(snap.language_id, snippet.path) + "\n"

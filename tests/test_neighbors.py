@@ -189,6 +189,17 @@ def test_a_recently_edited_region_is_preferred_to_an_equally_similar_window() ->
     assert [s.first_line for s in context.snippets] == [192]  # the ring's region, 10 above
 
 
+def test_a_recent_region_that_shares_no_name_with_the_cursor_is_not_offered() -> None:
+    # Unrelated code misleads a small model: recency alone does not make a snippet.
+    neighbors = NeighborContext()
+    neighbors.note(f"{ROOT}/canvas.py", 5)
+    context = neighbors.context_for(
+        snap_at(CART), others(canvas=UNRELATED), budget=512, count_tokens=chars
+    )
+    assert context is not None
+    assert context.snippets == ()
+
+
 def test_a_copy_of_the_code_near_the_cursor_is_not_offered_again() -> None:
     # The same file open twice (or a duplicate): the model would only repeat it.
     copy = CART.replace("|", "")
