@@ -61,6 +61,7 @@ class Candidate:
     tokens: int  # generated for it
     logprob_line: float  # of its tokens and the "\n"
     logprob_suffix: float  # of the suffix window after it
+    suffix_logprobs: tuple[float, ...] = ()  # each token's, for analysis
 
 
 class Scorer:
@@ -121,10 +122,11 @@ class Scorer:
             ids.append(following)
 
     def sum_log_prob(self, context: list[int], continuation: list[int]) -> float:
+        return float(sum(self.token_log_probs(context, continuation)))
+
+    def token_log_probs(self, context: list[int], continuation: list[int]) -> list[float]:
         self.eval_to([*context, *continuation])
-        return float(
-            sum(self.log_probs(len(context) + i - 1)[t] for i, t in enumerate(continuation))
-        )
+        return [float(self.log_probs(len(context) + i - 1)[t]) for i, t in enumerate(continuation)]
 
 
 def candidates(
@@ -152,13 +154,15 @@ def candidates(
         # prompt's tokens do not change where the line begins.
         line_ids = scorer.tokenize(line + "\n", bos=False)
         whole = scorer.sum_log_prob(prompt, [*line_ids, *window])
-        after = scorer.sum_log_prob([*prompt, *line_ids], window) if window else 0.0
+        each = scorer.token_log_probs([*prompt, *line_ids], window) if window else []
+        after = sum(each)
         out.append(
             Candidate(
                 line=line,
                 tokens=len(generated) + len(stem) - len(written),
                 logprob_line=whole - after,
                 logprob_suffix=after,
+                suffix_logprobs=tuple(each),
             )
         )
     return out
@@ -173,11 +177,14 @@ def context_prompt(prefix: str, suffix: str, lines: int = 12) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = humaneval_rows()
-    picked = sorted({i * len(rows) // args.limit for i in range(args.limit)})
+    picked = sorted(
+        {(i * len(rows) // args.limit + args.offset) % len(rows) for i in range(args.limit)}
+    )
     spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
     assert isinstance(spec, ModelSpec)
     scorer = Scorer(replace(spec, context_size=4096, threads=args.threads))
     lines: dict[str, dict[str, str]] = {}
+    dump: dict[str, list[dict[str, Any]]] = {}
     cost: dict[str, list[int]] = {"generated": [], "evaluated": []}
     started = time.perf_counter()
     for number, index in enumerate(picked):
@@ -213,6 +220,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "pool-suffix": max(pool, key=lambda c: c.logprob_suffix).line,
             **{f"candidate-{i}": c.line for i, c in enumerate(plain + hinted)},
         }
+        dump[row["task_id"]] = [
+            {
+                "line": c.line,
+                "line_lp": c.logprob_line,
+                "suffix": c.suffix_logprobs,
+                "hint": i >= len(plain),
+            }
+            for i, c in enumerate(plain + hinted)
+        ]
         if (number + 1) % 10 == 0:
             log.info("%d/%d tasks, %.0f s", number + 1, len(picked), time.perf_counter() - started)
     programs = {
@@ -248,6 +264,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "passed": scores,
         "per_task_mean": {k: round(float(np.mean(v)), 1) for k, v in cost.items()},
         "lines": lines,
+        "dump": dump,
+        "verdicts": {k: v[0] for k, v in verdicts.items()},
     }
 
 
@@ -257,6 +275,7 @@ def main() -> int:
     parser.add_argument("--candidates", type=int, default=5)
     parser.add_argument("--suffix-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--offset", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--json", type=Path, default=RESULTS / "suffix.json")
     args = parser.parse_args()

@@ -37,6 +37,7 @@ from engine.prompts import (
     render_fim_text,
 )
 from engine.types import Role
+from lsp_server.rerank import Scorer
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,9 @@ class CompletionModel:
     fim: FimTemplate | None
     count_tokens: Callable[[str], int]
     render: Callable[[str, str], FimPrompt]  # (prefix, suffix) -> prompt
+    #: What ranking candidate lines needs (lsp_server/rerank.py); None where the model
+    #: cannot score text (a remote server).
+    scorer: Scorer | None = None
 
     @classmethod
     def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
@@ -160,11 +164,19 @@ class CompletionModel:
         assert isinstance(engine, Engine)
         backend = engine.backend
         fim = _local_fim(backend, fim_family)
+        scorer = None
+        if engine.can_score:
+            scorer = Scorer(
+                engine=engine,
+                tokenize=functools.partial(backend.tokenize, add_bos=False, special=False),
+                detokenize=backend.detokenize,
+            )
         return cls(
             engine=engine,
             fim=fim,
             count_tokens=_token_counter(backend),
             render=functools.partial(build_fim_prompt, backend, template=fim),
+            scorer=scorer,
         )
 
 
