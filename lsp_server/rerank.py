@@ -79,6 +79,10 @@ class Ranked:
 
     text: str
     logprob: float
+    #: Each scored token's log-probability: the line's `line_tokens` (with its line ending),
+    #: then the following code's (for benchmarks that compare ways of ranking).
+    token_logprobs: tuple[float, ...] = ()
+    line_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,13 +159,15 @@ async def candidate_lines(
     request: GenerationRequest,
     *,
     cache_key: str | None,
+    count: int | None = None,
 ) -> list[str]:
-    """Up to `CANDIDATES` lines after `prompt_ids`, one per most likely first token of code,
-    each continued greedily (with `request`'s sampling limits and stops) to its line's end."""
+    """Up to `count` (`CANDIDATES`) lines after `prompt_ids`, one per most likely first token
+    of code, each continued greedily (`request`'s token limit and stops) to its line's end."""
+    count = CANDIDATES if count is None else count
     engine = scorer.engine
     stem = list(prompt_ids)
     scores = await engine.score(
-        ScoreRequest(prompt_token_ids=tuple(stem), top=CANDIDATES, cache_key=cache_key)
+        ScoreRequest(prompt_token_ids=tuple(stem), top=count, cache_key=cache_key)
     )
     if scores is None or not scores.top:
         return []
@@ -173,7 +179,7 @@ async def candidate_lines(
         stem.append(first)
         written = scorer.detokenize([first])
         scores = await engine.score(
-            ScoreRequest(prompt_token_ids=tuple(stem), top=CANDIDATES, cache_key=cache_key)
+            ScoreRequest(prompt_token_ids=tuple(stem), top=count, cache_key=cache_key)
         )
         if scores is None:
             return []
@@ -208,12 +214,15 @@ async def rank_lines(
     following: str,
     *,
     cache_key: str | None,
+    window_tokens: int | None = None,
 ) -> list[Ranked]:
     """`lines` (distinct) by the joint log-probability of the line and of the first
-    `WINDOW_TOKENS` tokens of `following` after it, given `prompt_ids`; most likely first."""
-    window = scorer.tokenize(following)[:WINDOW_TOKENS]
+    `window_tokens` (`WINDOW_TOKENS`) tokens of `following` after it, given `prompt_ids`; most
+    likely first."""
+    window = scorer.tokenize(following)[: window_tokens or WINDOW_TOKENS]
     distinct = list(dict.fromkeys(lines))
-    continuations = tuple((*scorer.tokenize(line + "\n"), *window) for line in distinct)
+    line_ids = [scorer.tokenize(line + "\n") for line in distinct]
+    continuations = tuple((*ids, *window) for ids in line_ids)
     if not continuations:
         return []
     scores = await scorer.engine.score(
@@ -224,7 +233,7 @@ async def rank_lines(
     if scores is None:
         return []
     ranked = [
-        Ranked(text=line, logprob=sum(each))
-        for line, each in zip(distinct, scores.continuations, strict=True)
+        Ranked(text=line, logprob=sum(each), token_logprobs=each, line_tokens=len(ids))
+        for line, ids, each in zip(distinct, line_ids, scores.continuations, strict=True)
     ]
     return sorted(ranked, key=lambda r: -r.logprob)

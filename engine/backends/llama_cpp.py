@@ -292,6 +292,7 @@ class LlamaCppBackend(Backend):
                     *(float(row[t]) for row, t in zip(rows, continuation[1:], strict=True)),
                 )
             )
+        self._last_prefill_tokens += sum(len(c) - 1 for c in continuations)
         self._truncate(len(prompt))  # the prompt stays: a generation after it starts at once
         self._cache.set_live(cache_key, self._llm.n_tokens)
         best = np.argsort(after_prompt)[::-1][:top]

@@ -230,6 +230,7 @@ class TransformersBackend(Backend):
                 if len(continuation) > 1:
                     # Every position's logits, then the cache cut back to the prompt.
                     fed = self._feed(list(continuation[:-1]), keep=len(continuation) - 1)
+                    self._last_prefill_tokens += len(continuation) - 1
                     rows = torch.cat([rows, torch.log_softmax(fed, dim=-1)])
                     self._crop(len(prompt))
                 picked = rows.gather(1, torch.tensor(continuation, device=rows.device)[:, None])
