@@ -11,7 +11,9 @@ from pytest_lsp import client_capabilities
 pytestmark = pytest.mark.slow
 
 # The cursor on the empty line; the line after it uses a name nothing before it defines.
-TEXT = 'def mean(values):\n    """The mean of a list of numbers."""\n\n    return acc / len(values)\n'
+TEXT = (
+    'def mean(values):\n    """The mean of a list of numbers."""\n\n    return acc / len(values)\n'
+)
 LINE, COLUMN = 2, 0
 
 
