@@ -185,7 +185,7 @@ def ranks_lines(model: CompletionModel, settings: Settings) -> bool:
     for a model without FIM tokens that can score text, where the setting allows."""
     if model.fim is not None or model.scorer is None or settings.suffix_ranking == "off":
         return False
-    return settings.suffix_ranking == "on" or model.engine.info.device.lower() != "cpu"
+    return settings.suffix_ranking == "on" or not model.engine.info.device.startswith("cpu")
 
 
 def _ranking(

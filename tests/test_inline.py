@@ -315,7 +315,9 @@ async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> N
 RANKED_DOC = "x = 1\ny = |\nprint(y + 6)\n"
 
 
-def ranking_model(make_model, monkeypatch) -> tuple[CompletionModel, FakeBackend]:
+def ranking_model(
+    make_model, monkeypatch, device: str = "cpu"
+) -> tuple[CompletionModel, FakeBackend]:
     """A "model" without FIM tokens whose first tokens are b, a, c (in that order), whose
     branches play 1, 2, 3 after the plain prompt and 4, 5, 6 after the second one, and which
     finds "c" and "6" the most likely text to score."""
@@ -328,7 +330,7 @@ def ranking_model(make_model, monkeypatch) -> tuple[CompletionModel, FakeBackend
             return -0.01
         return first.get(token, -5.0)
 
-    model, backend = make_model(["1", "2", "3", "4", "5", "6"], log_prob=log_prob)
+    model, backend = make_model(["1", "2", "3", "4", "5", "6"], log_prob=log_prob, device=device)
     engine = model.engine
     return CompletionModel.of(engine, "none"), backend
 
@@ -360,6 +362,15 @@ async def test_no_ranking_when_off_or_on_a_cpu_by_default(
     result = await suggest(model, snap_at(RANKED_DOC), settings, invoked=False)
     assert [s.text for s in result.suggestions] == ["1"]  # the plain greedy answer
     assert backend.scored == []
+
+
+async def test_ranking_is_on_by_default_where_the_model_runs_on_a_gpu(
+    make_model, monkeypatch
+) -> None:
+    model, backend = ranking_model(make_model, monkeypatch, device="cuda:0")
+    result = await suggest(model, snap_at(RANKED_DOC), SETTINGS, invoked=False)
+    assert [s.text for s in result.suggestions] == ["c6"]
+    assert backend.scored
 
 
 async def test_no_ranking_when_code_follows_the_cursor_on_its_line(make_model, monkeypatch) -> None:

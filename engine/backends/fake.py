@@ -59,6 +59,7 @@ class FakeBackend(Backend):
     step_seconds: float = 0.0
     fail_after: int | None = None  # raise RuntimeError after this many tokens
     name: str = "fake"
+    device: str = "cpu"  # what ModelInfo reports (nothing runs anywhere)
     calls: list[FakeCall] = field(default_factory=list)
     _plays: list[tuple[tuple[int, ...], list[int]]] = field(default_factory=list)
     on_step: Callable[[FakeCall], None] | None = None
@@ -74,7 +75,7 @@ class FakeBackend(Backend):
             name=self.name,
             path="<fake>",
             backend="fake",
-            device="cpu",
+            device=self.device,
             context_size=self.context,
             vocab_size=BYTE_OFFSET + 256 + len(self.pieces),
             eog_tokens=tuple((i, names.get(i, str(i))) for i in self.eog_ids),
