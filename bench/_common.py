@@ -9,6 +9,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+HUMAN_EVAL_RANDOM_SPAN = (
+    ROOT.parent
+    / "shared"
+    / "data"
+    / "human-eval-infilling"
+    / "HumanEval-RandomSpanInfilling.jsonl.gz"
+)
 HUMAN_EVAL = (
     ROOT.parent
     / "shared"
@@ -18,11 +25,11 @@ HUMAN_EVAL = (
 )
 
 
-def humaneval_rows() -> list[dict[str, Any]]:
-    """Every HumanEval single-line infilling task, in file order."""
-    if not HUMAN_EVAL.is_file():
-        raise SystemExit(f"HumanEval data not found at {HUMAN_EVAL} (see shared/data/README.md)")
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
+def humaneval_rows(path: Path = HUMAN_EVAL) -> list[dict[str, Any]]:
+    """Every HumanEval infilling task of a set (single-line by default), in file order."""
+    if not path.is_file():
+        raise SystemExit(f"HumanEval data not found at {path} (see shared/data/README.md)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 
 

@@ -61,6 +61,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import json
 import logging
 import os
 import platform
@@ -71,7 +72,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, write_json
+from _common import HUMAN_EVAL, HUMAN_EVAL_RANDOM_SPAN, RESULTS, humaneval_rows, write_json
 from _lsp import ServerClient, apply_item, mode_at
 
 from engine.engine import Engine
@@ -94,20 +95,41 @@ LABELS = {
 }
 
 
-def variants_of(layouts: Sequence[str]) -> list[str]:
-    """Scored variants: raw, and ours per layout ("hole_nl": hole with "\\n" given back)."""
+def variants_of(layouts: Sequence[str], changes: Sequence[str], *, single_line: bool) -> list[str]:
+    """Scored variants: raw, and ours per layout ("hole_nl": hole with "\\n" given back, for
+    single-line holes), then the same with each changed setting ("hole+suffixRanking=on")."""
     out = ["raw"]
-    for layout in layouts:
-        out += ["hole", "hole_nl"] if layout == "hole" else [layout]
+    for change in ["", *changes]:
+        tail = f"+{change}" if change else ""
+        for layout in layouts:
+            nl = ["hole_nl"] if layout == "hole" and single_line else []
+            out += [f"{v}{tail}" for v in [layout, *nl]]
     return out
 
 
 def layout_of(variant: str) -> str:
-    return "hole" if variant == "hole_nl" else variant
+    """The server run a variant comes from: its layout and its changed setting."""
+    return variant.replace("hole_nl", "hole", 1)
+
+
+def label_of(variant: str) -> str:
+    base, _, change = variant.partition("+")
+    return LABELS[base] + (f" [{change}]" if change else "")
+
+
+def parse_change(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` of `--with`: VALUE as JSON where it parses ("2", "true"), else a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--with takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
 
 
 def load_tasks(args: argparse.Namespace) -> tuple[list[tuple[int, dict[str, Any]]], int, str]:
-    rows = humaneval_rows()
+    rows = humaneval_rows(HUMAN_EVAL_RANDOM_SPAN if args.set == "random-span" else HUMAN_EVAL)
     if args.tasks:
         by_id = {row["task_id"]: i for i, row in enumerate(rows)}
         missing = [t for t in args.tasks if t not in by_id]
@@ -131,7 +153,8 @@ def load_tasks(args: argparse.Namespace) -> tuple[list[tuple[int, dict[str, Any]
 def raw_phase(
     tasks: Sequence[tuple[int, dict[str, Any]]], settings: Settings
 ) -> dict[str, dict[str, Any]]:
-    """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"."""
+    """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"
+    (one line, for either set: the raw model has no other way to know where a span ends)."""
     backend = load_backend(model_specs(settings)[Role.COMPLETION])
     engine = Engine(backend, name="raw")
     out: dict[str, dict[str, Any]] = {}
@@ -199,10 +222,14 @@ def layout_document(row: dict[str, Any], layout: str) -> tuple[str, int]:
 
 
 async def ours_phase(
-    tasks: Sequence[tuple[int, dict[str, Any]]], options: dict[str, Any], layouts: Sequence[str]
+    tasks: Sequence[tuple[int, dict[str, Any]]],
+    options: dict[str, Any],
+    layouts: Sequence[str],
+    tail: str = "",
 ) -> dict[str, dict[str, Ours]]:
+    """The server's answers per layout (keys: the layout + `tail`, the changed setting)."""
     client = ServerClient(options)
-    out: dict[str, dict[str, Ours]] = {layout: {} for layout in layouts}
+    out: dict[str, dict[str, Ours]] = {layout + tail: {} for layout in layouts}
     try:
         status = await client.start()
         log.info("server ready: %s", status.get("model"))
@@ -247,7 +274,7 @@ async def ours_phase(
                     ours.program, ours.insert_start, ours.insert_end = program, start, end
                     ours.inserted = insert_text_of(items[0])
                 client.close(uri)
-                out[layout][row["task_id"]] = ours
+                out[layout + tail][row["task_id"]] = ours
             if (number + 1) % 25 == 0:
                 log.info("ours: %d/%d", number + 1, len(tasks))
     finally:
@@ -393,7 +420,9 @@ def analyze(
                 "items": o.items,
                 "inserted": o.inserted,
                 "empty": not o.items,
-                "duplicates_suffix": duplicates_suffix(o) if variant != "hole_nl" else None,
+                "duplicates_suffix": (
+                    duplicates_suffix(o) if not variant.startswith("hole_nl") else None
+                ),
                 "passed": passed,
                 "failure": failure,
                 "generated_tokens": o.generated_tokens,
@@ -402,7 +431,11 @@ def analyze(
                 "ms": round(o.seconds * 1000, 1),
                 "error": o.error,
             }
-            if variant != "hole_nl" and o.prompt_tokens is not None:
+            if (
+                "+" not in variant
+                and not variant.startswith("hole_nl")
+                and o.prompt_tokens is not None
+            ):
                 record["same_prompt_size_as_raw"] = o.prompt_tokens == raw[tid]["prompt_tokens"]
             if entry["raw"]["passed"] and not passed:
                 record["loss_reason"] = loss_reason(o, raw_text, variant)
@@ -417,10 +450,13 @@ def analyze(
         s["pass_at_1"] = s["passed"] / n if n else 0.0
         if variant != "raw":
             s["empty"] = sum(r["empty"] for r in rows)
-            if variant != "hole_nl":
+            if not variant.startswith("hole_nl"):
                 s["duplicates_suffix"] = sum(bool(r["duplicates_suffix"]) for r in rows)
                 s["modes"] = dict(collections.Counter(str(r["mode"]) for r in rows))
             pairs = list(zip(rows, per_task, strict=True))
+            times = sorted(r["ms"] for r in rows)
+            s["median_ms"] = times[len(times) // 2] if times else None
+            s["mean_ms"] = round(sum(times) / len(times), 1) if times else None
             s["wins_over_raw"] = sum(r["passed"] and not t["raw"]["passed"] for r, t in pairs)
             s["losses_to_raw"] = sum(t["raw"]["passed"] and not r["passed"] for r, t in pairs)
             s["loss_reasons"] = dict(
@@ -446,13 +482,13 @@ def print_report(
 ) -> None:
     n = summary["tasks"]
     print(
-        f"HumanEval single-line infilling: {n} of {config['tasks_in_set']} tasks "
+        f"HumanEval {config['set']} infilling: {n} of {config['tasks_in_set']} tasks "
         f"({config['selection']}); {config['model']}, greedy; raw max {config['max_tokens']} "
         f"tokens; timeout {config['timeout_s']:g} s"
     )
     header = (
         f"{'variant':<38} {'pass@1':>11} {'empty':>6} {'dup sfx':>7} {'wins':>5} "
-        f"{'losses':>6}  modes"
+        f"{'losses':>6} {'median ms':>9} {'mean ms':>8}  modes"
     )
     print(header + "\n" + "-" * (len(header) + 30))
     for variant in variants:
@@ -460,13 +496,14 @@ def print_report(
         modes = ", ".join(f"{k} {v}" for k, v in sorted(s.get("modes", {}).items()))
         dup = s.get("duplicates_suffix")
         print(
-            f"{LABELS[variant]:<38} {s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%} "
+            f"{label_of(variant):<38} {s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%} "
             f"{s['empty']:>6} {'-' if dup is None else dup:>7} "
-            f"{s.get('wins_over_raw', '-'):>5} {s.get('losses_to_raw', '-'):>6}  {modes}"
+            f"{s.get('wins_over_raw', '-'):>5} {s.get('losses_to_raw', '-'):>6} "
+            f"{s.get('median_ms', '-'):>9} {s.get('mean_ms', '-'):>8}  {modes}"
         )
     print(
         "dup sfx: suggestions that duplicate the suffix (target 0); wins/losses: tasks ours "
-        "passes and raw fails, and the reverse"
+        "passes and raw fails, and the reverse; ms: the server's answer time per request"
     )
     for variant in variants[1:]:
         reasons = summary[variant]["loss_reasons"]
@@ -528,6 +565,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(DEFAULT_LAYOUTS),
         help=f"documents per task, of {', '.join(LAYOUTS)} (default: %(default)s)",
     )
+    parser.add_argument(
+        "--set",
+        choices=("single-line", "random-span"),
+        default="single-line",
+        help="HumanEval infilling set (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--with",
+        dest="changes",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also run the server with this setting changed (repeatable), side by side",
+    )
     parser.add_argument("--model", help="completion model (default: the default one)")
     parser.add_argument("--json", type=Path, default=RESULTS / "humaneval.json", help="output")
     args = parser.parse_args(argv)
@@ -538,7 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     layouts = [x for x in args.layouts.split(",") if x]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         raise SystemExit(f"--layouts takes some of {', '.join(LAYOUTS)}")
-    variants = variants_of(layouts)
+    variants = variants_of(layouts, args.changes, single_line=args.set == "single-line")
     tasks, total, how = load_tasks(args)
     options: dict[str, Any] = {"debounceMs": 0}
     if args.model:
@@ -556,6 +607,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     ours = asyncio.run(ours_phase(tasks, options, layouts))
     ours_s = time.perf_counter() - t0
+    changed_s: dict[str, float] = {}
+    for change in args.changes:
+        key, value = parse_change(change)
+        log.info("ours with %s: %d tasks through the server", change, len(tasks))
+        t0 = time.perf_counter()
+        ours |= asyncio.run(ours_phase(tasks, {**options, key: value}, layouts, f"+{change}"))
+        changed_s[change] = round(time.perf_counter() - t0, 1)
 
     programs: dict[str, str] = {}
     for _, row in tasks:
@@ -565,7 +623,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         programs[f"raw:{tid}"] = full_program(row["prompt"] + completion + row["suffix"], row)
         for variant in variants[1:]:
             o = ours[layout_of(variant)][tid]
-            program = hole_nl_program(o) if variant == "hole_nl" else o.program
+            nl = variant.startswith("hole_nl")
+            program = hole_nl_program(o) if nl else o.program
             programs[f"{variant}:{tid}"] = full_program(program or o.document, row)
     distinct: dict[str, str] = {}
     key_of: dict[str, str] = {}
@@ -581,6 +640,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = {
         "model": Path(spec.path).name,
         "model_path": str(spec.path),
+        "set": args.set,
+        "changes": args.changes,
         "tasks_in_set": total,
         "selection": how,
         "task_indices": [i for i, _ in tasks],
@@ -593,6 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": {
             "raw": round(raw_s, 1),
             "ours": round(ours_s, 1),
+            **{f"ours+{change}": seconds for change, seconds in changed_s.items()},
             "scoring": round(score_s, 1),
             "total": round(time.perf_counter() - started, 1),
         },

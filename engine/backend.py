@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.detokenizer import Detokenizer
 from engine.prefix_cache import CacheStatus
-from engine.types import SamplingParams
+from engine.types import SamplingParams, Scores
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +95,26 @@ class Backend(abc.ABC):
         they can of earlier prompts: the live KV cache, or the state kept for `cache_key`'s
         document (`cache_status`).
         """
+
+    @property
+    def can_score(self) -> bool:
+        """Whether `score` is implemented (a reranker is only offered where it is)."""
+        return False
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        top: int,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> Scores | None:
+        """Log-probabilities of each continuation's tokens after `prompt_ids`, and the `top`
+        most likely tokens after the prompt; None if `cancelled` stopped it. Runs only on the
+        model's worker thread; reuses the KV cache as `iter_token_ids` does, and leaves the
+        prompt in it (a generation from the same prompt then starts at once)."""
+        raise NotImplementedError(f"the {self.info.backend} backend does not score text")
 
     @property
     def last_prefill_tokens(self) -> int | None:

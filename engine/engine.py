@@ -29,7 +29,7 @@ from typing import Generic, TypeVar
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
 from engine.prefix_cache import CacheStatus
-from engine.types import FinishReason, GenerationRequest, TextDelta
+from engine.types import FinishReason, GenerationRequest, ScoreRequest, Scores, TextDelta
 from engine.worker import END, Job, JobRecord, JobStats, Worker
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,16 @@ class BaseEngine(abc.ABC):
         """What the engine keeps of earlier prompts; None if it keeps nothing (or cannot say)."""
         return None
 
+    @property
+    def can_score(self) -> bool:
+        """Whether `score` works here (a remote server gives no log-probabilities of text)."""
+        return False
+
+    async def score(self, request: ScoreRequest) -> Scores | None:
+        """Log-probabilities of the request's continuations (`ScoreRequest`); None if the
+        request was cancelled. Cancelling the awaiting task stops the model's work."""
+        raise NotImplementedError(f"{self.info.backend} models cannot score text")
+
     async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
         """Run a request to the end and return each choice whole."""
         n = request.sampling.n
@@ -236,6 +246,29 @@ class Engine(BaseEngine):
             # the stream early: abort the job so the model stops within one token.
             if not finished:
                 job.cancelled.set()
+            self._jobs.remove(request.request_id)
+
+    @property
+    def can_score(self) -> bool:
+        return self.backend.can_score
+
+    async def score(self, request: ScoreRequest) -> Scores | None:
+        if not self.backend.can_score:
+            return await super().score(request)
+        channel = _Channel(asyncio.get_running_loop())
+        job = Job(request=request, emit=channel.put)
+        self._jobs.add(request.request_id, job)
+        self._worker.submit(job)
+        result: Scores | None = None
+        try:
+            while (item := await channel.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                assert isinstance(item, Scores)
+                result = item
+            return result
+        finally:
+            job.cancelled.set()  # a no-op once it has ended; stops it when we were cancelled
             self._jobs.remove(request.request_id)
 
     def cancel(self, request_id: str) -> bool:

@@ -154,3 +154,40 @@ class TextDelta:
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoreRequest:
+    """How likely the model finds each of some continuations of one prompt, and which tokens
+    it finds most likely next: what a reranker asks (no text is generated).
+
+    The prompt is evaluated once (from the KV cache where it can be, like a generation's);
+    each continuation is then evaluated after it on its own.
+    """
+
+    prompt_token_ids: tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...] = ()
+    #: How many of the most likely tokens after the prompt to report (0: none).
+    top: int = 0
+    role: Role = Role.COMPLETION
+    request_id: str = field(default_factory=next_request_id)
+    cache_key: str | None = None  # as in GenerationRequest
+
+    def __post_init__(self) -> None:
+        if not self.prompt_token_ids:
+            raise ValueError("the prompt has no tokens")
+        if self.top < 0:
+            raise ValueError(f"top must not be negative, got {self.top}")
+        if any(not c for c in self.continuations):
+            raise ValueError("a continuation must have at least one token")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scores:
+    """A `ScoreRequest`'s answer: natural-log probabilities."""
+
+    #: Per continuation, each of its tokens' log-probability given the prompt and the
+    #: continuation's tokens before it.
+    continuations: tuple[tuple[float, ...], ...]
+    #: The `top` most likely tokens after the prompt, most likely first: (id, log-probability).
+    top: tuple[tuple[int, float], ...]

@@ -21,7 +21,7 @@ from engine.backend import Backend
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.output import OutputProcessor
 from engine.prompts import render_chat
-from engine.types import FinishReason, GenerationRequest, Role, TextDelta
+from engine.types import FinishReason, GenerationRequest, Role, ScoreRequest, TextDelta
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,12 @@ END = object()
 
 @dataclass(slots=True)
 class Job:
-    """A request on its way through the worker. `emit` must be safe to call from any thread."""
+    """A request on its way through the worker. `emit` must be safe to call from any thread.
 
-    request: GenerationRequest
+    A generation emits its deltas; a scoring emits one `Scores` (none if it was cancelled).
+    """
+
+    request: GenerationRequest | ScoreRequest
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Set (before `cancelled`) when the engine stops: the job ends with this error instead
@@ -110,6 +113,7 @@ class _Run:
         "job",
         "processor",
         "prompt_ids",
+        "request",
         "started",
         "submitted",
     )
@@ -123,7 +127,9 @@ class _Run:
         prompt_ids: list[int],
         processor: OutputProcessor,
     ) -> None:
+        assert isinstance(job.request, GenerationRequest)
         self.job = job
+        self.request = job.request
         self.submitted = submitted
         self.started = started
         self.prompt_ids = prompt_ids
@@ -213,6 +219,9 @@ class Worker:
 
     def _serve(self, item: tuple[Job, float] | _Run) -> bool:
         """Run a job until it ends (False) or yields to a completion job (True)."""
+        if not isinstance(item, _Run) and isinstance(item[0].request, ScoreRequest):
+            self._score(*item)
+            return False
         run = item if isinstance(item, _Run) else self._start(*item)
         if run is None:
             return False
@@ -236,8 +245,55 @@ class Worker:
         self._finish(run)
         return False
 
+    def _score(self, job: Job, submitted: float) -> None:
+        """A scoring runs to its end at once: it is as short as a prompt evaluation."""
+        request = job.request
+        assert isinstance(request, ScoreRequest)
+        started = time.perf_counter()
+        if job.aborted is not None:
+            job.emit(job.aborted)
+            return
+        try:
+            scores = self.backend.score(
+                request.prompt_token_ids,
+                request.continuations,
+                request.top,
+                job.cancelled,
+                cache_key=request.cache_key,
+            )
+        except EngineError as e:
+            job.emit(e)
+            return
+        if job.aborted is not None:
+            job.emit(job.aborted)
+            return
+        if scores is not None:
+            job.emit(scores)
+        stats = JobStats(
+            request_id=request.request_id,
+            prompt_tokens=len(request.prompt_token_ids) + sum(map(len, request.continuations)),
+            prompt_evaluated=self.backend.last_prefill_tokens,
+            generated_tokens=0,
+            queued_seconds=started - submitted,
+            first_token_seconds=None,
+            total_seconds=time.perf_counter() - started,
+            finish_reasons=(),
+        )
+        self.record.add(stats)
+        log.info(
+            "%s %s: scored %d continuations after %d prompt tokens (%s evaluated) in %.0f ms%s",
+            self.name,
+            request.request_id,
+            len(request.continuations),
+            len(request.prompt_token_ids),
+            "?" if stats.prompt_evaluated is None else stats.prompt_evaluated,
+            stats.total_seconds * 1000,
+            "" if scores is not None else ", cancelled",
+        )
+
     def _start(self, job: Job, submitted: float) -> _Run | None:
         request = job.request
+        assert isinstance(request, GenerationRequest)
         started = time.perf_counter()
         if job.aborted is not None:
             job.emit(job.aborted)
@@ -279,7 +335,7 @@ class Worker:
     def _advance(self, run: _Run) -> bool:
         """Generate the choices one after another, each with its own seed and stop state.
         True when the run yields to a completion job before it is done."""
-        job, processor, sampling = run.job, run.processor, run.job.request.sampling
+        job, processor, sampling = run.job, run.processor, run.request.sampling
         while run.index < sampling.n:
             index = run.index
             choice = sampling.for_choice(index)
@@ -314,7 +370,7 @@ class Worker:
         return False
 
     def _finish(self, run: _Run) -> None:
-        job, processor, request = run.job, run.processor, run.job.request
+        job, processor, request = run.job, run.processor, run.request
         if job.aborted is not None and not processor.all_finished:
             processor.cancel()  # recorded as cancelled; the caller gets the reason instead
             job.emit(job.aborted)

@@ -38,6 +38,7 @@ from engine.prompts import (
     repo_section,
 )
 from engine.types import Role
+from lsp_server.rerank import Scorer
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,9 @@ class CompletionModel:
     #: Whether the model takes other files' code in its family's repository format
     #: (`repo_section`); without it, other-file context is written as plain text.
     repo_files: bool = False
+    #: What ranking candidate lines needs (lsp_server/rerank.py); None where the model
+    #: cannot score text (a remote server).
+    scorer: Scorer | None = None
 
     @classmethod
     def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
@@ -166,6 +170,13 @@ class CompletionModel:
         assert isinstance(engine, Engine)
         backend = engine.backend
         fim = _local_fim(backend, fim_family)
+        scorer = None
+        if engine.can_score:
+            scorer = Scorer(
+                engine=engine,
+                tokenize=functools.partial(backend.tokenize, add_bos=False, special=False),
+                detokenize=backend.detokenize,
+            )
         return cls(
             engine=engine,
             fim=fim,
@@ -179,6 +190,7 @@ class CompletionModel:
                 has_token=lambda t: backend.special_token_id(t) is not None,
             )
             is not None,
+            scorer=scorer,
         )
 
 

@@ -43,6 +43,7 @@ from lsp_server.postprocess import (
     decide_mode,
     fit_completion,
 )
+from lsp_server.rerank import Ranking, best_lines, following_code, hint_prompt
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class Prompt:
     tokens: int  # how many tokens it has (estimated for a remote model)
     stop_token_ids: tuple[int, ...]
     healed_indent: str  # cursor-line indentation left out of the prompt (see `_heal`)
+    prefix: str  # the code before the cursor that the prompt holds (healed)
+    lead: str = ""  # plain text before `prefix` (other files' snippets, for a model without FIM)
 
     def request(self, **fields: Any) -> GenerationRequest:
         """A request with this prompt: its ids, or its text where the engine tokenizes it."""
@@ -99,7 +102,7 @@ def build_prompt(
         suffix_budget=settings.suffix_tokens if model.fim else 0,
     )
     prefix, indent = _heal(window.prefix)
-    lead_tokens = 0
+    lead, lead_tokens = "", 0
     if context is None or not context.snippets:
         prompt = model.render(prefix, window.suffix)
     elif model.repo_files:
@@ -122,6 +125,8 @@ def build_prompt(
         ),
         stop_token_ids=prompt.stop_token_ids,
         healed_indent=indent,
+        prefix=prefix,
+        lead=lead,
     )
 
 
@@ -185,17 +190,44 @@ class Plan:
     mode: CompletionMode
     prompt: Prompt
     requests: tuple[GenerationRequest, ...]  # the greedy one, then the sampled ones
+    #: Set when the first request's answer is candidate lines ranked by the code after them.
+    ranking: Ranking | None = None
 
 
 #: What identifies a model answer: the same prompt, sampling and stops get the same raw texts
-#: (and the same indentation taken back, which decides where a multi-line one was stopped).
-AnswerKey = tuple[str, SamplingParams, StopConditions, str]
+#: (and the same indentation taken back, which decides where a multi-line one was stopped;
+#: and the same ranking, which decides which lines come first).
+AnswerKey = tuple[str, SamplingParams, StopConditions, str, Ranking | None]
 #: The raw text of each choice and how it ended.
 RawTexts = list[tuple[str, FinishReason | None]]
 
 
 def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
-    return (plan.prompt.text, request.sampling, request.stops, plan.prompt.healed_indent)
+    ranking = plan.ranking if request is plan.requests[0] else None
+    return (plan.prompt.text, request.sampling, request.stops, plan.prompt.healed_indent, ranking)
+
+
+def ranks_lines(model: CompletionModel, settings: Settings) -> bool:
+    """Whether single-line suggestions are chosen by the code after the cursor (rerank.py):
+    for a model without FIM tokens that can score text, where the setting allows."""
+    if model.fim is not None or model.scorer is None or settings.suffix_ranking == "off":
+        return False
+    return settings.suffix_ranking == "on" or not model.engine.info.device.startswith("cpu")
+
+
+def _ranking(
+    model: CompletionModel, snap: DocumentSnapshot, ctx: CursorContext, prompt: Prompt
+) -> Ranking | None:
+    following = following_code(ctx.prefix, ctx.suffix)
+    if following is None or prompt.token_ids is None:
+        return None
+    hint = hint_prompt(prompt.prefix, following, snap.language_id)
+    return Ranking(
+        following=following,
+        # After the other files' snippets too, so that its candidates know what they know.
+        hint_ids=None if hint is None else model.render(prompt.lead + hint, "").token_ids,
+        language_id=snap.language_id,
+    )
 
 
 def plan_for(
@@ -227,7 +259,10 @@ def plan_for(
     if wanted > 1:
         sampled = _sampling(settings, mode, n=wanted, greedy=False)
         requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
-    return Plan(ctx=ctx, mode=mode, prompt=prompt, requests=tuple(requests))
+    ranking = None
+    if mode is CompletionMode.SINGLE_LINE and ranks_lines(model, settings):
+        ranking = _ranking(model, snap, ctx, prompt)
+    return Plan(ctx=ctx, mode=mode, prompt=prompt, requests=tuple(requests), ranking=ranking)
 
 
 async def suggest(
@@ -261,9 +296,7 @@ async def suggest(
             if texts is None:
                 ahead.interrupt()  # the model is needed here
         if texts is None:
-            texts = await _generate(
-                model, request, ctx, mode, prompt.healed_indent, stop_early=request.sampling.n == 1
-            )
+            texts = await _answer(model, plan, request)
         for raw, finish in texts:
             generated += 1
             if mode is CompletionMode.MULTI_LINE and finish is FinishReason.LENGTH:
@@ -399,9 +432,7 @@ class Speculator:
             future: asyncio.Future[RawTexts] = loop.create_future()
             self._running[key] = future
             try:
-                texts = await _generate(
-                    model, request, plan.ctx, plan.mode, plan.prompt.healed_indent, stop_early=True
-                )
+                texts = await _answer(model, plan, request)
             except asyncio.CancelledError:
                 future.cancel()
                 raise
@@ -415,6 +446,25 @@ class Speculator:
             self._answers[key] = texts
             while len(self._answers) > self._keep:
                 self._answers.popitem(last=False)
+
+
+async def _answer(model: CompletionModel, plan: Plan, request: GenerationRequest) -> RawTexts:
+    """What the model answers `request` of `plan` with: candidate lines ranked by the code
+    after them, most likely first (the plan's first request, when it ranks); else its
+    generated choices."""
+    scorer, ids = model.scorer, plan.prompt.token_ids
+    if plan.ranking is not None and request is plan.requests[0] and scorer and ids:
+        ranked = await best_lines(scorer, ids, plan.ranking, request)
+        if ranked:
+            return [(line.text, FinishReason.STOP) for line in ranked]
+    return await _generate(
+        model,
+        request,
+        plan.ctx,
+        plan.mode,
+        plan.prompt.healed_indent,
+        stop_early=request.sampling.n == 1,
+    )
 
 
 async def _generate(

@@ -116,6 +116,10 @@ class Settings:
     # Answers computed while the model is idle (inline.Speculator): 0 none; 1 the document
     # once the shown suggestion is accepted; 2 also the next line after a single-line one.
     speculative_suggestions: int = _setting(2, _int(0, 2))
+    # The code after the cursor chooses among candidate lines (lsp_server/rerank.py), for a
+    # model without FIM tokens: "auto" where the model runs on a GPU (several times a plain
+    # suggestion's work: too slow for every keystroke on a laptop CPU).
+    suffix_ranking: str = _setting("auto", _choice("auto", "on", "off"))
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
     # Other open documents' snippets, first in the prompt (neighbors.py), on top of the two

@@ -18,6 +18,7 @@ from engine.types import (
     GenerationRequest,
     Role,
     SamplingParams,
+    ScoreRequest,
     StopConditions,
     TextDelta,
 )
@@ -281,3 +282,28 @@ async def test_a_worker_that_does_not_stop_keeps_its_model() -> None:
         await job  # the token in progress ends, and the job with the reason
     await asyncio.to_thread(engine.close)
     assert backend.freed_while == [False]
+
+
+async def test_a_scoring_job_answers_through_the_worker_and_is_recorded(make_engine) -> None:
+    def log_prob(context, token: int) -> float:
+        return -0.5 if token == byte_ids("b")[0] else -3.0
+
+    engine, _backend = make_engine(log_prob=log_prob)
+    assert engine.can_score
+    prompt = tuple(byte_ids("a"))
+    scores = await engine.score(
+        ScoreRequest(prompt_token_ids=prompt, continuations=(tuple(byte_ids("bc")),), top=1)
+    )
+    assert scores is not None
+    assert scores.continuations == ((-0.5, -3.0),)
+    assert scores.top == ((byte_ids("b")[0], -0.5),)
+    total, recent = engine.job_record.snapshot()
+    assert total == 1
+    assert recent[-1].generated_tokens == 0
+
+
+async def test_an_engine_whose_model_cannot_score_says_so(make_engine) -> None:
+    engine, _ = make_engine()
+    assert not engine.can_score
+    with pytest.raises(NotImplementedError):
+        await engine.score(ScoreRequest(prompt_token_ids=(1, 2)))

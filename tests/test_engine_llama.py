@@ -16,6 +16,7 @@ from engine.types import (
     GenerationRequest,
     Role,
     SamplingParams,
+    ScoreRequest,
     StopConditions,
 )
 
@@ -147,3 +148,73 @@ async def test_chat_uses_the_models_template_and_stops_at_its_end_token(
 def test_end_of_generation_tokens_come_from_the_model(completion_backend: LlamaCppBackend) -> None:
     assert {1, 106} <= completion_backend.eog_token_ids  # <eos>, <end_of_turn>
     assert completion_backend.vocab.adds_bos  # Gemma needs its BOS
+
+
+# --- scoring (the log-probabilities a reranker asks for) ---------------------------------------
+
+
+def reference_log_probs(
+    backend: LlamaCppBackend, prompt_ids: list[int], continuation: list[int]
+) -> list[float]:
+    """Each continuation token's log-probability from llama.cpp's own Python API, its model
+    loaded afresh with every position's logits kept."""
+    import llama_cpp
+    import numpy as np
+
+    from engine.backends.llama_cpp import llama_params
+    from engine.models import ModelOptions, ModelSpec, model_spec
+
+    spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
+    assert isinstance(spec, ModelSpec)
+    llm = llama_cpp.Llama(**{**llama_params(spec), "logits_all": True})
+    try:
+        llm.eval([*prompt_ids, *continuation])
+        out = []
+        for i, token in enumerate(continuation):
+            row = np.asarray(llm.scores[len(prompt_ids) + i - 1], dtype=np.float64)
+            row -= row.max()
+            out.append(float(row[token] - np.log(np.exp(row).sum())))
+        return out
+    finally:
+        llm.close()
+
+
+async def test_scores_are_the_models_log_probabilities_and_the_prompt_stays_cached(
+    completion_engine: Engine, completion_backend: LlamaCppBackend
+) -> None:
+    backend = completion_backend
+    prompt = 'def add(a, b):\n    """Add two numbers."""\n    return'
+    prompt_ids = backend.tokenize(prompt, add_bos=True, special=False)
+    right = backend.tokenize(" a + b\n", add_bos=False, special=False)
+    wrong = backend.tokenize(" a - b\n", add_bos=False, special=False)
+    scores = await completion_engine.score(
+        ScoreRequest(
+            prompt_token_ids=tuple(prompt_ids), continuations=(tuple(right), tuple(wrong)), top=4
+        )
+    )
+    assert scores is not None
+    got_right, got_wrong = scores.continuations
+    # Batched evaluation differs from llama.cpp's one-by-one numbers only in rounding.
+    assert got_right == pytest.approx(reference_log_probs(backend, prompt_ids, right), abs=0.15)
+    assert got_wrong == pytest.approx(reference_log_probs(backend, prompt_ids, wrong), abs=0.15)
+    assert sum(got_right) > sum(got_wrong) + 5  # the model knows how to add
+    (greedy_choice,) = await completion_engine.collect(
+        GenerationRequest(prompt_token_ids=tuple(prompt_ids), sampling=SamplingParams(max_tokens=3))
+    )
+    assert backend.last_prefill_tokens == 1  # the scoring left the prompt in the cache
+    assert scores.top[0][0] == greedy_choice.token_ids[0]
+    assert [p for _, p in scores.top] == sorted((p for _, p in scores.top), reverse=True)
+
+
+async def test_a_scoring_over_the_context_is_a_clear_error(completion_engine: Engine) -> None:
+    size = completion_engine.info.context_size
+    with pytest.raises(PromptTooLongError):
+        await completion_engine.score(
+            ScoreRequest(prompt_token_ids=(2,) * (size - 2), continuations=((3, 4, 5),))
+        )
+
+
+def test_a_cancelled_scoring_returns_nothing(completion_backend: LlamaCppBackend) -> None:
+    cancelled = threading.Event()
+    cancelled.set()
+    assert completion_backend.score([2, 3, 4], [[5]], 3, cancelled) is None

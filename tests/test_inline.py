@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import pytest
 from lsp_helpers import wait_until
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
+from lsp_server import rerank
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
 from lsp_server.inline import (
@@ -306,3 +308,73 @@ async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> N
     )
     await ahead.idle()
     assert len(backend.calls) == 1
+
+
+# --- lines ranked by the code after the cursor (a model without FIM tokens) ---------------------
+
+RANKED_DOC = "x = 1\ny = |\nprint(y + 6)\n"
+
+
+def ranking_model(
+    make_model, monkeypatch, device: str = "cpu"
+) -> tuple[CompletionModel, FakeBackend]:
+    """A "model" without FIM tokens whose first tokens are b, a, c (in that order), whose
+    branches play 1, 2, 3 after the plain prompt and 4, 5, 6 after the second one, and which
+    finds "c" and "6" the most likely text to score."""
+    monkeypatch.setattr(rerank, "CANDIDATES", 3)
+    first = {byte_ids("b")[0]: -0.1, byte_ids("a")[0]: -0.5, byte_ids("c")[0]: -1.0}
+    (c, six) = byte_ids("c6")
+
+    def log_prob(context, token: int) -> float:
+        if token == six and context[-1] == c:
+            return -0.01
+        return first.get(token, -5.0)
+
+    model, backend = make_model(["1", "2", "3", "4", "5", "6"], log_prob=log_prob, device=device)
+    engine = model.engine
+    return CompletionModel.of(engine, "none"), backend
+
+
+async def test_ranking_picks_the_line_the_code_after_it_makes_most_likely(
+    make_model, monkeypatch
+) -> None:
+    model, backend = ranking_model(make_model, monkeypatch)
+    settings = replace(SETTINGS, suffix_ranking="on")
+    result = await suggest(model, snap_at(RANKED_DOC), settings, invoked=True)
+    # "c6": neither the greedy first token nor the plain prompt's line; every line scored.
+    assert [s.text for s in result.suggestions] == ["c6", "b1", "b4"]
+    bos = SPECIAL_TOKENS["<bos>"]
+    prompts = {call.prompt_ids[:40] for call in backend.calls}
+    hint = (bos, *byte_ids("# The code after the missing line:\n# print(y + 6)\n\nx = 1\ny = "))
+    assert hint[:40] in prompts  # the second prompt shows the code after the cursor first
+    *_, (scored_prompt, continuations) = backend.scored
+    assert scored_prompt == (bos, *byte_ids("x = 1\ny = "))
+    assert {bytes(t - 16 for t in c[:3]) for c in continuations} >= {b"c6\n", b"b1\n", b"a2\n"}
+    assert all(c[3:] == tuple(byte_ids("print(y + 6)\n")) for c in continuations)
+
+
+@pytest.mark.parametrize("setting", ["off", "auto"])
+async def test_no_ranking_when_off_or_on_a_cpu_by_default(
+    make_model, monkeypatch, setting: str
+) -> None:
+    model, backend = ranking_model(make_model, monkeypatch)
+    settings = replace(SETTINGS, suffix_ranking=setting)
+    result = await suggest(model, snap_at(RANKED_DOC), settings, invoked=False)
+    assert [s.text for s in result.suggestions] == ["1"]  # the plain greedy answer
+    assert backend.scored == []
+
+
+async def test_ranking_is_on_by_default_where_the_model_runs_on_a_gpu(
+    make_model, monkeypatch
+) -> None:
+    model, backend = ranking_model(make_model, monkeypatch, device="cuda:0")
+    result = await suggest(model, snap_at(RANKED_DOC), SETTINGS, invoked=False)
+    assert [s.text for s in result.suggestions] == ["c6"]
+    assert backend.scored
+
+
+async def test_no_ranking_when_code_follows_the_cursor_on_its_line(make_model, monkeypatch) -> None:
+    model, backend = ranking_model(make_model, monkeypatch)
+    settings = replace(SETTINGS, suffix_ranking="on")
+    await suggest(model, snap_at("x = 1\ny = f(|, 2)\n"), settings, invoked=False)
+    assert backend.scored == []

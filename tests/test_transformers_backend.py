@@ -36,6 +36,7 @@ from engine.types import (  # noqa: E402
     ChatMessage,
     GenerationRequest,
     SamplingParams,
+    ScoreRequest,
     StopConditions,
 )
 from engine.worker import prepare_prompt_ids  # noqa: E402
@@ -185,6 +186,49 @@ async def test_the_same_prompt_again_feeds_one_token_for_fresh_logits(
     (second,) = await engine.collect(greedy(PROMPT))
     assert backend.last_prefill_tokens == 1
     assert second.token_ids == first.token_ids
+
+
+def reference_log_probs(
+    model: Any, prompt_ids: Sequence[int], continuation: Sequence[int]
+) -> list[float]:
+    """Each continuation token's log-probability, from one forward over the whole text."""
+    ids = [*prompt_ids, *continuation]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), use_cache=False).logits[0].float()
+    rows = torch.log_softmax(logits, dim=-1)
+    return [float(rows[len(prompt_ids) + i - 1, t]) for i, t in enumerate(continuation)]
+
+
+async def test_scores_equal_one_forward_over_the_whole_text_and_the_prompt_stays_cached(
+    engine: Engine, backend: TransformersBackend, reference: Any
+) -> None:
+    prompt_ids = backend.tokenize(PROMPT, add_bos=True)
+    continuations = (
+        tuple(backend.tokenize(" return s == s[::-1]", add_bos=False)),
+        tuple(backend.tokenize(" pass", add_bos=False)),
+    )
+    scores = await engine.score(
+        ScoreRequest(prompt_token_ids=tuple(prompt_ids), continuations=continuations, top=3)
+    )
+    assert scores is not None
+    for got, continuation in zip(scores.continuations, continuations, strict=True):
+        assert got == pytest.approx(
+            reference_log_probs(reference, prompt_ids, continuation), abs=1e-4
+        )
+    # The most likely next tokens are what greedy decoding writes first, most likely first.
+    (first,) = reference_greedy(reference, prompt_ids, 1)
+    assert scores.top[0][0] == first
+    assert [p for _, p in scores.top] == sorted((p for _, p in scores.top), reverse=True)
+    # Generating after the same prompt feeds one token: the scoring left the prompt cached.
+    (result,) = await engine.collect(
+        GenerationRequest(
+            prompt_token_ids=tuple(prompt_ids),
+            sampling=SamplingParams(max_tokens=4),
+            stops=StopConditions(ignore_eos=True),
+        )
+    )
+    assert backend.last_prefill_tokens == 1
+    assert list(result.token_ids) == reference_greedy(reference, prompt_ids, 4)
 
 
 @pytest.mark.parametrize("stop", ["cancel", "close"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.models import DEFAULT_CONTEXT_SIZE
-from engine.types import SamplingParams
+from engine.types import SamplingParams, Scores
 
 SPECIAL_TOKENS: dict[str, int] = {
     "<bos>": 0,
@@ -59,9 +59,14 @@ class FakeBackend(Backend):
     step_seconds: float = 0.0
     fail_after: int | None = None  # raise RuntimeError after this many tokens
     name: str = "fake"
+    device: str = "cpu"  # what ModelInfo reports (nothing runs anywhere)
     calls: list[FakeCall] = field(default_factory=list)
     _plays: list[tuple[tuple[int, ...], list[int]]] = field(default_factory=list)
     on_step: Callable[[FakeCall], None] | None = None
+    #: The "model's" log-probability of a token after some ids, for `score`; None: this
+    #: backend cannot score (like a remote one).
+    log_prob: Callable[[Sequence[int], int], float] | None = None
+    scored: list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -70,7 +75,7 @@ class FakeBackend(Backend):
             name=self.name,
             path="<fake>",
             backend="fake",
-            device="cpu",
+            device=self.device,
             context_size=self.context,
             vocab_size=BYTE_OFFSET + 256 + len(self.pieces),
             eog_tokens=tuple((i, names.get(i, str(i))) for i in self.eog_ids),
@@ -159,3 +164,32 @@ class FakeBackend(Backend):
             if self.on_step is not None:
                 self.on_step(call)
             yield token_id
+
+    @property
+    def can_score(self) -> bool:
+        return self.log_prob is not None
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        top: int,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> Scores | None:
+        if self.log_prob is None:
+            return Backend.score(self, prompt_ids, continuations, top, cancelled)
+        log_prob = self.log_prob
+        prompt = tuple(prompt_ids)
+        self.scored.append((prompt, tuple(tuple(c) for c in continuations)))
+        if cancelled.is_set():
+            return None
+        scored = tuple(
+            tuple(log_prob((*prompt, *c[:i]), t) for i, t in enumerate(c)) for c in continuations
+        )
+        ranked = sorted(range(self.info.vocab_size), key=lambda t: -log_prob(prompt, t))
+        return Scores(
+            continuations=scored,
+            top=tuple((t, log_prob(prompt, t)) for t in ranked[:top]),
+        )

@@ -28,11 +28,11 @@ import numpy.typing as npt
 
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
-from engine.errors import BackendUnavailableError, ModelLoadError
+from engine.errors import BackendUnavailableError, ModelLoadError, PromptTooLongError
 from engine.gguf_file import diagnose
 from engine.prefix_cache import CacheStatus, PrefixCache
 from engine.threads import ThreadPolicy, default_max_threads
-from engine.types import SamplingParams
+from engine.types import SamplingParams, Scores
 
 if TYPE_CHECKING:
     from engine.models import ModelSpec
@@ -256,6 +256,79 @@ class LlamaCppBackend(Backend):
         finally:
             tokens.close()
             self._cache.set_live(cache_key, llm.n_tokens)
+
+    @property
+    def can_score(self) -> bool:
+        return True
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        top: int,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> Scores | None:
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        longest = max((len(c) for c in continuations), default=0)
+        if len(prompt) + longest > self.context_size:
+            raise PromptTooLongError(len(prompt) + longest, self.context_size)
+        if cancelled.is_set() or not self._evaluate_prefix(prompt, cache_key, cancelled):
+            return None
+        # The prompt's last token gives the distribution of every continuation's first token;
+        # each continuation then goes on top of the prompt, in place of the one before.
+        after_prompt = self._log_probs(prompt[-1:], len(prompt) - 1)[0]
+        scored = []
+        for continuation in continuations:
+            if cancelled.is_set():
+                return None
+            rows = self._log_probs(list(continuation[:-1]), len(prompt))
+            scored.append(
+                (
+                    float(after_prompt[continuation[0]]),
+                    *(float(row[t]) for row, t in zip(rows, continuation[1:], strict=True)),
+                )
+            )
+        self._last_prefill_tokens += sum(len(c) - 1 for c in continuations)
+        self._truncate(len(prompt))  # the prompt stays: a generation after it starts at once
+        self._cache.set_live(cache_key, self._llm.n_tokens)
+        best = np.argsort(after_prompt)[::-1][:top]
+        return Scores(
+            continuations=tuple(scored),
+            top=tuple((int(t), float(after_prompt[t])) for t in best),
+        )
+
+    def _log_probs(self, ids: list[int], at: int) -> npt.NDArray[np.float32]:
+        """Evaluate `ids` at position `at` (the cache cut there first) with every position's
+        logits: each row is the log-probabilities of the token after that position. The
+        generation path keeps only the last position's logits; llama.cpp decides per batch."""
+        llm = self._llm
+        self._truncate(at)
+        n_vocab = self.info.vocab_size
+        out = np.empty((len(ids), n_vocab), dtype=np.float32)
+        for start in range(0, len(ids), llm.n_batch):
+            batch = ids[start : start + llm.n_batch]
+            self._use_threads()
+            llm._batch.set_batch(batch=batch, n_past=llm.n_tokens, logits_all=True)
+            llm._ctx.decode(llm._batch)
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(batch), n_vocab))
+            out[start : start + len(batch)] = logits
+            llm.input_ids[llm.n_tokens : llm.n_tokens + len(batch)] = batch
+            llm.n_tokens += len(batch)
+        # log-softmax, row by row, shifted by each row's maximum so that exp cannot overflow
+        out -= out.max(axis=1, keepdims=True)
+        out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
+        return out
+
+    def _truncate(self, length: int) -> None:
+        """Drop the live cache's tokens from position `length` on."""
+        llm = self._llm
+        if llm.n_tokens > length:
+            llm._ctx.kv_cache_seq_rm(0, length, -1)
+            llm.n_tokens = length
 
     def _evaluate_prefix(
         self, prompt: list[int], cache_key: str | None, cancelled: threading.Event

@@ -35,7 +35,7 @@ from engine.models import ModelSpec, check_device
 from engine.prefix_cache import CacheStatus, PrefixCache
 from engine.prefix_cache import common_prefix as _common_prefix
 from engine.sampling import Sampler
-from engine.types import SamplingParams
+from engine.types import SamplingParams, Scores
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +194,67 @@ class TransformersBackend(Backend):
         finally:
             self._kept.set_live(cache_key, len(self._cached_ids))
 
+    @property
+    def can_score(self) -> bool:
+        return True
+
+    def score(
+        self,
+        prompt_ids: Sequence[int],
+        continuations: Sequence[Sequence[int]],
+        top: int,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> Scores | None:
+        if self._model is None:
+            raise RuntimeError(f"the model {self.info.name} is closed")
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        longest = max((len(c) for c in continuations), default=0)
+        if len(prompt) + longest > self.context_size:
+            raise PromptTooLongError(len(prompt) + longest, self.context_size)
+        if cancelled.is_set():
+            return None
+        logits = self._prefill(prompt, cache_key, cancelled)
+        if logits is None:
+            return None
+        after_prompt = torch.log_softmax(logits, dim=-1)
+        scored = []
+        try:
+            for continuation in continuations:
+                if cancelled.is_set():
+                    return None
+                rows = after_prompt[None, :]
+                if len(continuation) > 1:
+                    # Every position's logits, then the cache cut back to the prompt.
+                    fed = self._feed(list(continuation[:-1]), keep=len(continuation) - 1)
+                    self._last_prefill_tokens += len(continuation) - 1
+                    rows = torch.cat([rows, torch.log_softmax(fed, dim=-1)])
+                    self._crop(len(prompt))
+                picked = rows.gather(1, torch.tensor(continuation, device=rows.device)[:, None])
+                scored.append(tuple(float(x) for x in picked[:, 0].tolist()))
+        finally:
+            self._kept.set_live(cache_key, len(self._cached_ids))
+        values, ids = torch.topk(after_prompt, min(top, after_prompt.shape[-1]))
+        return Scores(
+            continuations=tuple(scored),
+            top=tuple(zip((int(i) for i in ids.tolist()), values.tolist(), strict=True)),
+        )
+
+    def _crop(self, length: int) -> None:
+        """Cut the cache back to its first `length` tokens (afresh if it cannot be cut)."""
+        if len(self._cached_ids) <= length:
+            return
+        try:
+            with torch.inference_mode():
+                self._cache.crop(length - len(self._cached_ids))
+        except (RuntimeError, ValueError):
+            self._reset_cache()
+        else:
+            del self._cached_ids[length:]
+
     def cache_status(self) -> CacheStatus:
         return self._kept.status
 
@@ -256,11 +317,12 @@ class TransformersBackend(Backend):
         )
         return int(2 * layers * kv_heads * head_dim * self._model.dtype.itemsize)
 
-    def _feed(self, ids: list[int]) -> torch.Tensor:
-        """Run `ids` through the model on top of the cache; the logits after the last one."""
+    def _feed(self, ids: list[int], keep: int = 1) -> torch.Tensor:
+        """Run `ids` through the model on top of the cache; the logits after the last one
+        (with `keep` > 1: after each of the last `keep`, one row each)."""
         kwargs: dict[str, Any] = {self._cache_arg: self._cache, "use_cache": True}
         if self._logits_arg is not None:
-            kwargs[self._logits_arg] = 1
+            kwargs[self._logits_arg] = keep
         input_ids = torch.tensor([ids], dtype=torch.long, device=self._input_device)
         try:
             with torch.inference_mode():
@@ -275,6 +337,9 @@ class TransformersBackend(Backend):
         if held != fed:  # a model whose cache this loop does not understand
             self._reset_cache()
             raise RuntimeError(f"the KV cache holds {held} tokens where {fed} were fed")
+        if keep > 1:
+            rows: torch.Tensor = output.logits[0, -keep:, : self._vocab_size]
+            return rows.float()
         logits: torch.Tensor = output.logits[0, -1, : self._vocab_size]
         return logits.float()
 

@@ -32,6 +32,7 @@ describe("the server's settings section", () => {
       invokedSuggestions: 3,
       temperature: 0,
       speculativeSuggestions: 2,
+      suffixRanking: "auto",
       prefixTokens: 1536,
       suffixTokens: 512,
       contextTokens: 512,
