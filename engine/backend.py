@@ -12,6 +12,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 from engine.detokenizer import Detokenizer
+from engine.errors import PromptTooLongError
 from engine.prefix_cache import CacheStatus
 from engine.types import SamplingParams, Scores
 
@@ -39,6 +40,20 @@ class Vocabulary:
     eos_token: str | None
     adds_bos: bool  # whether the model wants BOS before a prompt (Gemma does, or it babbles)
     chat_template: str | None  # the model's own Jinja chat template, if it ships one
+
+
+def scoring_prompt(
+    prompt_ids: Sequence[int], continuations: Sequence[Sequence[int]], context_size: int
+) -> list[int]:
+    """The prompt of a scoring (`Backend.score`), checked: not empty, and room in the context
+    for it and its longest continuation."""
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("the prompt has no tokens")
+    longest = max((len(c) for c in continuations), default=0)
+    if len(prompt) + longest > context_size:
+        raise PromptTooLongError(len(prompt) + longest, context_size)
+    return prompt
 
 
 class Backend(abc.ABC):

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from engine.backend import Backend, ModelInfo, Vocabulary
+from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import ByteDetokenizer, Detokenizer
-from engine.errors import BackendUnavailableError, ModelLoadError, PromptTooLongError
+from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
 from engine.prefix_cache import CacheStatus, PrefixCache
 from engine.threads import ThreadPolicy, default_max_threads
@@ -270,12 +270,7 @@ class LlamaCppBackend(Backend):
         *,
         cache_key: str | None = None,
     ) -> Scores | None:
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise ValueError("the prompt has no tokens")
-        longest = max((len(c) for c in continuations), default=0)
-        if len(prompt) + longest > self.context_size:
-            raise PromptTooLongError(len(prompt) + longest, self.context_size)
+        prompt = scoring_prompt(prompt_ids, continuations, self.context_size)
         if cancelled.is_set() or not self._evaluate_prefix(prompt, cache_key, cancelled):
             return None
         # The prompt's last token gives the distribution of every continuation's first token;

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import transformers
 
-from engine.backend import Backend, ModelInfo, Vocabulary
+from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
 from engine.models import ModelSpec, check_device
@@ -209,12 +209,7 @@ class TransformersBackend(Backend):
     ) -> Scores | None:
         if self._model is None:
             raise RuntimeError(f"the model {self.info.name} is closed")
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise ValueError("the prompt has no tokens")
-        longest = max((len(c) for c in continuations), default=0)
-        if len(prompt) + longest > self.context_size:
-            raise PromptTooLongError(len(prompt) + longest, self.context_size)
+        prompt = scoring_prompt(prompt_ids, continuations, self.context_size)
         if cancelled.is_set():
             return None
         logits = self._prefill(prompt, cache_key, cancelled)
