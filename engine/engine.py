@@ -225,6 +225,14 @@ class Engine(BaseEngine):
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[TextDelta, None]:
         """Stream the request's deltas; raises `EngineError` subclasses for bad requests, and
         `EngineClosedError` once the engine is stopped."""
+        async with contextlib.aclosing(self._run(request)) as items:
+            async for item in items:
+                assert isinstance(item, TextDelta)
+                yield item
+
+    async def _run(self, request: GenerationRequest | ScoreRequest) -> AsyncGenerator[object, None]:
+        """The items the worker emits for `request`, until its end (an exception it emits is
+        raised here)."""
         channel = _Channel(asyncio.get_running_loop())
         job = Job(request=request, emit=channel.put)
         self._jobs.add(request.request_id, job)  # first: `stop` sees every job the worker has
@@ -239,7 +247,6 @@ class Engine(BaseEngine):
                 if isinstance(item, BaseException):
                     finished = True
                     raise item
-                assert isinstance(item, TextDelta)
                 yield item
         finally:
             # Reached with the job still running when the consumer was cancelled or closed
@@ -255,21 +262,12 @@ class Engine(BaseEngine):
     async def score(self, request: ScoreRequest) -> Scores | None:
         if not self.backend.can_score:
             return await super().score(request)
-        channel = _Channel(asyncio.get_running_loop())
-        job = Job(request=request, emit=channel.put)
-        self._jobs.add(request.request_id, job)
-        self._worker.submit(job)
-        result: Scores | None = None
-        try:
-            while (item := await channel.get()) is not END:
-                if isinstance(item, BaseException):
-                    raise item
+        result: Scores | None = None  # none comes for a cancelled scoring
+        async with contextlib.aclosing(self._run(request)) as items:
+            async for item in items:
                 assert isinstance(item, Scores)
                 result = item
-            return result
-        finally:
-            job.cancelled.set()  # a no-op once it has ended; stops it when we were cancelled
-            self._jobs.remove(request.request_id)
+        return result
 
     def cancel(self, request_id: str) -> bool:
         """Stop a running request; its stream ends with CANCELLED deltas. False if unknown."""

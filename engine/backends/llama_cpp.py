@@ -288,7 +288,7 @@ class LlamaCppBackend(Backend):
                 )
             )
         self._last_prefill_tokens += sum(len(c) - 1 for c in continuations)
-        self._truncate(len(prompt))  # the prompt stays: a generation after it starts at once
+        self._cut(len(prompt))  # the prompt stays: a generation after it starts at once
         self._cache.set_live(cache_key, self._llm.n_tokens)
         best = np.argsort(after_prompt)[::-1][:top]
         return Scores(
@@ -301,7 +301,9 @@ class LlamaCppBackend(Backend):
         logits: each row is the log-probabilities of the token after that position. The
         generation path keeps only the last position's logits; llama.cpp decides per batch."""
         llm = self._llm
-        self._truncate(at)
+        kept = self._cut(at)
+        if kept < at:  # the cache started over: what it held before `at` is evaluated again
+            llm.eval(llm.input_ids[kept:at].tolist())
         n_vocab = self.info.vocab_size
         out = np.empty((len(ids), n_vocab), dtype=np.float32)
         for start in range(0, len(ids), llm.n_batch):
@@ -318,12 +320,21 @@ class LlamaCppBackend(Backend):
         out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
         return out
 
-    def _truncate(self, length: int) -> None:
-        """Drop the live cache's tokens from position `length` on."""
+    def _cut(self, length: int) -> int:
+        """Drop the live cache's tokens from position `length` on; how many it keeps.
+
+        A cache that cannot drop a tail (recurrent models), or one whose oldest cells a
+        sliding-window layer has written over (llama.cpp reuses cells that slid out of the
+        window once the cache wraps around), starts over: it keeps none.
+        """
         llm = self._llm
-        if llm.n_tokens > length:
-            llm._ctx.kv_cache_seq_rm(0, length, -1)
-            llm.n_tokens = length
+        if llm.n_tokens <= length:
+            return int(llm.n_tokens)
+        if not llm._ctx.kv_cache_seq_rm(0, length, -1) or self._lost_cells(length):
+            llm._ctx.kv_cache_seq_rm(0, 0, -1)
+            length = 0
+        llm.n_tokens = length
+        return length
 
     def _evaluate_prefix(
         self, prompt: list[int], cache_key: str | None, cancelled: threading.Event
@@ -343,13 +354,7 @@ class LlamaCppBackend(Backend):
         self._cache.set_live(cache_key, llm.n_tokens)
         shared = min(shared, len(prompt) - 1)
         if llm.n_tokens > shared:
-            # A cache that cannot drop a tail (recurrent models), or one whose oldest cells a
-            # sliding-window layer has written over (llama.cpp reuses cells that slid out of
-            # the window once the cache wraps around), starts over.
-            if not llm._ctx.kv_cache_seq_rm(0, shared, -1) or self._lost_cells(shared):
-                llm._ctx.kv_cache_seq_rm(0, 0, -1)
-                shared = 0
-            llm.n_tokens = shared
+            shared = self._cut(shared)
         rest = prompt[shared:-1]
         self._last_prefill_tokens = len(rest) + 1  # generate() evaluates the last one
         if len(rest) > EVAL_CHUNK:

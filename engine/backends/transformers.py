@@ -223,14 +223,17 @@ class TransformersBackend(Backend):
                     return None
                 rows = after_prompt[None, :]
                 if len(continuation) > 1:
-                    # Every position's logits, then the cache cut back to the prompt.
+                    # On the prompt alone (a cache that cannot be cut starts over: the prompt
+                    # again), every position's logits.
+                    if self._crop(len(prompt)) < len(prompt):
+                        self._feed(prompt)
                     fed = self._feed(list(continuation[:-1]), keep=len(continuation) - 1)
                     self._last_prefill_tokens += len(continuation) - 1
                     rows = torch.cat([rows, torch.log_softmax(fed, dim=-1)])
-                    self._crop(len(prompt))
                 picked = rows.gather(1, torch.tensor(continuation, device=rows.device)[:, None])
                 scored.append(tuple(float(x) for x in picked[:, 0].tolist()))
         finally:
+            self._crop(len(prompt))  # the prompt stays: a generation after it starts at once
             self._kept.set_live(cache_key, len(self._cached_ids))
         values, ids = torch.topk(after_prompt, min(top, after_prompt.shape[-1]))
         return Scores(
@@ -238,17 +241,21 @@ class TransformersBackend(Backend):
             top=tuple(zip((int(i) for i in ids.tolist()), values.tolist(), strict=True)),
         )
 
-    def _crop(self, length: int) -> None:
-        """Cut the cache back to its first `length` tokens (afresh if it cannot be cut)."""
+    def _crop(self, length: int) -> int:
+        """Cut the cache back to its first `length` tokens; how many it keeps (none, afresh,
+        where it cannot be cut)."""
         if len(self._cached_ids) <= length:
-            return
+            return len(self._cached_ids)
         try:
             with torch.inference_mode():
+                # A negative length removes that many tokens (transformers 4 and 5 alike).
                 self._cache.crop(length - len(self._cached_ids))
         except (RuntimeError, ValueError):
+            log.warning("the KV cache cannot be cropped; computing the prompt afresh")
             self._reset_cache()
-        else:
-            del self._cached_ids[length:]
+            return 0
+        del self._cached_ids[length:]
+        return length
 
     def cache_status(self) -> CacheStatus:
         return self._kept.status
@@ -280,17 +287,8 @@ class TransformersBackend(Backend):
         if self._cache is None or shared == 0:
             self._reset_cache()
             shared = 0
-        elif shared < len(self._cached_ids):
-            try:
-                with torch.inference_mode():
-                    # A negative length removes that many tokens (transformers 4 and 5 alike).
-                    self._cache.crop(shared - len(self._cached_ids))
-            except (RuntimeError, ValueError):
-                log.warning("the KV cache cannot be cropped; computing the prompt afresh")
-                self._reset_cache()
-                shared = 0
-            else:
-                del self._cached_ids[shared:]
+        else:
+            shared = self._crop(shared)
         self._last_prefill_tokens = len(prompt) - shared
         rest = prompt[shared:]
         logits: torch.Tensor | None = None
