@@ -120,8 +120,30 @@ class PlainStyle(enum.StrEnum):
 #: The plain-text form used (the winner of bench/crossfile.py on the default model).
 PLAIN_STYLE = PlainStyle.CODE
 
-#: Line comments by LSP language id; the rest use `//` (C, Java, JS, Go, Rust, ...).
-_LINE_COMMENT: dict[str, str] = {
+#: Line comments by LSP language id (the ranking's second prompt and its test of a comment
+#: line use it too, lsp_server/rerank.py); a language not named here gets `//` in a path
+#: comment.
+LINE_COMMENTS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "javascript",
+            "javascriptreact",
+            "typescript",
+            "typescriptreact",
+            "java",
+            "c",
+            "cpp",
+            "csharp",
+            "go",
+            "rust",
+            "swift",
+            "kotlin",
+            "scala",
+            "dart",
+            "php",
+        ),
+        "//",
+    ),
     **dict.fromkeys(
         (
             "python",
@@ -161,7 +183,7 @@ def comment(language_id: str, text: str) -> str:
     if language_id in _BLOCK_COMMENT:
         start, end = _BLOCK_COMMENT[language_id]
         return f"{start} {text} {end}"
-    return f"{_LINE_COMMENT.get(language_id, '//')} {text}"
+    return f"{LINE_COMMENTS.get(language_id, '//')} {text}"
 
 
 def render_plain(context: PromptContext, style: PlainStyle = PLAIN_STYLE) -> str:

@@ -32,6 +32,7 @@ from engine.types import (
     SamplingParams,
     ScoreRequest,
 )
+from lsp_server.neighbors import LINE_COMMENTS
 
 #: Candidate lines written after each of the two prompts, and tokens of the code after the
 #: cursor scored after each line. Chosen with bench/suffix.py on 100 HumanEval tasks other than
@@ -42,38 +43,6 @@ CANDIDATES = 8
 WINDOW_TOKENS = 64
 #: Lines of the code after the cursor shown in the second prompt.
 HINT_LINES = 12
-
-#: Line comment of each language (LSP language ids); others get none: the second prompt is
-#: then left out (a hint in the wrong syntax is no hint).
-LINE_COMMENTS = {
-    "python": "#",
-    "ruby": "#",
-    "shellscript": "#",
-    "perl": "#",
-    "r": "#",
-    "yaml": "#",
-    "toml": "#",
-    "dockerfile": "#",
-    "makefile": "#",
-    "javascript": "//",
-    "javascriptreact": "//",
-    "typescript": "//",
-    "typescriptreact": "//",
-    "java": "//",
-    "c": "//",
-    "cpp": "//",
-    "csharp": "//",
-    "go": "//",
-    "rust": "//",
-    "swift": "//",
-    "kotlin": "//",
-    "scala": "//",
-    "dart": "//",
-    "php": "//",
-    "lua": "--",
-    "sql": "--",
-    "haskell": "--",
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,7 +109,7 @@ def following_code(prefix: str, suffix: str) -> str | None:
 
 def hint_prompt(prefix: str, following: str, language_id: str) -> str | None:
     """The prefix after a comment block that shows the code after the cursor; None for a
-    language whose line comment is not known."""
+    language whose line comment is not known (a hint in the wrong syntax is no hint)."""
     mark = LINE_COMMENTS.get(language_id)
     if mark is None:
         return None
