@@ -93,14 +93,18 @@ def test_a_bad_location_is_one_line_on_stderr_and_exit_status_1(
 @pytest.mark.slow
 async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json() -> None:
     """`lsp_server.client` (what `complete` and the benchmarks use) against the real server:
-    an inline completion, then `infill/stats` holds its engine job."""
+    an inline completion, then `infill/stats` holds its engine job (no work ahead: that would
+    add jobs of its own)."""
     shown: list[str] = []
     client = InfillClient("infill-lsp-tests", on_show=shown.append)
     text = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
     uri = (ROOT / "examples" / "fibonacci.py").as_uri()
     try:
         await client.start(
-            root_uri=ROOT.as_uri(), options={"debounceMs": 0}, cwd=str(ROOT), env=server_env()
+            root_uri=ROOT.as_uri(),
+            options={"debounceMs": 0, "speculativeSuggestions": 0},
+            cwd=str(ROOT),
+            env=server_env(),
         )
         client.open(uri, text)
         items = await client.inline(uri, types.Position(line=4, character=4))
