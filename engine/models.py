@@ -50,6 +50,9 @@ REMOTE_BACKEND = "openai"
 #: neither the command line nor the settings give one.
 API_KEY_ENV = "INFILL_API_KEY"
 DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
+#: The transformers backend's decode loop (engine/backends/transformers.py `DecodePath`):
+#: "auto" is "compiled" on CUDA and "dynamic" on the CPU.
+DECODE_PATHS = ("auto", "dynamic", "static", "compiled")
 DEFAULT_CONTEXT_SIZE = 4096
 
 
@@ -232,6 +235,7 @@ class LoadOptions:
     kv_cache_mb: int | None = None
     gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
     device: str = "auto"  # transformers: see check_device
+    decode: str = "auto"  # transformers: one of DECODE_PATHS
     #: The FIM family to build prompts for (a key of FIM_FAMILIES, or "none"); None: found
     #: from the tokenizer's special tokens (or from our engine server's model list).
     fim_family: str | None = None

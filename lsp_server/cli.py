@@ -27,6 +27,7 @@ from engine.errors import EngineError
 from engine.models import (
     API_KEY_ENV,
     BACKENDS,
+    DECODE_PATHS,
     DEVICES,
     LoadOptions,
     ModelOptions,
@@ -88,6 +89,14 @@ def _model_options(*, remote: bool = True) -> argparse.ArgumentParser:
         help="layers offloaded to the GPU (llama.cpp with CUDA; -1: all)",
     )
     group.add_argument("--device", default=defaults.device, help=f"transformers: {DEVICES}")
+    group.add_argument(
+        "--decode",
+        default=defaults.decode,
+        choices=DECODE_PATHS,
+        help="transformers: the decode loop (auto: compiled on CUDA, dynamic on the CPU; "
+        "static: a preallocated KV cache; compiled: that cache under torch.compile, with "
+        "CUDA graphs on a GPU)",
+    )
     if remote:
         _remote_options(group, with_backend=False)
     group.add_argument("-v", "--verbose", action="store_true", help="log at INFO to stderr")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine.models import BACKENDS, ModelOptions, check_device, check_fim_family
+from engine.models import BACKENDS, DECODE_PATHS, ModelOptions, check_device, check_fim_family
 
 T = TypeVar("T")
 
@@ -97,6 +97,7 @@ class Settings:
     chat_model: str | None = _setting(_MODEL.chat_model, _path)
     backend: str = _setting(_MODEL.backend, _choice(*BACKENDS))
     device: str = _setting(_MODEL.device, check_device)  # transformers: auto, cpu, cuda, cuda:N
+    decode: str = _setting(_MODEL.decode, _choice(*DECODE_PATHS))  # transformers' decode loop
     gpu_layers: int = _setting(_MODEL.gpu_layers, _int(-1, 10_000))  # llama.cpp; -1: all
     context_size: int = _setting(_MODEL.context_size, _int(256, 1_048_576))
     threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))

@@ -1,4 +1,5 @@
-"""The transformers backend: a Hugging Face model folder on CUDA (bf16) or the CPU (float32).
+"""The transformers backend: a Hugging Face model folder, or a GGUF file that transformers
+dequantizes, on CUDA (bf16) or the CPU (float32).
 
 We run our own decode loop instead of `model.generate()`: it yields one token at a time, checks
 the cancel event before every step, and keeps the KV cache between requests. A new request
@@ -8,20 +9,37 @@ The caches of recently used documents are kept too, within a memory budget
 (engine/prefix_cache.py): going back to a file costs what a keystroke costs. The prompt is fed
 in chunks, so that a cancel stops a long one within a chunk, keeping what was computed.
 
-Left for later (DESIGN §2): a static cache with CUDA graphs (`torch.compile`) for faster
-decoding on a GPU, and caches for models whose attention is not plain key/value (linear
-attention, state-space layers). The dynamic cache here keeps every layer's keys and values in
-full, sliding-window layers included, so it can be cropped to any length.
+Three decode loops (`DecodePath`, setting `decode`):
+- dynamic: a cache that grows with each token, one eager forward per token. It keeps every
+  layer's keys and values in full, sliding-window layers included, so it can be cropped to any
+  length. The CPU's default: there the Python overhead per token is small beside the matmuls.
+- static: one cache preallocated for the whole context, written in place. Cutting it back only
+  moves its length. Other documents' caches are kept as copies of their used part.
+- compiled: the static cache with the one-token decode step under `torch.compile`; on CUDA
+  with CUDA graphs ("reduce-overhead"), which replay a step's hundreds of kernel launches as
+  one. The prompt still runs eagerly: its length changes with every request. Compiled once at
+  load, with a few warm-up steps, so that no request waits for it. CUDA's default.
+A loop that cannot be used (no static cache for this model, sliding-window layers that a long
+static cache could not cut back, a compile that fails) falls back to the next simpler one,
+with one log line saying why.
+
+Left for later (DESIGN §2): caches for models whose attention is not plain key/value (linear
+attention, state-space layers).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import inspect
 import logging
+import sys
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +57,30 @@ from engine.types import SamplingParams, Scores
 
 log = logging.getLogger(__name__)
 
-#: Prompt tokens per forward: a cancel stops a long prompt within one chunk.
+#: Prompt tokens per forward on the CPU: a cancel stops a long prompt within one chunk.
 PREFILL_CHUNK = 256
+#: On CUDA a prompt goes in one forward up to this many tokens (a 4,096-token forward of a
+#: 1.5B model takes tens of milliseconds there, so a cancel still waits little).
+CUDA_PREFILL_CHUNK = 4096
+#: Decode steps run at load to compile the step and record its CUDA graph: dynamo compiles on
+#: the first call, CUDA graph trees warm up on the next and record on the one after.
+WARMUP_STEPS = 3
+
+
+class DecodePath(StrEnum):
+    """How tokens are decoded (module docstring)."""
+
+    DYNAMIC = "dynamic"
+    STATIC = "static"
+    COMPILED = "compiled"
+
+
+def wanted_decode_path(setting: str, device: str) -> DecodePath:
+    """The loop the `decode` setting asks for on `device` ("auto": compiled on CUDA, dynamic on
+    the CPU, where compiling costs a minute of load for little)."""
+    if setting == "auto":
+        return DecodePath.COMPILED if device.startswith("cuda") else DecodePath.DYNAMIC
+    return DecodePath(setting)
 
 
 class TransformersBackend(Backend):
@@ -49,15 +89,18 @@ class TransformersBackend(Backend):
     def __init__(self, spec: ModelSpec) -> None:
         path = spec.path.expanduser()
         started = time.perf_counter()
-        _check_folder(path)
+        source = _check_source(path)
         try:
             target = _resolve_device(spec.device)
-            tokenizer: Any = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+            with _quiet_progress():
+                tokenizer: Any = transformers.AutoTokenizer.from_pretrained(
+                    source.folder, local_files_only=True, **source.kwargs
+                )
             # Our detokenizer is the `tokenizers` library's DecodeStream: a fast tokenizer only.
             backend_tokenizer = getattr(tokenizer, "backend_tokenizer", None)
             if backend_tokenizer is None:
                 raise ModelLoadError(f"cannot load model {path}: it has no fast tokenizer.json")
-            model, placed_on = _load_model(path, target, spread=_spread_over_gpus(spec.device))
+            model, placed_on = _load_model(source, target, spread=_spread_over_gpus(spec.device))
         except ModelLoadError:
             raise
         except Exception as e:  # transformers raises OSError, ValueError, KeyError, ImportError...
@@ -76,19 +119,29 @@ class TransformersBackend(Backend):
             (name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None
         )
         self._input_device = model.get_input_embeddings().weight.device
+        on_cuda = self._input_device.type == "cuda"
+        self._prefill_chunk = CUDA_PREFILL_CHUNK if on_cuda else PREFILL_CHUNK
 
         # The KV cache kept between requests and exactly the token ids whose keys it holds.
         self._cache: Any = None
         self._cached_ids: list[int] = []
         self._last_prefill_tokens = 0
-        # Other documents' caches, set aside while the live one serves another.
+        # Other documents' caches, set aside while the live one serves another (the dynamic
+        # loop keeps the cache itself, the static ones a `_Snapshot` of it).
         self._kept: PrefixCache[Any] = PrefixCache(spec.cache_bytes)
 
         config = model.config.get_text_config()
+        max_positions = getattr(config, "max_position_embeddings", None) or getattr(
+            config, "n_positions", None
+        )
+        context_size = min(spec.context_size, max_positions or spec.context_size)
         model_vocab = getattr(config, "vocab_size", None) or len(tokenizer)
         # Logits past the tokenizer's vocabulary (embedding rows padded for speed) are never
         # sampled: no detokenizer could show them.
         self._vocab_size = min(len(tokenizer), model_vocab)
+        self._decode = DecodePath.DYNAMIC
+        self._step: Callable[..., Any] | None = None  # the compiled decode step
+        self._choose_decode(wanted_decode_path(spec.decode, str(self._input_device)), context_size)
         self._bos_id: int | None = tokenizer.bos_token_id
         self._special_ids = _special_tokens(tokenizer)
         template = tokenizer.chat_template
@@ -106,15 +159,12 @@ class TransformersBackend(Backend):
         )
 
         eog_ids = _eog_ids(tokenizer.eos_token_id, getattr(model, "generation_config", None))
-        max_positions = getattr(config, "max_position_embeddings", None) or getattr(
-            config, "n_positions", None
-        )
         info = ModelInfo(
             name=_model_name(getattr(model.config, "_name_or_path", ""), path),
             path=str(path),
             backend="transformers",
             device=placed_on,
-            context_size=min(spec.context_size, max_positions or spec.context_size),
+            context_size=context_size,
             vocab_size=self._vocab_size,
             eog_tokens=tuple(
                 (i, str(tokenizer.convert_ids_to_tokens(i)))
@@ -126,12 +176,102 @@ class TransformersBackend(Backend):
         )
         super().__init__(info=info, vocab=vocab)
         log.info(
-            "loaded %s on %s (%s) in %.1f s",
+            "loaded %s on %s (%s, %s decode) in %.1f s",
             path,
             placed_on,
             str(model.dtype).removeprefix("torch."),
+            self._decode.value,
             info.load_seconds,
         )
+
+    # --- the decode loop ---------------------------------------------------------------------
+
+    @property
+    def decode_path(self) -> DecodePath:
+        """The decode loop in use, after any fallback. For doctor, tests and benchmarks."""
+        return self._decode
+
+    def _choose_decode(self, wanted: DecodePath, context_size: int) -> None:
+        """Set up the `wanted` loop, or the simpler one it falls back to (one log line why)."""
+        if wanted is DecodePath.DYNAMIC:
+            self._reset_cache()
+            return
+        why = self._make_static_cache(context_size)
+        if why is not None:
+            log.warning("decode: %s loop not used (%s); using the dynamic one", wanted.value, why)
+            self._decode = DecodePath.DYNAMIC
+            self._reset_cache()
+            return
+        self._decode = DecodePath.STATIC
+        if wanted is DecodePath.COMPILED:
+            why = (
+                self._compile_step()
+                if self._decode_steps_static()
+                else (
+                    "its sliding-window layers keep their length in Python, for which a compiled "
+                    "step would be compiled again at every token"
+                )
+            )
+            if why is None:
+                self._decode = DecodePath.COMPILED
+            else:
+                log.warning("decode: compiled loop not used (%s); using the static one", why)
+
+    def _make_static_cache(self, context_size: int) -> str | None:
+        """Preallocate a static cache for `context_size` tokens; why it cannot be, or None."""
+        if (
+            getattr(self._model, "hf_device_map", None)
+            and len({str(d) for d in self._model.hf_device_map.values()}) > 1
+        ):
+            return "the model is spread over several devices"
+        try:
+            cache = transformers.StaticCache(config=self._model.config, max_cache_len=context_size)
+        except Exception as e:  # a model whose config has no static cache layout
+            return f"no static cache for this model: {_first_line(e)}"
+        stuck = [
+            type(layer).__name__
+            for layer in getattr(cache, "layers", ())
+            if not getattr(layer, "is_croppable", False)
+        ]
+        if stuck or not getattr(cache, "layers", None):
+            # A sliding window shorter than the context: once the window has slid, a crop
+            # cannot bring the evicted keys back, and transformers' crop would not say so.
+            return f"its {stuck[0] if stuck else 'cache'} layers cannot be cut back"
+        self._cache, self._cached_ids = cache, []
+        return None
+
+    def _decode_steps_static(self) -> bool:
+        return not any(getattr(layer, "is_sliding", False) for layer in self._cache.layers)
+
+    def _compile_step(self) -> str | None:
+        """Compile the one-token decode step and run it `WARMUP_STEPS` times; why it failed, or
+        None. On CUDA the step is recorded as a CUDA graph."""
+        started = time.perf_counter()
+        on_cuda = self._input_device.type == "cuda"
+        try:
+            first = self._bos_or_zero()
+            # An eager forward first: the static cache allocates its tensors on its first
+            # write, which must not happen inside the compiled graph.
+            self._feed([first])
+            self._step = torch.compile(
+                self._model.forward,
+                mode="reduce-overhead" if on_cuda else None,
+                fullgraph=True,
+                dynamic=False,
+            )
+            for _ in range(WARMUP_STEPS):
+                self._feed([first])
+        except Exception as e:  # dynamo, inductor, triton or CUDA graph errors
+            self._step = None
+            self._reset_cache()
+            return f"{type(e).__name__}: {_first_line(e)}"
+        self._reset_cache()
+        log.info("decode: compiled the decode step in %.1f s", time.perf_counter() - started)
+        return None
+
+    def _bos_or_zero(self) -> int:
+        bos = getattr(self._tokenizer, "bos_token_id", None)
+        return bos if isinstance(bos, int) and bos >= 0 else 0
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -274,13 +414,13 @@ class TransformersBackend(Backend):
         4. Feed the rest of the prompt, `PREFILL_CHUNK` tokens per forward.
         """
         plan = self._kept.plan(prompt, key, self._cached_ids)
-        if plan.save_live and self._cache is not None:
+        if plan.save_live and self._cache is not None and self._cached_ids:
             self._kept.size_budget(self._bytes_per_token(), self.context_size)
-            nbytes = _cache_bytes(self._cache) or self._bytes_per_token() * len(self._cached_ids)
-            self._kept.keep(self._kept.live_key, self._cached_ids, self._cache, nbytes)
-            self._cache, self._cached_ids = None, []
+            tokens = list(self._cached_ids)
+            kept, nbytes = self._set_aside()
+            self._kept.keep(self._kept.live_key, tokens, kept, nbytes)
         if plan.restore is not None:
-            self._cache, self._cached_ids = plan.restore, list(plan.restore_tokens)
+            self._bring_back(plan.restore, plan.restore_tokens)
         # From here on the live cache is this document's, whatever happens to the prompt.
         self._kept.set_live(key, len(self._cached_ids))
         shared = min(_common_prefix(self._cached_ids, prompt), len(prompt) - 1)
@@ -292,10 +432,10 @@ class TransformersBackend(Backend):
         self._last_prefill_tokens = len(prompt) - shared
         rest = prompt[shared:]
         logits: torch.Tensor | None = None
-        for start in range(0, len(rest), PREFILL_CHUNK):
+        for start in range(0, len(rest), self._prefill_chunk):
             if cancelled.is_set():
                 break
-            logits = self._feed(rest[start : start + PREFILL_CHUNK])
+            logits = self._feed(rest[start : start + self._prefill_chunk])
         self._kept.set_live(key, len(self._cached_ids))
         return None if cancelled.is_set() else logits
 
@@ -317,16 +457,23 @@ class TransformersBackend(Backend):
         if self._logits_arg is not None:
             kwargs[self._logits_arg] = keep
         input_ids = torch.tensor([ids], dtype=torch.long, device=self._input_device)
+        step = self._step if len(ids) == 1 and keep == 1 else None
         try:
             with torch.inference_mode():
-                output = self._model(input_ids=input_ids, **kwargs)
+                if step is None:
+                    output = self._model(input_ids=input_ids, **kwargs)
+                else:
+                    # Each replay of the CUDA graph writes over the last one's outputs: the
+                    # logits are copied out below, before the next step.
+                    _mark_step_begin()
+                    output = step(input_ids=input_ids, **kwargs)
         except BaseException:
             # A forward that failed half-way (out of memory, interrupted) leaves some layers
             # updated and others not: nothing in the cache can be trusted.
             self._reset_cache()
             raise
         self._cached_ids.extend(ids)
-        held, fed = self._cache.get_seq_length(), len(self._cached_ids)
+        held, fed = int(self._cache.get_seq_length()), len(self._cached_ids)
         if held != fed:  # a model whose cache this loop does not understand
             self._reset_cache()
             raise RuntimeError(f"the KV cache holds {held} tokens where {fed} were fed")
@@ -334,31 +481,140 @@ class TransformersBackend(Backend):
             rows: torch.Tensor = output.logits[0, -keep:, : self._vocab_size]
             return rows.float()
         logits: torch.Tensor = output.logits[0, -1, : self._vocab_size]
-        return logits.float()
+        return logits.float() if step is None else logits.float().clone()
 
     def _reset_cache(self) -> None:
-        self._cache = transformers.DynamicCache()
+        """An empty cache. The static one stays the same object: a compiled step has its
+        tensors' addresses baked in."""
+        if self._decode is DecodePath.DYNAMIC or self._cache is None:
+            self._cache = transformers.DynamicCache()
+        elif held := int(self._cache.get_seq_length()):
+            with torch.inference_mode():
+                self._cache.crop(-held)
         self._cached_ids = []
+
+    def _set_aside(self) -> tuple[Any, int]:
+        """The live cache as the kept caches hold it, and its bytes; the live one is then
+        empty."""
+        if self._decode is DecodePath.DYNAMIC:
+            cache = self._cache
+            nbytes = _cache_bytes(cache) or self._bytes_per_token() * len(self._cached_ids)
+            self._cache, self._cached_ids = None, []
+            return cache, nbytes
+        snapshot = _Snapshot.of(self._cache, len(self._cached_ids))
+        self._reset_cache()
+        return snapshot, snapshot.nbytes
+
+    def _bring_back(self, kept: Any, tokens: Sequence[int]) -> None:
+        """Make a kept cache the live one."""
+        if self._decode is DecodePath.DYNAMIC:
+            self._cache = kept
+        else:
+            self._reset_cache()
+            with torch.inference_mode():
+                kept.into(self._cache)
+        self._cached_ids = list(tokens)
 
     def close(self) -> None:
         on_cuda = self._input_device.type == "cuda"
         self._kept.clear()
         self._cache = None
         self._cached_ids = []
+        self._step = None
         self._model = None
         if on_cuda:
             torch.cuda.empty_cache()
 
 
-def _check_folder(path: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """Where transformers loads the model from: a folder, and the GGUF file in it, if any."""
+
+    folder: Path
+    gguf_file: str | None = None
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+
+def _check_source(path: Path) -> _Source:
     if not path.exists():
         raise ModelLoadError(f"model folder not found: {path}")
-    if not path.is_dir():
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            if importlib.util.find_spec("gguf") is None:
+                raise ModelLoadError(
+                    f"cannot load model {path}: transformers reads GGUF files with the `gguf` "
+                    "package: pip install 'infill-lsp[transformers]'"
+                )
+            return _Source(path.parent, path.name)
         raise ModelLoadError(
-            f"{path} is a file; the transformers backend needs a Hugging Face model folder"
+            f"{path} is a file; the transformers backend needs a Hugging Face model folder "
+            "or a GGUF file"
         )
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} has no config.json; it is not a Hugging Face model folder")
+    return _Source(path)
+
+
+def _mark_step_begin() -> None:
+    """Tell CUDA graph trees that a new step starts (older torch has no such call)."""
+    mark: Any = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+    if mark is not None:
+        mark()
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """No progress bars while loading: GGUF tensors are dequantized one by one, each step a
+    redraw on stderr, which is our log. transformers' own switch covers its bars; the GGUF
+    reader calls tqdm directly (tqdm reads its environment variables only once, at import),
+    so its name for tqdm is swapped for a silent one while we load."""
+    utils: Any = transformers.utils.logging
+    was = utils.is_progress_bar_enabled()
+    utils.disable_progress_bar()
+    reader: Any = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    if reader is None:
+        with contextlib.suppress(ImportError):
+            import transformers.modeling_gguf_pytorch_utils as reader
+    bar = getattr(reader, "tqdm", None)
+    if bar is not None:
+        reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if was:
+            utils.enable_progress_bar()
+        if bar is not None:
+            reader.tqdm = bar
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    """A static cache's first tokens, copied out: what a kept document holds, since keeping
+    whole static caches would take the context's full size each."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def of(cls, cache: Any, length: int) -> _Snapshot:
+        return cls(
+            [
+                (layer.keys[:, :, :length].clone(), layer.values[:, :, :length].clone())
+                for layer in cache.layers
+                if length and layer.is_initialized
+            ]
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() * 2 for k, _ in self.layers)
+
+    def into(self, cache: Any) -> None:
+        """Write the copied keys and values into an empty static cache, in place."""
+        for layer, (keys, values) in zip(cache.layers, self.layers, strict=False):
+            layer.update(keys, values)
 
 
 def _resolve_device(device: str) -> str:
@@ -390,17 +646,18 @@ def _spread_over_gpus(device: str) -> bool:
     )
 
 
-def _load_model(path: Path, device: str, *, spread: bool) -> tuple[Any, str]:
+def _load_model(source: _Source, device: str, *, spread: bool) -> tuple[Any, str]:
     """The model in eval mode, and where it is, in words: bf16 on CUDA (fp16 on GPUs without
     bf16), float32 on the CPU."""
     if device.startswith("cuda"):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     else:
         dtype = torch.float32
-    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True, **source.kwargs}
     if spread:
         kwargs["device_map"] = "auto"
-    model: Any = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    with _quiet_progress():
+        model: Any = transformers.AutoModelForCausalLM.from_pretrained(source.folder, **kwargs)
     if spread:
         placed_on = f"cuda (device_map=auto over {torch.cuda.device_count()} GPUs)"
     else:
