@@ -6,6 +6,7 @@ model for each token, without any cache: equal outputs prove the KV cache reuse 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,14 @@ from tokenizers import (  # noqa: E402
     trainers,
 )
 
-from engine.backends.transformers import TransformersBackend  # noqa: E402
+from engine.backends import transformers as backend_module  # noqa: E402
+from engine.backends.transformers import (  # noqa: E402
+    DecodePath,
+    TransformersBackend,
+    should_spread,
+    wanted_decode_path,
+    weights_bytes,
+)
 from engine.engine import Engine  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.models import ModelSpec, load_backend  # noqa: E402
@@ -54,6 +62,9 @@ CORPUS = [
     "# héllo wörld: ünïcode 🙂\n",
     "<|user|>explain this<|end|><|assistant|>It adds two numbers.<|end|>",
 ]
+#: The decode loops every CPU test runs on (the compiled one compiles for half a minute: its
+#: own tests below).
+DECODES = ["dynamic", "static"]
 PROMPT = "def add(a, b):\n"
 MORE = "    return a + b\n\nclass Point:\n"
 
@@ -108,9 +119,10 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_model_folder(tmp_path_factory.mktemp("tiny-llama"))
 
 
-@pytest.fixture(scope="module")
-def backend(model_dir: Path) -> Iterator[TransformersBackend]:
-    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
+@pytest.fixture(scope="module", params=DECODES)
+def backend(model_dir: Path, request: pytest.FixtureRequest) -> Iterator[TransformersBackend]:
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=request.param))
+    assert backend.decode_path == request.param
     yield backend
     backend.close()
 
@@ -291,14 +303,26 @@ async def test_a_repetition_penalty_changes_greedy_output_of_a_repeating_model(
     assert len(set(penalized.token_ids)) > len(set(plain.token_ids))
 
 
-def test_a_sliding_window_model_is_exact_across_cropped_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_sliding_window_model_is_exact_across_cropped_requests(
+    tmp_path: Path, decode: str, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = build_model_folder(
         tmp_path,
         config_class=transformers.MistralConfig,
         model_class=transformers.MistralForCausalLM,
         sliding_window=6,
     )
-    backend = TransformersBackend(ModelSpec(path=folder, device="cpu"))
+    backend = TransformersBackend(ModelSpec(path=folder, device="cpu", decode=decode))
+    # A static cache of the context's length could not be cut back once the window slid.
+    assert backend.decode_path is DecodePath.DYNAMIC
+    fallbacks = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    if decode == "static":
+        (line,) = fallbacks
+        assert "static loop not used" in line
+        assert "cannot be cut back" in line
+    else:
+        assert fallbacks == []
     reference = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     prompt_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
     assert len(prompt_ids) > 12  # well past the window
@@ -470,10 +494,11 @@ def greedy_ids(
     return out
 
 
+@pytest.mark.parametrize("decode", DECODES)
 def test_back_in_a_document_its_kept_cache_answers_exactly_after_one_token(
-    model_dir: Path, reference: Any
+    model_dir: Path, reference: Any, decode: str
 ) -> None:
-    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=decode))
     a = backend.tokenize(PROMPT + MORE, add_bos=True)
     b = backend.tokenize("for i in range(10):\n    print(i * i)\n" * 2, add_bos=True)
     try:
@@ -492,8 +517,11 @@ def test_back_in_a_document_its_kept_cache_answers_exactly_after_one_token(
         backend.close()
 
 
-def test_a_zero_budget_keeps_no_other_document(model_dir: Path) -> None:
-    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", kv_cache_mb=0))
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_zero_budget_keeps_no_other_document(model_dir: Path, decode: str) -> None:
+    backend = TransformersBackend(
+        ModelSpec(path=model_dir, device="cpu", kv_cache_mb=0, decode=decode)
+    )
     a = backend.tokenize(PROMPT + MORE, add_bos=True)
     b = backend.tokenize("for i in range(10):\n    print(i * i)\n" * 2, add_bos=True)
     try:
@@ -505,13 +533,12 @@ def test_a_zero_budget_keeps_no_other_document(model_dir: Path) -> None:
         backend.close()
 
 
+@pytest.mark.parametrize("decode", DECODES)
 def test_a_cancelled_prompt_stops_between_chunks_and_keeps_what_was_fed(
-    model_dir: Path, reference: Any, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, reference: Any, monkeypatch: pytest.MonkeyPatch, decode: str
 ) -> None:
-    from engine.backends import transformers as backend_module
-
     monkeypatch.setattr(backend_module, "PREFILL_CHUNK", 4)
-    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu"))
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=decode))
     prompt = backend.tokenize(PROMPT + MORE, add_bos=True)
     assert len(prompt) > 12
     cancelled = threading.Event()
@@ -536,3 +563,239 @@ def test_a_cancelled_prompt_stops_between_chunks_and_keeps_what_was_fed(
         assert out == reference_greedy(reference, prompt, 6)
     finally:
         backend.close()
+
+
+# --- decode loops: the fast path and its fallbacks ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "path"),
+    [
+        ("auto", "cpu", DecodePath.DYNAMIC),
+        ("auto", "cuda", DecodePath.COMPILED),
+        ("auto", "cuda:1", DecodePath.COMPILED),
+        ("static", "cpu", DecodePath.STATIC),
+        ("compiled", "cpu", DecodePath.COMPILED),
+        ("dynamic", "cuda", DecodePath.DYNAMIC),
+    ],
+)
+def test_auto_is_the_compiled_loop_on_cuda_and_the_dynamic_one_on_the_cpu(
+    setting: str, device: str, path: DecodePath
+) -> None:
+    assert wanted_decode_path(setting, device) is path
+
+
+def documents_and_back(backend: TransformersBackend) -> list[tuple[list[int], int]]:
+    """Greedy tokens and fed prompt tokens for: a prompt, a keystroke later, another
+    document, and the first document again."""
+    a = backend.tokenize(PROMPT + MORE, add_bos=True)
+    b = backend.tokenize("for i in range(10):\n    print(i * i)\n", add_bos=True)
+    runs = []
+    for prompt, key in ((a[:-1], "a"), (a, "a"), (b, "b"), (a, "a")):
+        runs.append((greedy_ids(backend, prompt, key, n=8), backend.last_prefill_tokens))
+    return runs
+
+
+@pytest.mark.slow
+def test_the_compiled_loop_is_exact_and_compiles_once_at_load(
+    model_dir: Path, reference: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """torch.compile on the CPU (inductor; CUDA graphs are for a GPU): the same tokens as
+    the reference, the cache reused across keystrokes and documents, and no compile after
+    load (a recompile per token would make the fast path the slowest)."""
+    from torch._dynamo.utils import counters
+
+    caplog.set_level("INFO", logger="engine.backends.transformers")
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode="compiled"))
+    try:
+        assert backend.decode_path is DecodePath.COMPILED
+        assert any("compiled the decode step" in r.getMessage() for r in caplog.records)
+        graphs = counters["stats"]["unique_graphs"]
+        runs = documents_and_back(backend)
+        assert counters["stats"]["unique_graphs"] == graphs
+    finally:
+        backend.close()
+    a = backend.tokenize(PROMPT + MORE, add_bos=True)
+    b = backend.tokenize("for i in range(10):\n    print(i * i)\n", add_bos=True)
+    expected = [reference_greedy(reference, p, 8) for p in (a[:-1], a, b, a)]
+    assert [tokens for tokens, _ in runs] == expected
+    assert [fed for _, fed in runs][1] == 1  # one keystroke: one token fed
+    assert [fed for _, fed in runs][3] == 1  # back in A: its kept cache
+
+
+def test_a_compile_that_fails_falls_back_to_the_static_loop_with_one_log_line(
+    model_dir: Path,
+    reference: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken_compile(fn: Any, **kwargs: Any) -> Any:
+        def step(**inputs: Any) -> Any:
+            raise RuntimeError("no C++ compiler found")
+
+        return step
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode="compiled"))
+    try:
+        assert backend.decode_path is DecodePath.STATIC
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "compiled loop not used" in line
+        assert "no C++ compiler found" in line
+        prompt = backend.tokenize(PROMPT, add_bos=True)
+        assert greedy_ids(backend, prompt, None, n=8) == reference_greedy(reference, prompt, 8)
+    finally:
+        backend.close()
+
+
+def test_a_model_without_a_static_cache_falls_back_to_the_dynamic_loop(
+    model_dir: Path,
+    reference: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def no_static_cache(**kwargs: Any) -> Any:
+        raise ValueError("this architecture has no static cache")
+
+    monkeypatch.setattr(transformers, "StaticCache", no_static_cache)
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode="compiled"))
+    try:
+        assert backend.decode_path is DecodePath.DYNAMIC
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "compiled loop not used" in line
+        assert "no static cache" in line
+        prompt = backend.tokenize(PROMPT, add_bos=True)
+        assert greedy_ids(backend, prompt, None, n=8) == reference_greedy(reference, prompt, 8)
+    finally:
+        backend.close()
+
+
+def test_sliding_window_layers_keep_the_static_loop_but_not_the_compiled_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A window longer than the context never slides, so the static cache can be cut back;
+    but those layers count their length in Python, which a compiled step would be compiled
+    again for at every token."""
+    folder = build_model_folder(
+        tmp_path,
+        config_class=transformers.MistralConfig,
+        model_class=transformers.MistralForCausalLM,
+        sliding_window=512,
+    )
+    spec = ModelSpec(path=folder, device="cpu", decode="compiled", context_size=256)
+    backend = TransformersBackend(spec)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    try:
+        assert backend.decode_path is DecodePath.STATIC
+        (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "compiled loop not used" in line
+        assert "sliding-window" in line
+        prompt = backend.tokenize(PROMPT + MORE, add_bos=True)
+        assert greedy_ids(backend, prompt, "a", n=8) == reference_greedy(reference, prompt, 8)
+    finally:
+        backend.close()
+
+
+# --- placement: one GPU, or accelerate's device_map ---------------------------------------------
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("device", "weights", "free", "accelerate", "spread"),
+    [
+        ("auto", 3 * GIB, [80 * GIB], True, False),  # fits one GPU: stays there whole
+        ("auto", 70 * GIB, [80 * GIB, 80 * GIB], True, True),  # too big for one
+        ("auto", 70 * GIB, [80 * GIB], True, True),  # one GPU, the rest on the CPU
+        ("auto", 70 * GIB, [80 * GIB], False, False),  # no accelerate: no device_map
+        ("cuda:0", 70 * GIB, [80 * GIB, 80 * GIB], True, False),  # a device named: as said
+        ("auto", 70 * GIB, [], True, False),  # no GPU
+    ],
+)
+def test_accelerate_spreads_only_a_model_that_does_not_fit_the_first_gpu(
+    device: str, weights: int, free: list[int], accelerate: bool, spread: bool
+) -> None:
+    assert should_spread(device, weights, free, has_accelerate=accelerate) is spread
+
+
+def test_the_weights_are_counted_from_the_config_alone(model_dir: Path, reference: Any) -> None:
+    source = backend_module._check_source(model_dir)
+    assert weights_bytes(source) == 2 * reference.num_parameters()
+
+
+def test_a_device_map_load_answers_as_the_plain_one(model_dir: Path, reference: Any) -> None:
+    """`device_map="auto"` (on this CPU-only machine accelerate has one place to put it)."""
+    source = backend_module._check_source(model_dir)
+    model, placed_on = backend_module._load_model(source, "cpu", spread=True)
+    assert placed_on == "device_map=auto over cpu"
+    prompt = [BOS, 7, 9, 40, 41]
+    with torch.no_grad():
+        got = model(torch.tensor([prompt]), use_cache=False).logits
+        want = reference(torch.tensor([prompt]), use_cache=False).logits
+    assert torch.allclose(got, want)
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_the_loop_runs_over_accelerates_hooks(model_dir: Path, reference: Any, decode: str) -> None:
+    """A model accelerate dispatched (its weights streamed in by hooks before each layer, as
+    for the part of a too-big model that stays on the CPU) decodes exactly, cache reuse too."""
+    import accelerate
+
+    backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=decode))
+    accelerate.cpu_offload(backend._model, execution_device=torch.device("cpu"))
+    try:
+        assert any(hasattr(m, "_hf_hook") for m in backend._model.modules())
+        a = backend.tokenize(PROMPT + MORE, add_bos=True)
+        assert greedy_ids(backend, a[:-2], "a") == reference_greedy(reference, a[:-2], 6)
+        assert greedy_ids(backend, a, "a") == reference_greedy(reference, a, 6)
+        assert backend.last_prefill_tokens == 2
+    finally:
+        backend.close()
+
+
+# --- a GGUF file through transformers ------------------------------------------------------------
+
+
+def test_a_gguf_file_needs_the_gguf_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "coder.gguf"
+    model.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gguf" else real(name, *a),
+    )
+    with pytest.raises(
+        ModelLoadError, match=r"coder\.gguf.*pip install 'infill-lsp\[transformers\]'"
+    ):
+        TransformersBackend(ModelSpec(path=model, device="cpu"))
+
+
+@pytest.mark.slow
+def test_the_chat_gguf_through_transformers_decodes_as_llama_cpp_does(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The same GGUF file in both backends: transformers dequantizes it, llama.cpp runs it
+    quantized, and on a code prompt their greedy tokens agree. Loading prints no progress bar
+    (stderr is the server's log)."""
+    from engine.models import default_chat_model
+
+    path = default_chat_model()
+    if not path.is_file():
+        pytest.skip(f"the default chat model is not installed ({path}): make install")
+    text = "def fibonacci(n):\n    if n < 2:\n        return n\n    return"
+    runs = []
+    for kind in ("transformers", "llama.cpp"):
+        backend = load_backend(ModelSpec(path=path, backend=kind, device="cpu"))
+        try:
+            assert backend.info.backend == kind
+            ids = backend.tokenize(text, add_bos=False)
+            tokens = backend.iter_token_ids(ids, SamplingParams(), threading.Event())
+            runs.append((ids, [next(tokens) for _ in range(8)]))
+            tokens.close()
+        finally:
+            backend.close()
+    assert runs[0] == runs[1]
+    assert "de-quantizing" not in capfd.readouterr().err

@@ -100,7 +100,7 @@ class TransformersBackend(Backend):
             backend_tokenizer = getattr(tokenizer, "backend_tokenizer", None)
             if backend_tokenizer is None:
                 raise ModelLoadError(f"cannot load model {path}: it has no fast tokenizer.json")
-            model, placed_on = _load_model(source, target, spread=_spread_over_gpus(spec.device))
+            model, placed_on = _load_model(source, target, spread=_spread(spec.device, source))
         except ModelLoadError:
             raise
         except Exception as e:  # transformers raises OSError, ValueError, KeyError, ImportError...
@@ -637,13 +637,44 @@ def _resolve_device(device: str) -> str:
     return device
 
 
-def _spread_over_gpus(device: str) -> bool:
-    """Whether accelerate places the model over all GPUs: only when the device is left to us."""
-    return (
-        device == "auto"
-        and torch.cuda.device_count() > 1
-        and importlib.util.find_spec("accelerate") is not None
+#: The share of the first GPU's free memory the weights may take for the model to go there
+#: whole; the rest is for the KV cache, the activations and CUDA graphs.
+FIT_SHARE = 0.8
+
+
+def should_spread(
+    device: str, weights_bytes: int, free_gpu_bytes: Sequence[int], *, has_accelerate: bool
+) -> bool:
+    """Whether accelerate places the model (`device_map="auto"`): only when the device is left
+    to us and the weights do not fit the first GPU. Then they go over every GPU, and what
+    still does not fit goes to the CPU. A model that fits stays on one GPU, where the compiled
+    decode step can run."""
+    if device != "auto" or not has_accelerate or not free_gpu_bytes:
+        return False
+    return weights_bytes > FIT_SHARE * free_gpu_bytes[0]
+
+
+def weights_bytes(source: _Source) -> int:
+    """The model's weights in bf16, counted on an empty ("meta") model: nothing is read but
+    the config. Tied weights count once."""
+    from accelerate import init_empty_weights
+
+    config = transformers.AutoConfig.from_pretrained(
+        source.folder, local_files_only=True, **source.kwargs
     )
+    auto: Any = transformers.AutoModelForCausalLM
+    with init_empty_weights():
+        model = auto.from_config(config)
+    return 2 * sum(int(p.numel()) for p in model.parameters())
+
+
+def _spread(device: str, source: _Source) -> bool:
+    if device != "auto" or not torch.cuda.is_available():
+        return False
+    has_accelerate = importlib.util.find_spec("accelerate") is not None
+    free = [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
+    size = weights_bytes(source) if has_accelerate else 0
+    return should_spread(device, size, free, has_accelerate=has_accelerate)
 
 
 def _load_model(source: _Source, device: str, *, spread: bool) -> tuple[Any, str]:
@@ -659,7 +690,8 @@ def _load_model(source: _Source, device: str, *, spread: bool) -> tuple[Any, str
     with _quiet_progress():
         model: Any = transformers.AutoModelForCausalLM.from_pretrained(source.folder, **kwargs)
     if spread:
-        placed_on = f"cuda (device_map=auto over {torch.cuda.device_count()} GPUs)"
+        places = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
+        placed_on = f"device_map=auto over {', '.join(places) or device}"
     else:
         model.to(device)
         placed_on = device
