@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import transformers
 
+from engine.accelerators import torch_model_gpu
 from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
@@ -114,6 +115,7 @@ class TransformersBackend(Backend):
             path=str(path),
             backend="transformers",
             device=placed_on,
+            gpu=torch_model_gpu(model),
             context_size=min(spec.context_size, max_positions or spec.context_size),
             vocab_size=self._vocab_size,
             eog_tokens=tuple(
