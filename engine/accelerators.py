@@ -157,16 +157,31 @@ def llama_placement(view: LlamaCppView, gpu_layers: int, n_layer: int | None) ->
     if gpu_layers == 0:
         return Placement(device="cpu", gpu=None)
     gpus = view.offload_devices()
-    if not gpus:
-        return Placement(device="cpu", gpu=None, warnings=(_no_gpu_warning(view, gpu_layers),))
-    backends = "+".join(dict.fromkeys(d.backend.lower() or "gpu" for d in gpus))
+    if gpus:
+        backends = "+".join(dict.fromkeys(d.backend.lower() or "gpu" for d in gpus))
+        return Placement(
+            device=f"{backends} ({_layers(gpu_layers, n_layer)})", gpu=describe_devices(gpus)
+        )
+    if view.gpu_offload and not view.devices:
+        # llama.cpp offloads, but which device it uses could not be read.
+        return Placement(
+            device=f"gpu ({_layers(gpu_layers, n_layer)})",
+            gpu=None,
+            warnings=(
+                "llama.cpp offloads layers to a GPU, but its devices cannot be read "
+                f"({'; '.join(view.notes) or 'unknown why'}): the GPU is not named",
+            ),
+        )
+    return Placement(device="cpu", gpu=None, warnings=(_no_gpu_warning(view, gpu_layers),))
+
+
+def _layers(gpu_layers: int, n_layer: int | None) -> str:
+    """How many layers are on the GPU, in words: "all 19 layers", "10 of 19 layers"."""
     if n_layer is None:
-        layers = "all layers" if gpu_layers < 0 else f"{gpu_layers} layers"
-    else:
-        total = n_layer + 1
-        on_gpu = total if gpu_layers < 0 else min(gpu_layers, total)
-        layers = f"all {total} layers" if on_gpu == total else f"{on_gpu} of {total} layers"
-    return Placement(device=f"{backends} ({layers})", gpu=describe_devices(gpus))
+        return "all layers" if gpu_layers < 0 else f"{gpu_layers} layers"
+    total = n_layer + 1
+    on_gpu = total if gpu_layers < 0 else min(gpu_layers, total)
+    return f"all {total} layers" if on_gpu == total else f"{on_gpu} of {total} layers"
 
 
 def _no_gpu_warning(view: LlamaCppView, gpu_layers: int) -> str:

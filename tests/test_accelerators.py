@@ -231,6 +231,16 @@ def test_missing_symbols_become_notes_not_errors(monkeypatch: pytest.MonkeyPatch
     assert "ggml_backend_dev_count" in warning
 
 
+def test_an_offloading_build_whose_devices_cannot_be_read_says_the_gpu_is_not_named() -> None:
+    unread = LlamaCppView(
+        installed=True, gpu_offload=True, notes=("this llama.cpp has no ggml_backend_dev_count",)
+    )
+    placement = llama_placement(unread, 10, 18)
+    assert (placement.device, placement.gpu) == ("gpu (10 of 19 layers)", None)
+    (warning,) = placement.warnings
+    assert "its devices cannot be read (this llama.cpp has no ggml_backend_dev_count)" in warning
+
+
 def test_a_library_handle_that_moved_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accelerators, "_library", lambda _module: None)
     view = llama_cpp_view()
