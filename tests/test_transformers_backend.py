@@ -642,6 +642,7 @@ def test_a_compile_that_fails_falls_back_to_the_static_loop_with_one_log_line(
         (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert "compiled loop not used" in line
         assert "no C++ compiler found" in line
+        assert backend.info.warnings == (line,)  # doctor shows it
         prompt = backend.tokenize(PROMPT, add_bos=True)
         assert greedy_ids(backend, prompt, None, n=8) == reference_greedy(reference, prompt, 8)
     finally:

@@ -142,6 +142,7 @@ class TransformersBackend(Backend):
         self._vocab_size = min(len(tokenizer), model_vocab)
         self._decode = DecodePath.DYNAMIC
         self._step: Callable[..., Any] | None = None  # the compiled decode step
+        self._fallbacks: list[str] = []  # why a faster loop was not used (doctor shows them)
         self._choose_decode(wanted_decode_path(spec.decode, str(self._input_device)), context_size)
         self._bos_id: int | None = tokenizer.bos_token_id
         self._special_ids = _special_tokens(tokenizer)
@@ -175,8 +176,11 @@ class TransformersBackend(Backend):
             ),
             has_chat_template=vocab.chat_template is not None,
             load_seconds=time.perf_counter() - started,
+            warnings=tuple(self._fallbacks),
         )
         super().__init__(info=info, vocab=vocab)
+        for line in self._fallbacks:
+            log.warning("%s", line)
         log.info(
             "loaded %s on %s (%s, %s decode) in %.1f s",
             path,
@@ -200,7 +204,9 @@ class TransformersBackend(Backend):
             return
         why = self._make_static_cache(context_size)
         if why is not None:
-            log.warning("decode: %s loop not used (%s); using the dynamic one", wanted.value, why)
+            self._fallbacks.append(
+                f"decode: {wanted.value} loop not used ({why}); using the dynamic one"
+            )
             self._decode = DecodePath.DYNAMIC
             self._reset_cache()
             return
@@ -217,7 +223,9 @@ class TransformersBackend(Backend):
             if why is None:
                 self._decode = DecodePath.COMPILED
             else:
-                log.warning("decode: compiled loop not used (%s); using the static one", why)
+                self._fallbacks.append(
+                    f"decode: compiled loop not used ({why}); using the static one"
+                )
 
     def _make_static_cache(self, context_size: int) -> str | None:
         """Preallocate a static cache for `context_size` tokens; why it cannot be, or None."""
