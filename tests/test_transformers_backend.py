@@ -476,6 +476,32 @@ def test_on_cuda_the_model_is_bf16_and_greedy_cache_reuse_repeats(model_dir: Pat
         backend.close()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_auto_is_the_compiled_loop_with_cuda_graphs_and_stays_exact(
+    model_dir: Path,
+) -> None:
+    """The fast path where it is meant to run: compiled at load, no compile after, the cache
+    reused across keystrokes and documents, the same tokens as the static loop's eager steps
+    (both bf16 over the same cache)."""
+    from torch._dynamo.utils import counters
+
+    runs = {}
+    for decode in ("auto", "static"):
+        backend = TransformersBackend(ModelSpec(path=model_dir, device="cuda", decode=decode))
+        try:
+            graphs = counters["stats"]["unique_graphs"]
+            runs[decode] = documents_and_back(backend)
+            if decode == "auto":
+                assert backend.decode_path is DecodePath.COMPILED
+                assert backend.info.warnings == ()
+                assert counters["stats"]["unique_graphs"] == graphs
+        finally:
+            backend.close()
+    assert [fed for _, fed in runs["auto"]][1::2] == [1, 1]
+    assert runs["auto"] == runs["static"]
+
+
 # --- many documents: kept caches and chunked prompts ----------------------------------------
 
 
