@@ -108,6 +108,7 @@ FLAGS = {
     "kv_cache_mb": ("--kv-cache-mb", "64"),
     "gpu_layers": ("--gpu-layers", "-1"),
     "device": ("--device", "cuda:1"),
+    "decode": ("--decode", "static"),
     "fim_family": ("--fim-family", "qwen"),
     "endpoint": ("--endpoint", "http://gpu-box:8000/v1"),
     "api_key": ("--api-key", "sk-local-1234"),
