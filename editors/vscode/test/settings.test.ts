@@ -17,6 +17,7 @@ describe("the server's settings section", () => {
       chatModel: null,
       backend: "auto",
       device: "auto",
+      decode: "auto",
       gpuLayers: 0,
       contextSize: 4096,
       threads: null,
