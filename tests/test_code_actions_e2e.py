@@ -4,14 +4,18 @@ for chat), spoken to by pytest-lsp with capabilities recorded from real editors.
 
 Both VS Code 1.65.2 and Neovim 0.11.0 list `edit` in `codeAction.resolveSupport.properties`:
 both get Rewrite/Fix actions that carry `data` and are resolved. Emacs 29.1 (eglot) has no
-resolve support: its actions carry the `infill.rewrite` command; only the listing tests use it.
+resolve support: its actions carry the `infill.rewrite` command (the listing tests, and Fix
+through its command, use it).
 
 Action lists are read as the JSON the server wrote (`request_json`): pygls's client types a
 `list[Command | CodeAction]` wrongly (a CodeAction with a command comes back as a Command).
 
 The chat model is small and weak: a rewrite is checked for its form (one edit of exactly the
-target range, valid Python, the original indentation) or, when the model's answer cannot be
-used, for the message that says so; never for what the code does.
+target range of the version asked about, the original indentation, a document that still
+parses) or, when the model's answer cannot be used, for the message that says so; never for
+what the code does. Two small functions it always rewrites make the edit path run here too;
+tests/test_scripted_e2e.py holds every path (edit, unusable answer, stale version) to exact
+answers on a scripted model.
 """
 
 from __future__ import annotations
@@ -576,7 +580,8 @@ async def test_a_change_during_the_rewrite_command_applies_no_edit_and_says_so(
     (message,) = editor.client.messages[since_messages:]
     assert message.message == f"infill: {result['reason']}"
     # The server looks at the version once the model's answer has proved usable: an unusable
-    # answer is what the message names then (no edit all the same).
+    # answer is what the message names then (no edit all the same). The scripted model's
+    # usable answer gives exactly the "document changed" message (tests/test_scripted_e2e.py).
     assert "document changed" in message.message or "the model's" in message.message
 
 

@@ -5,21 +5,41 @@ through llama.cpp) in the real server: what any answer must hold, whatever the m
 - a multi-line suggestion ends where the code leaves the cursor's block: no line of it is less
   indented than the block;
 - an invoked request gets distinct items;
-- typing the start of a suggestion is answered with the rest of it, without the model.
+- typing the start of a suggestion is answered with the rest of it, without the model;
+- one model named for both roles is loaded once, and a completion does not wait for an
+  explanation.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import Session, answer, completion_engine, ready_session
-from pytest_lsp import client_capabilities
+from lsp_helpers import (
+    MERGE,
+    MERGE_RANGE,
+    STATS,
+    Session,
+    answer,
+    completion_engine,
+    plain_json,
+    ready_session,
+    request_json,
+    wait_until,
+)
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
 
+from engine.models import default_chat_model
 from engine.text import indent_width
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+EXPLAIN_CHUNK = "infill/explainChunk"
 
 #: Room for the model to write past the end of a block, had the server not stopped it there.
 OPTIONS = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
@@ -97,3 +117,42 @@ async def test_typing_into_a_suggestion_is_answered_with_its_rest_without_the_mo
     items = await answer(session.inline(uri, session.position(now, 1, 12)))
     assert [i.insert_text for i in items] == [suggestion[1:]]
     assert (await completion_engine(session))["total_jobs"] == jobs
+
+
+# --- one model serving both roles -------------------------------------------------------------
+
+
+async def test_one_real_model_serves_a_completion_while_it_explains(tmp_path: Path) -> None:
+    """SmolLM2 named for both roles is loaded once; a completion asked for while it explains
+    is answered before the explanation ends (the explanation yields to it between two
+    tokens), and the explanation still ends whole."""
+    chat_model = str(default_chat_model())
+    options = {"infill": {**OPTIONS["infill"], "model": chat_model, "chatModel": chat_model}}
+    capabilities = client_capabilities("visual_studio_code@v1.65.2")
+    async with ready_session(capabilities, options) as shared:
+        chunks: list[dict[str, Any]] = []
+
+        @shared.client.feature(EXPLAIN_CHUNK)
+        def explain_chunk(_: LanguageClient, params: Any) -> None:
+            chunks.append(plain_json(params))
+
+        uri = shared.open(MERGE)
+        explain = asyncio.ensure_future(
+            request_json(
+                shared,
+                types.WORKSPACE_EXECUTE_COMMAND,
+                {"command": "infill.explain", "arguments": [{"uri": uri, "range": MERGE_RANGE}]},
+            )
+        )
+        await wait_until(lambda: chunks, "the first explanation chunk")
+        text = "def add(a, b):\n    return \n"
+        items = await answer(shared.inline(shared.open(text), shared.position(text, 1, 11)))
+        assert not any(c["done"] for c in chunks), "the completion waited for the explanation"
+        assert all(isinstance(i.insert_text, str) and i.insert_text for i in items)
+
+        result = await answer(explain)
+        assert chunks[-1]["done"] is True
+        assert result == "".join(c["text"] for c in chunks)
+        report = await request_json(shared, STATS, None)
+        (engine,) = report["engines"]
+        assert sorted(engine["roles"]) == ["chat", "completion"]
