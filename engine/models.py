@@ -46,6 +46,9 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: "openai": no local model; a remote OpenAI-compatible server (engine/backends/openai.py).
 BACKENDS = ("auto", "llama.cpp", "transformers", "openai")
 REMOTE_BACKEND = "openai"
+#: A scripted model read from a JSON file (engine/backends/scripted.py), for tests: chosen on
+#: the command line only, never offered in the settings (not one of BACKENDS).
+SCRIPTED_BACKEND = "scripted"
 #: The API key of a remote server (the remote backend) or of our own engine server, when
 #: neither the command line nor the settings give one.
 API_KEY_ENV = "INFILL_API_KEY"
@@ -269,7 +272,7 @@ class ModelSpec(LoadOptions):
 
     def resolved_backend(self) -> str:
         if self.backend != "auto":
-            if self.backend not in BACKENDS:
+            if self.backend not in (*BACKENDS, SCRIPTED_BACKEND):
                 raise ModelLoadError(
                     f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}"
                 )
@@ -359,6 +362,10 @@ def load_backend(spec: ModelSpec) -> Backend:
         raise ModelLoadError("the openai backend has no local model to load (see RemoteSpec)")
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
+    if kind == SCRIPTED_BACKEND:
+        from engine.backends.scripted import load_script
+
+        return load_script(spec.path)
     if kind == "llama.cpp":
         from engine.backends.llama_cpp import LlamaCppBackend
 

@@ -30,6 +30,7 @@ from engine.models import (
     BACKENDS,
     DECODE_PATHS,
     DEVICES,
+    SCRIPTED_BACKEND,
     LoadOptions,
     ModelOptions,
     ModelSet,
@@ -109,9 +110,11 @@ def _remote_options(group: Any, *, with_backend: bool) -> None:
     if with_backend:
         group.add_argument(
             "--backend",
-            choices=BACKENDS,
+            choices=(*BACKENDS, SCRIPTED_BACKEND),
             default=None,
-            help="openai: use the OpenAI-compatible server at --endpoint instead of a local model",
+            help="openai: use the OpenAI-compatible server at --endpoint instead of a local "
+            "model; scripted (for tests only): --model and --chat-model name JSON scripts "
+            "that play a model's answers (engine/backends/scripted.py)",
         )
     group.add_argument(
         "--fim-family",
@@ -592,6 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_fim_family(args.fim_family)
         except ValueError as e:
             parser.error(f"--fim-family must be {e}")
+        if args.backend == SCRIPTED_BACKEND and not (args.model and args.chat_model):
+            parser.error("--backend scripted needs --model and --chat-model (script files)")
         if args.tcp:
             from lsp_server.tcp import listen_problem
 

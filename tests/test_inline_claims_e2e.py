@@ -1,0 +1,164 @@
+"""The README's inline-completion claims with the real default completion model (Gemma 3 270M
+through llama.cpp) in the real server: what any answer must hold, whatever the model writes
+(issue 14). tests/test_scripted_e2e.py proves the same claims exactly on a scripted model.
+
+- a multi-line suggestion ends where the code leaves the cursor's block: no line of it is less
+  indented than the block;
+- an invoked request gets distinct items;
+- typing the start of a suggestion is answered with the rest of it, without the model;
+- one model named for both roles is loaded once, and a completion does not wait for an
+  explanation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsp_helpers import (
+    MERGE,
+    MERGE_RANGE,
+    STATS,
+    Session,
+    answer,
+    completion_engine,
+    plain_json,
+    ready_session,
+    request_json,
+    wait_until,
+)
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
+
+from engine.models import default_chat_model
+from engine.text import indent_width
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+EXPLAIN_CHUNK = "infill/explainChunk"
+
+#: Room for the model to write past the end of a block, had the server not stopped it there.
+OPTIONS = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def session() -> AsyncIterator[Session]:
+    async with ready_session(client_capabilities("visual_studio_code@v1.65.2"), OPTIONS) as s:
+        yield s
+
+
+#: (document, cursor line, cursor column): an empty line at the start of a block's body, with
+#: code after the block that the model may well want to write again.
+BLOCKS = {
+    "function body": ("def fibonacci(n):\n    \n\n\nprint(fibonacci(10))\n", 1, 4),
+    "method body": (
+        "class Stack:\n"
+        "    def __init__(self):\n"
+        "        self.items = []\n"
+        "\n"
+        "    def push(self, item):\n"
+        "        \n"
+        "\n"
+        "    def pop(self):\n"
+        "        return self.items.pop()\n",
+        5,
+        8,
+    ),
+    "loop body": ("total = 0\nfor i in range(10):\n    \nprint(total)\n", 2, 4),
+}
+
+
+async def test_multi_line_suggestions_end_where_the_block_does(session: Session) -> None:
+    multi_line = 0
+    for text, line, column in BLOCKS.values():
+        uri = session.open(text)
+        items = await answer(session.inline(uri, session.position(text, line, column)))
+        for item in items:
+            assert isinstance(item.insert_text, str)
+            first, *rest = item.insert_text.split("\n")
+            assert first.strip(), item.insert_text  # the cursor's line gets code
+            for later in rest:
+                assert not later.strip() or indent_width(later) >= column, item.insert_text
+            multi_line += bool(rest)
+    assert multi_line, "no block got a suggestion of more than one line"
+
+
+async def test_an_invoked_request_gets_distinct_items(session: Session) -> None:
+    text = "def add(a, b):\n    return \n"
+    uri = session.open(text)
+    position = session.position(text, 1, 11)
+    items = await answer(session.inline(uri, position, invoked=True))
+    texts = [item.insert_text for item in items]
+    assert 1 <= len(texts) <= 3  # infill.invokedSuggestions
+    assert len(set(texts)) == len(texts), texts
+    assert all(isinstance(t, str) and t.strip() for t in texts), texts
+    assert all(item.range is not None and item.range.start == position for item in items)
+
+
+async def test_typing_into_a_suggestion_is_answered_with_its_rest_without_the_model(
+    session: Session,
+) -> None:
+    text = "def add(a, b):\n    return \n"
+    uri = session.open(text)
+    (item,) = await answer(session.inline(uri, session.position(text, 1, 11)))
+    suggestion = item.insert_text
+    assert isinstance(suggestion, str)
+    assert len(suggestion) >= 2, suggestion
+    jobs = (await completion_engine(session))["total_jobs"]
+
+    typed = suggestion[0]
+    position = {"line": 1, "character": 11}
+    session.change(uri, 2, [{"range": {"start": position, "end": position}, "text": typed}])
+    now = text.replace("return ", "return " + typed)
+    items = await answer(session.inline(uri, session.position(now, 1, 12)))
+    assert [i.insert_text for i in items] == [suggestion[1:]]
+    assert (await completion_engine(session))["total_jobs"] == jobs
+
+
+# --- one model serving both roles -------------------------------------------------------------
+
+
+async def test_one_real_model_serves_a_completion_while_it_explains(tmp_path: Path) -> None:
+    """SmolLM2 named for both roles is loaded once; a completion asked for while it explains
+    is answered before the explanation ends (the explanation yields to it between two
+    tokens)."""
+    chat_model = str(default_chat_model())
+    options = {"infill": {**OPTIONS["infill"], "model": chat_model, "chatModel": chat_model}}
+    capabilities = client_capabilities("visual_studio_code@v1.65.2")
+    async with ready_session(capabilities, options) as shared:
+        chunks: list[dict[str, Any]] = []
+
+        @shared.client.feature(EXPLAIN_CHUNK)
+        def explain_chunk(_: LanguageClient, params: Any) -> None:
+            chunks.append(plain_json(params))
+
+        uri = shared.open(MERGE)
+        explain = asyncio.ensure_future(
+            request_json(
+                shared,
+                types.WORKSPACE_EXECUTE_COMMAND,
+                {"command": "infill.explain", "arguments": [{"uri": uri, "range": MERGE_RANGE}]},
+            )
+        )
+        await wait_until(lambda: chunks, "the first explanation chunk")
+        text = "def add(a, b):\n    return \n"
+        items = await answer(shared.inline(shared.open(text), shared.position(text, 1, 11)))
+        assert not any(c["done"] for c in chunks), "the completion waited for the explanation"
+        assert all(isinstance(i.insert_text, str) and i.insert_text for i in items)
+
+        # The rest of the explanation is not waited for (the scripted model's test sees it
+        # resume whole): stopped from its progress, it ends with the text so far.
+        shared.client.protocol.notify(
+            types.WINDOW_WORK_DONE_PROGRESS_CANCEL,
+            types.WorkDoneProgressCancelParams(token=chunks[0]["token"]),
+        )
+        result = await answer(explain)
+        assert chunks[-1]["done"] is True
+        assert result == "".join(c["text"] for c in chunks)
+        report = await request_json(shared, STATS, None)
+        (engine,) = report["engines"]
+        assert sorted(engine["roles"]) == ["chat", "completion"]
