@@ -78,18 +78,26 @@ class JobWatch:
 class TokenGate:
     """A `FakeBackend.on_step` hook: `reached` is set (on the event loop) when a call is about
     to yield its `at`-th token (the worker has had `at - 1`); with `hold`, that call then
-    waits there until `release()`.
+    waits there until `release()`; with `until_cancelled`, until its job is cancelled (the
+    cancel then comes while the "model" computes that token, whenever the test's code gets
+    round to it).
 
     Only the first call that reaches `at` tokens is held, so that a job let go, or a later
     job, runs freely. `also` is called on every step, for a test's own bookkeeping.
     """
 
     def __init__(
-        self, at: int = 1, *, hold: bool = False, also: Callable[[FakeCall], None] | None = None
+        self,
+        at: int = 1,
+        *,
+        hold: bool = False,
+        until_cancelled: bool = False,
+        also: Callable[[FakeCall], None] | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.at = at
         self.hold = hold
+        self.until_cancelled = until_cancelled
         self.also = also
         self.reached = asyncio.Event()
         self._released = threading.Event()
@@ -102,8 +110,11 @@ class TokenGate:
             return
         self._fired = True
         self._loop.call_soon_threadsafe(self.reached.set)
-        if self.hold:
-            # Bounded: a test that fails before releasing must not hang the worker forever.
+        # Bounded: a test that fails before releasing must not hang the worker forever.
+        if self.until_cancelled:
+            assert call.cancelled is not None
+            call.cancelled.wait(GIVE_UP_AFTER)
+        elif self.hold:
             self._released.wait(GIVE_UP_AFTER)
 
     def release(self) -> None:
