@@ -76,7 +76,9 @@ class JobStats:
 class JobPhase(enum.StrEnum):
     """Where a job is: what a test or a tool waits for instead of sleeping."""
 
-    SUBMITTED = "submitted"  # handed to the worker (announced on the submitting thread)
+    #: Handed to the worker (announced on the submitting thread); queued, or its prompt being
+    #: evaluated.
+    SUBMITTED = "submitted"
     GENERATING = "generating"  # its first token is out (announced on the worker thread)
     ENDED = "ended"  # over, its figures recorded if it ran (announced on the worker thread)
 
