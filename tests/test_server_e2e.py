@@ -44,8 +44,17 @@ CLIENTS = {
     "visual_studio_code@v1.65.2": types.PositionEncodingKind.Utf16,
     "neovim@v0.11.0": types.PositionEncodingKind.Utf8,
 }
-#: Short suggestions keep the suite fast on a laptop CPU.
-FAST = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 10}}
+#: Short suggestions keep the suite fast on a laptop CPU. No other documents' snippets in the
+#: prompt: the tests share a server, and each one's answer must not depend on which documents
+#: the tests before it left open (INFILL_TEST_ORDER=reverse found one that did).
+FAST = {
+    "infill": {
+        "maxTokensSingleLine": 16,
+        "maxTokensMultiLine": 48,
+        "debounceMs": 10,
+        "contextTokens": 0,
+    }
+}
 
 INVALID_PARAMS = -32602
 REQUEST_CANCELLED = -32800
@@ -70,7 +79,9 @@ async def session(request: pytest.FixtureRequest) -> AsyncIterator[Session]:
 async def tolerant_session(request: pytest.FixtureRequest) -> AsyncIterator[Session]:
     """A server started with one invalid setting among valid ones, and room for long
     multi-line suggestions (so that one is still running when it is cancelled)."""
-    options = {"infill": {"maxTokensSingleLine": "lots", "maxTokensMultiLine": 2000}}
+    options = {
+        "infill": {"maxTokensSingleLine": "lots", "maxTokensMultiLine": 2000, "contextTokens": 0}
+    }
     async with lsp_session(client_capabilities(request.param), options) as s:
         status = await s.until_loaded()
         assert status["status"] == "ready", status
