@@ -10,6 +10,8 @@ happens here too, so nothing touches the model from another thread.
 from __future__ import annotations
 
 import collections
+import contextlib
+import enum
 import logging
 import queue
 import threading
@@ -63,24 +65,116 @@ class JobStats:
     first_token_seconds: float | None
     total_seconds: float
     finish_reasons: tuple[FinishReason | None, ...]
+    #: Tokens the model handed over after the job's cancel was requested: the README's "stops
+    #: within one token" as a figure (0 or 1). None: the job was not cancelled while it ran.
+    tokens_after_cancel: int | None = None
+    #: The document the prompt came from (the request's `cache_key`), so that a reader can
+    #: pick out the jobs of one document.
+    cache_key: str | None = None
+
+
+class JobPhase(enum.StrEnum):
+    """Where a job is: what a test or a tool waits for instead of sleeping."""
+
+    #: Handed to the worker (announced on the submitting thread); queued, or its prompt being
+    #: evaluated.
+    SUBMITTED = "submitted"
+    GENERATING = "generating"  # its first token is out (announced on the worker thread)
+    ENDED = "ended"  # over, its figures recorded if it ran (announced on the worker thread)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """One step of one job, as `JobRecord.watch` listeners get it."""
+
+    phase: JobPhase
+    request_id: str
+    cache_key: str | None
+    #: The job's figures, for ENDED; None before, and for a job that ended without running
+    #: (refused, cancelled while queued, or failed before its first step).
+    stats: JobStats | None = None
+
+
+JobListener = Callable[[JobEvent], None]
 
 
 class JobRecord:
-    """The figures of the last `size` finished jobs, and how many jobs finished in all.
+    """The figures of the last `size` finished jobs, how many jobs finished in all, the jobs
+    under way, and listeners told of each job's phases.
 
     The worker thread adds; any thread reads (the `infill/stats` request, benchmarks). A lock
-    keeps a reader from iterating the deque while the worker appends to it.
+    keeps a reader from iterating the deque while the worker appends to it. Listeners run on
+    the thread that announces the phase, outside the lock: they must be quick, and hand work
+    to their own thread or event loop (`loop.call_soon_threadsafe`).
     """
 
     def __init__(self, size: int = 256) -> None:
         self._jobs: collections.deque[JobStats] = collections.deque(maxlen=size)
         self._total = 0
+        self._running: dict[str, JobEvent] = {}
+        self._listeners: list[JobListener] = []
         self._lock = threading.Lock()
 
     def add(self, stats: JobStats) -> None:
+        """Record a finished job's figures (and announce its end)."""
         with self._lock:
             self._jobs.append(stats)
             self._total += 1
+        self.note(
+            JobEvent(
+                phase=JobPhase.ENDED,
+                request_id=stats.request_id,
+                cache_key=stats.cache_key,
+                stats=stats,
+            )
+        )
+
+    def enter(self, event: JobEvent) -> None:
+        """List a job as under way in `event`'s phase without telling the listeners (yet):
+        a submitted job is listed before the worker can see it, and announced after."""
+        with self._lock:
+            if event.phase is JobPhase.ENDED:
+                self._running.pop(event.request_id, None)
+            else:
+                self._running[event.request_id] = event
+
+    def note(self, event: JobEvent) -> None:
+        """List `event` (`enter`) and tell the listeners."""
+        self.enter(event)
+        self.announce(event)
+
+    def announce(self, event: JobEvent) -> None:
+        """Tell the listeners of `event`; one that raises is logged and the others still run."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("a job listener failed on %s", event)
+
+    def close_unrecorded(self, request_id: str) -> None:
+        """A job is over: if it ended without figures (it never ran), announce its end."""
+        with self._lock:
+            event = self._running.get(request_id)
+        if event is not None:
+            self.note(replace(event, phase=JobPhase.ENDED, stats=None))
+
+    def watch(self, listener: JobListener) -> Callable[[], None]:
+        """Call `listener` with each job's phases from now on; returns what stops it."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unwatch() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unwatch
+
+    def running(self) -> tuple[JobEvent, ...]:
+        """The jobs submitted and not yet over, each in its latest phase, oldest first."""
+        with self._lock:
+            return tuple(self._running.values())
 
     def snapshot(self) -> tuple[int, tuple[JobStats, ...]]:
         """(jobs finished since the engine started, the most recent ones, oldest first)."""
@@ -106,6 +200,7 @@ class _Run:
     """A started job: its prompt, its output state, and how far it has got."""
 
     __slots__ = (
+        "after_cancel",
         "evaluated",
         "first_token",
         "generated",
@@ -138,6 +233,8 @@ class _Run:
         self.generated: list[int] = []  # its tokens so far
         self.first_token: float | None = None
         self.evaluated: int | None = None  # prompt tokens the model evaluated for choice 0
+        #: Tokens that came after the cancel was requested; None while none was.
+        self.after_cancel: int | None = None
 
 
 class Worker:
@@ -163,7 +260,16 @@ class Worker:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
+        """Queue `job`. It is listed as under way before the worker can start it (a reader
+        never sees it generate before it was submitted), and announced once it is queued (a
+        listener that lets something go on knows the worker will find it)."""
+        request = job.request
+        event = JobEvent(
+            phase=JobPhase.SUBMITTED, request_id=request.request_id, cache_key=request.cache_key
+        )
+        self.record.enter(event)
         self._inbox.put((job, time.perf_counter()))
+        self.record.announce(event)
 
     def close(self, timeout: float | None = None) -> bool:
         """Finish the running job (abort it first to make that quick), fail the queued ones,
@@ -198,6 +304,7 @@ class Worker:
                     job = pending.job if isinstance(pending, _Run) else pending[0]
                     job.emit(job.aborted or EngineClosedError("the engine is shutting down"))
                     job.emit(END)
+                    self.record.close_unrecorded(job.request.request_id)
                 return
             item = self._urgent.popleft() if self._urgent else self._background.popleft()
             job = item.job if isinstance(item, _Run) else item[0]
@@ -208,6 +315,7 @@ class Worker:
                 log.exception("%s: job %s failed", self.name, job.request.request_id)
                 job.emit(e)
             job.emit(END)
+            self.record.close_unrecorded(job.request.request_id)
 
     def _should_yield(self, run: _Run) -> bool:
         if run.job.request.role is Role.COMPLETION:
@@ -278,6 +386,7 @@ class Worker:
             first_token_seconds=None,
             total_seconds=time.perf_counter() - started,
             finish_reasons=(),
+            cache_key=request.cache_key,
         )
         self.record.add(stats)
         log.info(
@@ -349,9 +458,18 @@ class Worker:
             )
             try:
                 for token_id in tokens:
+                    if job.cancelled.is_set():  # computed while the cancel came, or after it
+                        run.after_cancel = (run.after_cancel or 0) + 1
                     if run.first_token is None:
                         run.first_token = time.perf_counter()
                         run.evaluated = self.backend.last_prefill_tokens
+                        self.record.note(
+                            JobEvent(
+                                phase=JobPhase.GENERATING,
+                                request_id=job.request.request_id,
+                                cache_key=job.request.cache_key,
+                            )
+                        )
                     run.generated.append(token_id)
                     for delta in processor.on_tokens(index, (token_id,)):
                         job.emit(delta)
@@ -388,12 +506,16 @@ class Worker:
             first_token_seconds=None if run.first_token is None else run.first_token - run.started,
             total_seconds=done - run.started,
             finish_reasons=tuple(processor.finish_reason(i) for i in range(n)),
+            tokens_after_cancel=(
+                (run.after_cancel or 0) if job.cancelled.is_set() else run.after_cancel
+            ),
+            cache_key=request.cache_key,
         )
         self.record.add(stats)
         first = stats.first_token_seconds
         log.info(
             "%s %s: prompt %d tokens (%s evaluated), generated %d, first token %s, total %.0f ms, "
-            "finish %s",
+            "%sfinish %s",
             self.name,
             request.request_id,
             stats.prompt_tokens,
@@ -401,5 +523,8 @@ class Worker:
             stats.generated_tokens,
             "-" if first is None else f"{first * 1000:.0f} ms",
             stats.total_seconds * 1000,
+            ""
+            if stats.tokens_after_cancel is None
+            else f"{stats.tokens_after_cancel} token(s) after the cancel, ",
             ",".join(str(r) for r in stats.finish_reasons),
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,56 @@ from engine.models import ModelOptions, load_backend, model_spec
 from engine.types import Role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+#: The order the tests run in, to show they pass in any order (DESIGN §6):
+#: `INFILL_TEST_ORDER=reverse`, or `shuffle` / `shuffle:SEED` (modules in a random order, and
+#: the tests of each module too, those that share a module-scoped parametrized fixture kept
+#: together so that its server starts once per parameter). Unset: pytest's own order.
+TEST_ORDER = "INFILL_TEST_ORDER"
+
+
+def _shared_instance(item: pytest.Item) -> tuple[tuple[str, str], ...]:
+    """The parameters of the module- or wider-scoped fixtures the test uses: tests with the
+    same ones share those fixtures' instances."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return ()
+    definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
+    return tuple(
+        sorted(
+            (name, repr(value))
+            for name, value in callspec.params.items()
+            if name in definitions and definitions[name][-1].scope != "function"
+        )
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest has grouped tests by their fixtures' parameters
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = os.environ.get(TEST_ORDER, "")
+    if not order:
+        return
+    if order == "reverse":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind != "shuffle":
+        raise pytest.UsageError(f"{TEST_ORDER} is reverse, shuffle or shuffle:SEED, not {order!r}")
+    rng = random.Random(int(seed) if seed else None)
+    modules: dict[str, dict[tuple[tuple[str, str], ...], list[pytest.Item]]] = {}
+    for item in items:
+        groups = modules.setdefault(item.nodeid.split("::")[0], {})
+        groups.setdefault(_shared_instance(item), []).append(item)
+    shuffled: list[pytest.Item] = []
+    for module in rng.sample(list(modules.values()), len(modules)):
+        for group in rng.sample(list(module.values()), len(module)):
+            shuffled.extend(rng.sample(group, len(group)))
+    items[:] = shuffled
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    order = os.environ.get(TEST_ORDER)
+    return f"{TEST_ORDER}={order}" if order else None
 
 
 @pytest.fixture(scope="session")

@@ -365,3 +365,34 @@ async def completion_engine_after(session: Session, jobs: int) -> dict[str, Any]
         assert time.monotonic() < deadline, "the job never showed up in infill/stats"
         await asyncio.sleep(0.02)
     return engine
+
+
+async def document_jobs(
+    session: Session,
+    document: str,
+    until: Callable[[list[dict[str, Any]], list[dict[str, Any]]], bool],
+    what: str,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The completion engine's jobs for `document` (its URI) from `infill/stats`: those under
+    way and those finished (oldest first), once `until(running, finished)` holds. A test reads
+    only its own document's jobs, whatever ran before it."""
+    deadline = time.monotonic() + 120
+    while True:
+        engine = await completion_engine(session)
+        running = [job for job in engine.get("running", []) if job["document"] == document]
+        finished = [job for job in engine["jobs"] if job["document"] == document]
+        if until(running, finished):
+            return running, finished
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def generating(session: Session, document: str) -> dict[str, Any]:
+    """The document's engine job once the model is generating its tokens."""
+    running, _ = await document_jobs(
+        session,
+        document,
+        lambda running, _: any(job["phase"] == "generating" for job in running),
+        f"a job generating for {document}",
+    )
+    return next(job for job in running if job["phase"] == "generating")

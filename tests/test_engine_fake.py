@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 
 import pytest
+from job_events import JobWatch, TokenGate
 
 from engine.backends.fake import FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
@@ -22,6 +22,7 @@ from engine.types import (
     StopConditions,
     TextDelta,
 )
+from engine.worker import JobPhase
 
 
 @pytest.fixture
@@ -99,13 +100,21 @@ async def test_a_prompt_longer_than_the_context_is_a_clear_error(make_engine) ->
 
 
 async def test_closing_the_stream_stops_the_model_within_one_token(make_engine) -> None:
-    engine, backend = make_engine(script=["a" * 200, "ok"], repeat_last=False, step_seconds=0.002)
-    async with contextlib.aclosing(engine.generate(request())) as deltas:
-        async for _ in deltas:
-            break  # the consumer goes away after the first delta
-    await wait_until(lambda: len(backend.calls) == 1 and is_done(engine, backend))
-    cancelled_call = backend.calls[0]
-    assert cancelled_call.yielded < 200
+    """The consumer goes away while the model computes its 5th token: that token is the
+    only one after the cancel, as the engine's own figures say, and the model stops there."""
+    gate = TokenGate(at=5, hold=True)
+    engine, backend = make_engine(script=["a" * 200, "ok"], repeat_last=False, on_step=gate)
+    req = request()
+    with JobWatch(engine.job_record) as watch:
+        async with contextlib.aclosing(engine.generate(req)) as deltas:
+            async for _ in deltas:
+                await gate.wait()  # the model is at work on token 5...
+                break  # ...when the consumer goes away after its first delta
+        gate.release()
+        stats = await watch.ended(req.request_id)
+    assert stats.finish_reasons == (FinishReason.CANCELLED,)
+    assert stats.tokens_after_cancel == 1
+    assert backend.calls[0].yielded == stats.generated_tokens == 5  # none made and unseen
     # Next request is served normally.
     (result,) = await engine.collect(request())
     assert result.text == "ok"
@@ -121,27 +130,38 @@ async def test_cancel_is_seen_before_the_next_token(make_engine) -> None:
 
     engine, backend = make_engine(script=["a" * 50], on_step=cancel_at_five)
     req = request()
-    deltas = await stream(engine, req)
+    with JobWatch(engine.job_record) as watch:
+        deltas = await stream(engine, req)
+        stats = await watch.ended(req.request_id)
     assert backend.calls[0].yielded == seen["at"]  # not one token more
     assert deltas[-1].finish_reason is FinishReason.CANCELLED
     assert "".join(d.text for d in deltas) == "a" * 5
+    # The 5th token was being computed when the cancel came: the one token after it.
+    assert stats.tokens_after_cancel == 1
 
 
 async def test_a_cancelled_consumer_task_aborts_the_job(make_engine) -> None:
-    engine, backend = make_engine(script=["a" * 500, "next"], repeat_last=False, step_seconds=0.002)
+    gate = TokenGate(at=3, hold=True)
+    engine, backend = make_engine(script=["a" * 500, "next"], repeat_last=False, on_step=gate)
+    req = request()
 
     async def consume() -> None:
-        async for _ in engine.generate(request()):
+        async for _ in engine.generate(req):
             pass
 
-    task = asyncio.create_task(consume())
-    await asyncio.sleep(0.05)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    with JobWatch(engine.job_record) as watch:
+        task = asyncio.create_task(consume())
+        await gate.wait()  # the model is at work on token 3
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gate.release()
+        stats = await watch.ended(req.request_id)
     (result,) = await engine.collect(request())
     assert result.text == "next"
-    assert backend.calls[0].yielded < 500
+    assert stats.finish_reasons == (FinishReason.CANCELLED,)
+    assert stats.tokens_after_cancel == 1
+    assert backend.calls[0].yielded == 3
 
 
 async def test_n_choices_have_independent_stop_state(make_engine) -> None:
@@ -187,44 +207,46 @@ async def test_requests_to_one_model_queue_in_order(make_engine) -> None:
 
 
 async def test_a_long_job_on_one_model_never_delays_another_model(make_engine) -> None:
-    slow, _ = make_engine(script=["x" * 2000], step_seconds=0.001, name="chat")
+    gate = TokenGate(at=10, hold=True)  # the other model is held mid-job
+    slow, _ = make_engine(script=["x" * 2000], on_step=gate, name="chat")
     fast, _ = make_engine(script=["quick"], name="completion")
     long_job = asyncio.create_task(slow.collect(request(sampling=SamplingParams(max_tokens=5000))))
-    await asyncio.sleep(0.05)
-    (result,) = await fast.collect(request())
-    assert result.text == "quick"
-    assert not long_job.done()  # answered while the other model was still busy
+    try:
+        await gate.wait()
+        (result,) = await fast.collect(request())
+        assert result.text == "quick"
+        assert not long_job.done()  # answered while the other model was still busy
+    finally:
+        gate.release()
     slow_results = await long_job
     assert slow_results[0].text == "x" * 2000
-
-
-def is_done(engine: Engine, backend: FakeBackend) -> bool:
-    return len(engine.recent_stats) == len(backend.calls)
-
-
-async def wait_until(condition, limit_seconds: float = 5.0) -> None:
-    deadline = time.perf_counter() + limit_seconds
-    while not condition():
-        if time.perf_counter() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 async def test_one_model_serving_both_roles_lets_a_completion_pass_a_running_chat(
     make_engine,
 ) -> None:
     answer = "".join(f"word{i} " for i in range(150))
-    engine, backend = make_engine(script=[answer, "quick"], repeat_last=False, step_seconds=0.002)
+    gate = TokenGate(at=10, hold=True)  # the chat is held at its 10th token...
+    engine, backend = make_engine(script=[answer, "quick"], repeat_last=False, on_step=gate)
     chat_request = GenerationRequest(
         prompt="explain", role=Role.CHAT, sampling=SamplingParams(max_tokens=5000)
     )
-    chat = asyncio.create_task(engine.collect(chat_request))
-    await asyncio.sleep(0.1)
-    (completion,) = await engine.collect(request("x = "))
+    completion_request = request("x = ")
+    with JobWatch(engine.job_record) as watch:
+        chat = asyncio.create_task(engine.collect(chat_request))
+        await gate.wait()
+        completion_job = asyncio.create_task(engine.collect(completion_request))
+        # ...until the completion is queued: the chat sees it right after that token.
+        await watch.reached(JobPhase.SUBMITTED, completion_request.request_id)
+        gate.release()
+        (completion,) = await completion_job
     assert completion.text == "quick"
-    assert not chat.done()  # the completion did not wait for the chat to end...
+    # The completion did not wait for the chat to end: the chat stopped after 10 of its
+    # tokens, the completion ran, then the chat went on...
+    assert backend.calls[1].prompt_ids == (0, *byte_ids("x = "))
+    assert backend.calls[0].yielded == 10
     (explained,) = await chat
-    assert explained.text == answer  # ...and the chat was not cancelled: it resumed whole
+    assert explained.text == answer  # ...and was not cancelled: it resumed whole
     assert explained.finish_reason is FinishReason.STOP
     # It resumed from its prompt plus the tokens it had, not from scratch.
     resumed = backend.calls[2]
@@ -268,16 +290,23 @@ async def test_closing_aborts_running_and_queued_jobs_refuses_new_ones_then_free
     assert backend.freed_while == [False]  # freed once, after its worker thread ended
     (stats,) = engine.recent_stats
     assert stats.finish_reasons == (FinishReason.CANCELLED,)
+    assert stats.tokens_after_cancel is not None
+    assert stats.tokens_after_cancel <= 1
 
 
 async def test_a_worker_that_does_not_stop_keeps_its_model() -> None:
-    """A backend that hangs (a token takes seconds) is never freed under its thread."""
-    backend = RecordingBackend(script=["xyz"], step_seconds=1.0, name="hanging")
+    """A backend that hangs (a token that does not come until the test lets it) is never
+    freed under its thread."""
+    gate = TokenGate(at=1, hold=True)
+    backend = RecordingBackend(script=["xyz"], on_step=gate, name="hanging")
     engine = Engine(backend)
     job = asyncio.create_task(stream(engine, request()))
-    await wait_until(lambda: backend.calls)
-    await asyncio.to_thread(engine.close, "shutting down", 0.05)
-    assert backend.freed_while == []
+    await gate.wait()
+    try:
+        await asyncio.to_thread(engine.close, "shutting down", 0.05)
+        assert backend.freed_while == []
+    finally:
+        gate.release()
     with pytest.raises(EngineClosedError, match="shutting down"):
         await job  # the token in progress ends, and the job with the reason
     await asyncio.to_thread(engine.close)

@@ -4,14 +4,16 @@ type-ahead cache and latest-wins."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import replace
 
 import pytest
+from job_events import JobWatch, TokenGate
 from lsp_helpers import wait_until
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
+from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.engine import Engine
+from engine.types import FinishReason
+from engine.worker import JobPhase
 from lsp_server import rerank
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel
@@ -89,16 +91,21 @@ async def test_an_indentation_only_line_is_left_out_of_the_prompt_and_taken_back
 
 
 async def test_multi_line_stops_the_model_once_the_block_is_left(make_model) -> None:
-    body = (
-        "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n    pass\n" + "x" * 300
-    )
-    model, backend = make_model([body], step_seconds=0.001)
-    result = await suggest(model, snap_at("def f(n):\n|"), SETTINGS, invoked=False)
+    left = "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
+    body = left + "    pass\n" + "x" * 300
+    # The model is held at the token after the line that leaves the block, until the
+    # consumer's cancel comes: it cannot run on, however slow the event loop is.
+    gate = TokenGate(at=len(left) + 1, until_cancelled=True)
+    model, backend = make_model([body], on_step=gate)
+    with JobWatch(model.engine.job_record) as watch:
+        result = await suggest(model, snap_at("def f(n):\n|"), SETTINGS, invoked=False)
+        stats = await watch.ended((await watch.reached(JobPhase.SUBMITTED)).request_id)
     assert result.mode is CompletionMode.MULTI_LINE
     assert [s.text for s in result.suggestions] == [
         "    if n < 2:\n        return n\n    return n * 2"
     ]
-    assert backend.calls[0].yielded < len(body)  # stopped early, not at max tokens
+    assert backend.calls[0].yielded == gate.at  # stopped early, not at max tokens
+    assert stats.tokens_after_cancel == 1
 
 
 async def test_invoked_completion_gives_distinct_items(make_model) -> None:
@@ -146,45 +153,57 @@ async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) 
 
 
 async def test_a_newer_request_for_the_document_supersedes_the_older(make_model) -> None:
-    model, backend = make_model(["x" * 500, "new"], repeat_last=False, step_seconds=0.002)
+    """The newer request comes while the model computes the older one's 5th token: the older
+    is answered None at once, and its job stops with that one token after the cancel."""
+    gate = TokenGate(at=5, until_cancelled=True)
+    model, backend = make_model(["x" * 500, "new"], repeat_last=False, on_step=gate)
     slots, cache = LatestWins(), TypeAheadCache()
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
     async def get_model() -> CompletionModel:
         return model
 
-    older = asyncio.create_task(
-        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
-    )
-    await asyncio.sleep(0.1)
-    newer = await complete_latest(
-        slots, cache, snap_at("a = 1|"), settings, get_model, invoked=False
-    )
-    assert await older is None  # answered at once, as superseded
+    with JobWatch(model.engine.job_record) as watch:
+        older = asyncio.create_task(
+            complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+        )
+        await gate.wait()
+        newer = await complete_latest(
+            slots, cache, snap_at("a = 1|"), settings, get_model, invoked=False
+        )
+        assert await older is None  # answered at once, as superseded
+        first = (await watch.reached(JobPhase.SUBMITTED)).request_id
+        stats = await watch.ended(first)
     assert newer is not None
     assert [s.text for s in newer.suggestions] == ["new"]
-    assert backend.calls[0].yielded < 500  # the older job was stopped
+    assert stats.finish_reasons == (FinishReason.CANCELLED,)
+    assert stats.tokens_after_cancel == 1  # the older job stopped within one token
+    assert backend.calls[0].yielded == 5
 
 
 async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request(
     make_model,
 ) -> None:
+    """The first request waits out its debounce (a minute: longer than any test machine can
+    stall); the second keystroke comes within it, and only the second reaches the model."""
     model, backend = make_model(["first", "second"], repeat_last=False)
     slots, cache = LatestWins(), TypeAheadCache()
-    settings = Settings(debounce_ms=200)
 
     async def get_model() -> CompletionModel:
         return model
 
     older = asyncio.create_task(
-        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+        complete_latest(
+            slots, cache, snap_at("a = |"), Settings(debounce_ms=60_000), get_model, invoked=False
+        )
     )
-    await asyncio.sleep(0.01)
+    await wait_until(lambda: len(slots) == 1, "the first request waiting out its debounce")
     newer = await complete_latest(
-        slots, cache, snap_at("b = |"), settings, get_model, invoked=False
+        slots, cache, snap_at("b = |"), Settings(debounce_ms=0), get_model, invoked=False
     )
     assert await older is None
     assert newer is not None
+    assert [s.text for s in newer.suggestions] == ["first"]  # the model's first answer
     assert len(backend.calls) == 1  # the first request never reached the model
 
 
@@ -199,21 +218,25 @@ async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinish
 
 
 async def test_closing_a_document_supersedes_its_live_request(make_model) -> None:
-    model, backend = make_model(["x" * 500], repeat_last=False, step_seconds=0.002)
+    gate = TokenGate(at=3, until_cancelled=True)
+    model, backend = make_model(["x" * 500], repeat_last=False, on_step=gate)
     slots, cache = LatestWins(), TypeAheadCache()
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
     async def get_model() -> CompletionModel:
         return model
 
-    live = asyncio.create_task(
-        complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
-    )
-    await wait_until(lambda: backend.calls, "the model at work")
-    slots.forget("file:///t.py")
-    assert await live is None  # answered at once, as superseded
+    with JobWatch(model.engine.job_record) as watch:
+        live = asyncio.create_task(
+            complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+        )
+        await gate.wait()  # the model at work
+        slots.forget("file:///t.py")
+        assert await live is None  # answered at once, as superseded
+        stats = await watch.ended((await watch.reached(JobPhase.SUBMITTED)).request_id)
     assert len(slots) == 0
-    assert backend.calls[0].yielded < 500  # its job was stopped
+    assert stats.tokens_after_cancel == 1  # its job was stopped within one token
+    assert backend.calls[0].yielded == 3
 
 
 def test_the_type_ahead_cache_keeps_the_last_answers_of_at_most_n_documents() -> None:
@@ -267,15 +290,10 @@ async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_wri
 
 
 async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) -> None:
-    ahead_started = threading.Event()
-
-    def on_step(call: FakeCall) -> None:
-        if len(backend.calls) > 1 and call is backend.calls[1]:
-            ahead_started.set()
-
-    model, backend = make_model(
-        ["2", "y" * 400, "z"], repeat_last=False, step_seconds=0.002, on_step=on_step
-    )
+    # The work ahead (the second call: the first has one token) is held at its 3rd token
+    # until it is cancelled.
+    gate = TokenGate(at=3, until_cancelled=True)
+    model, backend = make_model(["2", "y" * 400, "z"], repeat_last=False, on_step=gate)
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
     slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
 
@@ -285,14 +303,14 @@ async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) 
     await complete_latest(
         slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
     )
-    assert await asyncio.to_thread(ahead_started.wait, 30)
+    await gate.wait()
     other = await complete_latest(
         slots, cache, snap_at("q = |\n"), settings, get_model, invoked=False, ahead=ahead
     )
     assert other is not None
     assert not other.ahead
     assert [s.text for s in other.suggestions] == ["z"]
-    assert backend.calls[1].yielded < 400  # the work ahead stopped
+    assert backend.calls[1].yielded == 3  # the work ahead stopped at the token it was on
 
 
 async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> None:

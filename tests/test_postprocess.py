@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from dataclasses import dataclass
 
 import pytest
@@ -521,7 +522,7 @@ def test_random_text_keeps_every_invariant() -> None:
         if prefix.endswith("\r") and suffix.startswith("\n"):
             continue  # a cursor inside a CRLF is no LSP position
         ctx = CursorContext(prefix=prefix, suffix=suffix)
-        decide_mode(ctx)
+        check_mode(ctx, decide_mode(ctx))
         for mode in CompletionMode:
             fitted = fit_completion(raw, ctx, mode)
             if fitted is None:
@@ -541,6 +542,25 @@ def test_random_text_keeps_every_invariant() -> None:
         ended = [end for end in range(len(raw) + 1) if block_ended(raw[:end], ctx)]
         if ended:
             assert fit_completion(raw[: ended[0]], ctx, MULTI) == whole
+
+
+def check_mode(ctx: CursorContext, mode: CompletionMode | None) -> None:
+    """What a user sees of the mode, from the cursor's line alone (by hand, not through the
+    helpers `decide_mode` uses): nothing inside a word; one line when code follows the cursor
+    on its line or the cursor ends a line of code; several lines only on a blank line."""
+    line_before = LINE_END.split(ctx.prefix)[-1]
+    line_after = LINE_END.split(ctx.suffix)[0]
+    first = line_after[:1]
+    in_word = bool(first) and (
+        first == "_" or first.isalnum() or unicodedata.category(first).startswith("M")
+    )
+    closers_only = all(c in ")]}\"'`;, \t" or c.isspace() for c in line_after)
+    if in_word and line_before.strip():
+        assert mode is None, (ctx, mode)
+        return
+    assert mode is not None, (ctx, mode)
+    if not closers_only or line_before.strip():
+        assert mode is SINGLE, (ctx, mode)
 
 
 @pytest.mark.parametrize(

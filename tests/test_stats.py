@@ -4,15 +4,15 @@ report built from it (on the scripted backend)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import pytest
+from job_events import JobWatch, TokenGate
 
 from engine.backends.fake import FakeBackend
 from engine.engine import Engine
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams
-from engine.worker import JobRecord, JobStats
+from engine.worker import JobEvent, JobPhase, JobRecord, JobStats
 from lsp_server.stats import job_json, stats_report
 
 
@@ -49,6 +49,8 @@ def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish()
         "first_token_ms": None,
         "total_ms": 74.4,
         "finish_reasons": ["cancelled", None],
+        "tokens_after_cancel": None,
+        "document": None,
     }
     assert job_json(figures(4))["first_token_ms"] == 19.5
 
@@ -62,12 +64,10 @@ def engine() -> Iterator[Engine]:
 
 async def test_a_finished_job_shows_up_in_the_engines_report(engine: Engine) -> None:
     request = GenerationRequest(prompt="x", sampling=SamplingParams(max_tokens=100))
-    await engine.collect(request)
-    # The worker records the job after its last delta: wait for it the way a client does.
-    deadline = time.perf_counter() + 5
-    while not engine.job_record.snapshot()[0]:
-        assert time.perf_counter() < deadline, "the job was never recorded"
-        await asyncio.sleep(0.01)
+    with JobWatch(engine.job_record) as watch:
+        await engine.collect(request)
+        # The worker records the job after its last delta: wait for its end.
+        await watch.ended(request.request_id)
     report = stats_report({Role.COMPLETION: engine})
     (entry,) = report["engines"]
     assert entry["roles"] == ["completion"]
@@ -77,16 +77,76 @@ async def test_a_finished_job_shows_up_in_the_engines_report(engine: Engine) -> 
     assert job["prompt_tokens"] > 0
     assert job["generated_tokens"] == 3
     assert job["finish_reasons"] == ["stop"]
+    assert job["tokens_after_cancel"] is None  # never cancelled
+    assert entry["running"] == []
     assert engine.recent_stats[-1].request_id == request.request_id
 
 
-def test_one_engine_serving_both_roles_is_reported_once(engine: Engine) -> None:
-    report = stats_report({Role.COMPLETION: engine, Role.CHAT: engine})
-    (entry,) = report["engines"]
-    assert entry["roles"] == ["completion", "chat"]
-    assert entry["total_jobs"] == 0
-    assert entry["jobs"] == []
+async def test_a_job_under_way_is_listed_as_running_with_its_document_and_phase() -> None:
+    gate = TokenGate(at=2, hold=True)  # the first token is out: the job is generating
+    engine = Engine(FakeBackend(script=["abc"], on_step=gate), name="completion")
+    request = GenerationRequest(prompt="x", cache_key="file:///a.py")
+    with JobWatch(engine.job_record) as watch:
+        job = asyncio.create_task(engine.collect(request))
+        try:
+            await watch.reached(JobPhase.GENERATING, request.request_id)
+            (entry,) = stats_report({Role.COMPLETION: engine})["engines"]
+            assert entry["running"] == [
+                {
+                    "request_id": request.request_id,
+                    "document": "file:///a.py",
+                    "phase": "generating",
+                }
+            ]
+        finally:
+            gate.release()
+        await job
+        await watch.ended(request.request_id)
+    (entry,) = stats_report({Role.COMPLETION: engine})["engines"]
+    assert entry["running"] == []
+    assert entry["jobs"][-1]["document"] == "file:///a.py"
+    await asyncio.to_thread(engine.close)
 
 
-def test_no_loaded_engine_is_an_empty_report() -> None:
-    assert stats_report({}) == {"engines": []}
+async def test_each_phase_is_announced_once_in_order_and_a_failing_listener_is_harmless(
+    engine: Engine,
+) -> None:
+    def failing(event: JobEvent) -> None:
+        raise RuntimeError("a broken listener")
+
+    stop_failing = engine.job_record.watch(failing)
+    request = GenerationRequest(prompt="x", sampling=SamplingParams(max_tokens=100))
+    with JobWatch(engine.job_record) as watch:
+        (result,) = await engine.collect(request)
+        await watch.ended(request.request_id)
+    stop_failing()
+    assert result.text == "abc"
+    rid = request.request_id
+    assert [(e.phase, e.request_id) for e in watch.events] == [
+        (JobPhase.SUBMITTED, rid),
+        (JobPhase.GENERATING, rid),
+        (JobPhase.ENDED, rid),
+    ]
+
+
+async def test_a_job_cancelled_while_queued_ends_without_figures() -> None:
+    """A job cancelled before the worker took it up is announced as ended, without
+    figures, and is no longer listed as running."""
+    gate = TokenGate(at=1, hold=True)
+    engine = Engine(FakeBackend(script=["abc"], on_step=gate), name="completion")
+    first, queued = GenerationRequest(prompt="x"), GenerationRequest(prompt="y")
+    with JobWatch(engine.job_record) as watch:
+        running = asyncio.create_task(engine.collect(first))
+        await gate.wait()  # the worker is busy with the first job...
+        waiting = asyncio.create_task(engine.collect(queued))
+        await watch.reached(JobPhase.SUBMITTED, queued.request_id)
+        assert engine.cancel(queued.request_id)  # ...so the second is cancelled in the queue
+        gate.release()
+        await running
+        (cancelled,) = await waiting
+        end = await watch.reached(JobPhase.ENDED, queued.request_id)
+    assert cancelled.finish_reason is FinishReason.CANCELLED
+    assert end.stats is None
+    assert engine.job_record.running() == ()
+    assert [s.request_id for s in engine.recent_stats] == [first.request_id]
+    await asyncio.to_thread(engine.close)

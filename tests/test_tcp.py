@@ -8,17 +8,21 @@ import asyncio
 import contextlib
 import re
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
-from lsp_helpers import SERVER_COMMAND, answer, server_env, wait_until
+from lsp_helpers import SERVER_COMMAND, answer, plain_json, server_env, wait_until
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from lsp_server.tcp import is_loopback, listen_problem
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
+#: A line in the server's log format (`cli.LOG_FORMAT`): time, level, logger.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ \S+: ")
 
 
 @pytest.mark.parametrize(
@@ -164,3 +168,92 @@ async def test_allow_remote_lets_the_server_listen_on_every_address() -> None:
         _, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.close()  # connected, then gone: the server ends
         assert await answer(server.process.wait()) == 0
+
+
+@pytest.mark.slow
+async def test_a_real_client_over_tcp_gets_a_completion_and_the_log_goes_to_the_log_file(
+    tmp_path: Path,
+) -> None:
+    """`serve --tcp --log-file PATH` as a user starts it: an editor connects over loopback and
+    gets a real suggestion from the default model; every log line (the listening address, the
+    completion, the engine's figures for its job) is in the file, and none on stderr."""
+    log_file = tmp_path / "logs" / "infill lsp.log"  # a folder that exists; a space in the name
+    log_file.parent.mkdir()
+    process = await asyncio.create_subprocess_exec(
+        *SERVER_COMMAND,
+        "--tcp",
+        "--port",
+        "0",
+        "--log-file",
+        str(log_file),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=server_env(),
+    )
+    client: LanguageClient | None = None
+    try:
+        found = await wait_until(
+            lambda: (
+                (log_file.exists() and LISTENING.search(log_file.read_text(encoding="utf-8")))
+                or process.returncode is not None
+            ),
+            "the server to listen (said in its log file)",
+        )
+        assert isinstance(found, re.Match), found
+        assert found.group(1) == "127.0.0.1"
+        client = await initialized_client(int(found.group(2)))
+        deadline = time.monotonic() + 120
+        while (state := await status(client))["status"] == "loading":  # the model loads
+            assert time.monotonic() < deadline, "the model is still loading"
+            await asyncio.sleep(0.05)
+        assert state["status"] == "ready", state
+
+        uri = "file:///tcp/fibonacci.py"
+        text = "def fibonacci(n: int) -> int:\n    if n < 2:\n        return n\n    return "
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(
+                    uri=uri, language_id="python", version=1, text=text
+                )
+            )
+        )
+        result = await answer(
+            client.text_document_inline_completion_async(
+                types.InlineCompletionParams(
+                    text_document=types.TextDocumentIdentifier(uri=uri),
+                    position=types.Position(line=3, character=11),
+                    context=types.InlineCompletionContext(
+                        trigger_kind=types.InlineCompletionTriggerKind.Invoked
+                    ),
+                )
+            )
+        )
+        items = result.items if isinstance(result, types.InlineCompletionList) else result
+        assert items, "the default model suggests something after `return `"
+        assert all(str(item.insert_text).strip() for item in items)
+        report = await answer(client.protocol.send_request_async("infill/stats", None))
+        (engine,) = [e for e in plain_json(report)["engines"] if "completion" in e["roles"]]
+        job_ids = [job["request_id"] for job in engine["jobs"] if job["document"] == uri]
+        assert job_ids
+
+        await answer(client.shutdown_async(None))
+        client.exit(None)
+        assert await answer(process.wait()) == 0
+    finally:
+        if client is not None:
+            await client.stop()  # type: ignore[no-untyped-call]
+        if process.returncode is None:
+            process.kill()
+        stdout, stderr = await process.communicate()
+    log = log_file.read_text(encoding="utf-8")
+    assert "listening on 127.0.0.1:" in log
+    assert "client connected from" in log
+    assert "inline fibonacci.py:" in log
+    for job_id in job_ids:  # the engine's line for each of the completion's jobs
+        assert re.search(rf"completion {re.escape(job_id)}: prompt \d+ tokens", log), job_id
+    assert "Traceback" not in log
+    assert stdout == b""  # over TCP, stdout carries nothing at all
+    # Our log lines went to the file only (llama.cpp may still print its own notes).
+    ours = [line for line in stderr.decode(errors="replace").splitlines() if LOG_LINE.match(line)]
+    assert ours == []

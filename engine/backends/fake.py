@@ -46,6 +46,8 @@ class FakeCall:
     sampling: SamplingParams
     cache_key: str | None = None
     yielded: int = 0
+    #: The call's cancel event, so that an `on_step` hook can wait for a cancel mid-token.
+    cancelled: threading.Event | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -142,7 +144,12 @@ class FakeBackend(Backend):
         *,
         cache_key: str | None = None,
     ) -> Generator[int, None, None]:
-        call = FakeCall(prompt_ids=tuple(prompt_ids), sampling=sampling, cache_key=cache_key)
+        call = FakeCall(
+            prompt_ids=tuple(prompt_ids),
+            sampling=sampling,
+            cache_key=cache_key,
+            cancelled=cancelled,
+        )
         self.calls.append(call)
         ids = self._continuation(call.prompt_ids)
         if ids is None:

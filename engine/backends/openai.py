@@ -533,6 +533,7 @@ class RemoteEngine(BaseEngine):
             first_token_seconds=None if first is None else first - started,
             total_seconds=done - started,
             finish_reasons=tuple(processor.finish_reason(i) for i in range(n)),
+            cache_key=request.cache_key,
         )
         self._record.add(stats)
         log.info(
