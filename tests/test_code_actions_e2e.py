@@ -69,6 +69,8 @@ ENGINE_JOB = re.compile(
     r"^engine\.worker: (\w+) \S+: prompt \d+ tokens \(\d+ evaluated\), "
     r"generated (\d+), .* finish (\S+)$"
 )
+#: The count of tokens the model handed over after a cancel, in a job's log line.
+AFTER_CANCEL = re.compile(r"generated \d+, .* (\d+) token\(s\) after the cancel, finish")
 
 SOURCE = (
     "import functools\n"  # 0
@@ -397,6 +399,13 @@ async def test_cancelling_the_progress_stops_explain_with_the_text_so_far(
     )
     assert finish == "cancelled"
     assert generated < CHAT_MAX_TOKENS
+    # The model stopped within one token of the cancel (the engine's own count).
+    (after,) = [
+        int(m.group(1))
+        for message in editor.client.log_messages[since_logs:]
+        if (m := AFTER_CANCEL.search(message.message))
+    ]
+    assert after <= 1
 
     # The next explain runs to its end (its arguments in order: the other shape commands take).
     since_chunks = len(editor.chunks)
