@@ -196,6 +196,7 @@ def train_tokenizer(vocab_size: int) -> Any:
             vocab_size=vocab_size,
             special_tokens=["<|endoftext|>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,  # its bars go to stdout, where the table goes
         ),
     )
     return transformers.PreTrainedTokenizerFast(
@@ -218,15 +219,13 @@ def build_model(folder: Path, settings: Settings) -> dict[str, Any]:
         rope["rope_theta"] = settings.shape["rope_theta"]
     # Initialised where it will run: 1.5 B random numbers take seconds on a GPU, a minute on
     # the CPU. The default dtype makes every parameter bf16 from the start.
-    where = torch.device(settings.device)
-    default_dtype = torch.get_default_dtype()
-    torch.manual_seed(0)
     try:
-        torch.set_default_dtype(torch.bfloat16)
-        with where:
-            model = transformers.Qwen2ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default_dtype)
+        model = _random_model(config, settings.device)
+    except Exception:
+        if settings.device == "cpu":
+            raise
+        log.warning("building on %s failed; building on the CPU", settings.device, exc_info=True)
+        model = _random_model(config, "cpu")
     model.eval()
     # parameters() yields a tied tensor once: the embedding, which is also the LM head.
     params = sum(p.numel() for p in model.parameters())
@@ -249,6 +248,17 @@ def build_model(folder: Path, settings: Settings) -> dict[str, Any]:
         "save_seconds": round(time.perf_counter() - started - built, 2),
         "folder": str(folder),
     }
+
+
+def _random_model(config: Any, device: str) -> Any:
+    torch.manual_seed(0)
+    default_dtype = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.bfloat16)
+        with torch.device(device):
+            return transformers.Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
 
 
 def static_cache_bytes(shape: dict[str, Any], context_size: int) -> int:
