@@ -680,7 +680,8 @@ def print_table(data: dict[str, Any]) -> None:
     rows.append(("llama.cpp (all layers)", data.get("llama_cpp")))
     for label, part in rows:
         if part is None:
-            print(f"{label:<22} skipped: {data['skipped'].get(_key(label), '?')}")
+            why = data["skipped"].get(_key(label), "not asked for (--paths)")
+            print(f"{label:<22} skipped: {why}")
             continue
         if "skipped" in part:
             print(f"{label:<22} skipped: {part['skipped']}")
