@@ -88,6 +88,7 @@ code-server:
 bench: $(STAMP)
 	$(BIN)/python bench/stops.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/backends.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/warm_cold.py
 	$(BIN)/python bench/replay.py
