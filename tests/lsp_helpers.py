@@ -357,16 +357,6 @@ async def completion_engine(session: Session) -> dict[str, Any]:
     return dict(engine)
 
 
-async def completion_engine_after(session: Session, jobs: int) -> dict[str, Any]:
-    """The completion engine once it has finished more than `jobs` jobs: the worker records a
-    job when it ends, which may be just after the response went out."""
-    deadline = time.monotonic() + 60
-    while (engine := await completion_engine(session))["total_jobs"] == jobs:
-        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
-        await asyncio.sleep(0.02)
-    return engine
-
-
 async def document_jobs(
     session: Session,
     document: str,
@@ -385,6 +375,19 @@ async def document_jobs(
             return running, finished
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         await asyncio.sleep(0.02)
+
+
+async def settled_jobs(session: Session, document: str, more_than: int) -> list[dict[str, Any]]:
+    """The document's finished engine jobs once there are more than `more_than` of them and
+    none is under way (the worker records a job when it ends, which may be just after the
+    response went out). Only the document's own jobs count, whatever else the server ran."""
+    _, finished = await document_jobs(
+        session,
+        document,
+        lambda running, finished: not running and len(finished) > more_than,
+        f"more than {more_than} finished job(s) for {document}",
+    )
+    return finished
 
 
 async def generating(session: Session, document: str) -> dict[str, Any]:

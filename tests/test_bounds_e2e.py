@@ -4,14 +4,21 @@ before any model work, and a closed document's state is forgotten."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from lsp_helpers import STATS, Session, answer, lsp_lines, lsp_session, request_json
+from lsp_helpers import (
+    STATS,
+    Session,
+    answer,
+    document_jobs,
+    lsp_lines,
+    lsp_session,
+    request_json,
+    settled_jobs,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
@@ -55,16 +62,6 @@ async def engine_jobs(session: Session, role: str) -> int:
     """How many jobs the `role` model has run (0 while it is not loaded)."""
     report = await request_json(session, STATS, None)
     return sum(e["total_jobs"] for e in report["engines"] if role in e["roles"])
-
-
-async def settled_jobs(session: Session, at_least: int) -> int:
-    """The completion model's job count once it has reached `at_least` (the worker records a
-    job when it ends, which may be just after the response)."""
-    deadline = time.monotonic() + 60
-    while (jobs := await engine_jobs(session, "completion")) < at_least:
-        assert time.monotonic() < deadline, "the job never showed up in infill/stats"
-        await asyncio.sleep(0.02)
-    return jobs
 
 
 async def test_a_document_over_the_size_limit_gets_empty_answers_and_one_log_line(
@@ -137,22 +134,22 @@ async def test_closing_a_document_forgets_its_type_ahead_answer(session: Session
     closed and opened again, the same keystroke asks the model."""
     text = "def add(a, b):\n    return "
     uri = session.open(text)
-    before = await engine_jobs(session, "completion")
     items = await answer(session.inline(uri, end_of(session, text)))
     assert items, "the default model suggests something after `return `"
     suggestion = insert_text_of(items[0])
     assert len(suggestion) >= 2, suggestion
-    jobs = await settled_jobs(session, before + 1)
+    jobs = len(await settled_jobs(session, uri, 0))
 
     typed = text + suggestion[0]
     session.change(uri, 2, [typing_at_the_end(session, text, suggestion[0])])
     cached = await answer(session.inline(uri, end_of(session, typed)))
     assert [insert_text_of(i) for i in cached][:1] == [suggestion[1:]]
-    assert await engine_jobs(session, "completion") == jobs  # no model call
+    _, finished = await document_jobs(session, uri, lambda running, _: not running, "no job")
+    assert len(finished) == jobs  # no model call
 
     session.client.text_document_did_close(
         types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
     )
     session.open(typed, uri=uri)
     await answer(session.inline(uri, end_of(session, typed)))
-    await settled_jobs(session, jobs + 1)
+    await settled_jobs(session, uri, jobs)  # the model was asked again

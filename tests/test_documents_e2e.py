@@ -16,10 +16,10 @@ import pytest_asyncio
 from lsp_helpers import (
     STATUS,
     Session,
-    completion_engine,
-    completion_engine_after,
+    document_jobs,
     ready_session,
     request_json,
+    settled_jobs,
 )
 from pytest_lsp import client_capabilities
 
@@ -44,14 +44,14 @@ async def session() -> AsyncIterator[Session]:
 
 async def complete(session: Session, uri: str, text: str) -> tuple[str, dict[str, Any]]:
     """An inline request at the end of `text`; its suggestion and the engine job it ran."""
-    before = (await completion_engine(session))["total_jobs"]
+    _, before = await document_jobs(session, uri, lambda running, _: not running, "no job")
     lines = text.split("\n")
     items = await session.inline(uri, session.position(text, len(lines) - 1, len(lines[-1])))
-    engine = await completion_engine_after(session, before)
-    assert engine["total_jobs"] == before + 1, "the request ran the model once"
+    jobs = await settled_jobs(session, uri, len(before))
+    assert len(jobs) == len(before) + 1, "the request ran the model once"
     suggestion = items[0].insert_text if items else ""
     assert isinstance(suggestion, str)
-    return suggestion, engine["jobs"][-1]
+    return suggestion, jobs[-1]
 
 
 async def test_back_in_a_file_its_kept_state_answers_after_one_prompt_token(

@@ -8,15 +8,13 @@ backend (0.6 s), so that what other tests left in the cache does not count.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from busy import busy_core
 
 from engine.backends.llama_cpp import EVAL_CHUNK, LlamaCppBackend
 from engine.models import ModelOptions, ModelSpec, model_spec
@@ -187,24 +185,17 @@ def test_with_a_competing_process_llama_cpp_computes_on_the_cores_left_free() ->
         pytest.skip("this system has no /proc/stat to see other processes with")
     backend = make_backend(threads=None)  # the default: as many as the machine leaves free
     prompt = document(backend, "engine/worker.py", tokens=3 * EVAL_CHUNK)
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        time.sleep(0.3)
-        greedy(backend, prompt, None, n=16)
-        used = backend._lib.llama_n_threads(backend._ctx_pointer)
+        with busy_core():
+            greedy(backend, prompt, None, n=16)
+            used = backend._lib.llama_n_threads(backend._ctx_pointer)
     finally:
-        busy.kill()
-        busy.wait()
         backend.close()
     assert used <= max(1, usable_cores() - 1)
     fixed = make_backend(threads=2)
     try:
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
+        with busy_core():
             greedy(fixed, prompt[:40], None)
-        finally:
-            busy.kill()
-            busy.wait()
         assert fixed._lib.llama_n_threads(fixed._ctx_pointer) == 2  # the user's count stays
     finally:
         fixed.close()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-
 import pytest
+from busy import busy_core
 
 from engine.threads import (
     WINDOW_SECONDS,
@@ -109,14 +106,11 @@ def test_without_proc_stat_the_count_stays_at_its_ceiling() -> None:
 def test_a_competing_process_is_seen_on_this_machine() -> None:
     # A real CPU-bound process: whatever else runs here, it alone uses most of a core.
     policy = ThreadPolicy(fixed=None, max_threads=usable_cores(), cores=usable_cores())
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
+    with busy_core() as busy:
         policy.choose()  # starts a window while the process runs
-        time.sleep(0.5)
+        # A window of at least half a second of the process's CPU time, however loaded the
+        # machine is (longer than the policy's own window, so it looks again).
+        busy.ran(0.5)
         policy.choose()
-    finally:
-        busy.kill()
-        busy.wait()
     assert policy.others >= 0.6
     assert policy.threads <= max(1, usable_cores() - 1)
