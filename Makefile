@@ -2,6 +2,7 @@
 #   make install  the virtual environment (LLAMA_CUDA=1: llama.cpp with CUDA; README "GPU")
 #   make demo   set up everything from nothing, then run a real completion
 #   make test   set up everything from nothing, then run the whole test suite
+#   make test-repeat  `make test` RUNS times (default 10) beside a CPU-bound process (SHUFFLE=1: a new order each run)
 #   make bench  benchmarks (tables on stdout, JSON in bench/results/)
 #   make llama-server  the peer for bench/documents.py (benchmark-only, about 6 minutes)
 #   make lint   ruff format check, ruff check, mypy
@@ -43,7 +44,7 @@ VSIX        := $(VSCODE)/infill-lsp.vsix
 NODE_STAMP  := $(VSCODE)/node_modules/.package-lock.json
 CODE_SERVER := build/code-server
 
-.PHONY: install demo test test-editors vsix code-server bench llama-server lint format clean
+.PHONY: install demo test test-repeat test-editors vsix code-server bench llama-server lint format clean
 
 install: $(STAMP)
 
@@ -65,6 +66,12 @@ demo: $(STAMP)
 test: $(STAMP) vsix code-server
 	cd $(VSCODE) && npm test
 	$(BIN)/python -m pytest
+
+# The flake check: `make test` RUNS times in a row on a loaded machine; goes on after a failure.
+RUNS ?= 10
+SHUFFLE ?= 0
+test-repeat: $(STAMP) vsix code-server
+	RUNS=$(RUNS) SHUFFLE=$(SHUFFLE) PYTHON=$(BIN)/python bash tests/repeat_under_load.sh
 
 # Only the editors' tests: the extension's unit tests, then Neovim and VS Code end to end.
 test-editors: $(STAMP) vsix code-server

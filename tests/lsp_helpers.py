@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lsprotocol import types
 from lsprotocol.converters import get_converter
@@ -34,6 +34,8 @@ STATS = "infill/stats"
 
 #: Where LSP ends a line (and nowhere else: not at U+2028, U+0085, form feeds ...).
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+T = TypeVar("T")
 
 _PAST_LINE = re.compile(r"past the end of line (\d+) \((\d+) units\)")
 _PAST_DOCUMENT = re.compile(r"past the end of the document \((\d+) lines\)")
@@ -118,6 +120,23 @@ async def wait_until(predicate: Callable[[], Any], what: str, give_up_after: flo
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up waiting for {what}")
         await asyncio.sleep(0.05)
+    return value
+
+
+async def poll_until(
+    fetch: Callable[[], Awaitable[T]],
+    until: Callable[[T], object],
+    what: str,
+    give_up_after: float = 120,
+) -> T:
+    """Ask the server (`fetch`, an `infill/status` or `infill/stats` request, say) until its
+    answer satisfies `until`, and return that answer. The state a test waits for is the
+    server's own report of it, never a guess at how long it takes."""
+    deadline = time.monotonic() + give_up_after
+    while not until(value := await fetch()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        await asyncio.sleep(0.02)
     return value
 
 
@@ -238,12 +257,9 @@ class Session:
 
     async def until_loaded(self) -> dict[str, Any]:
         """The status once the model has loaded (or failed to)."""
-        deadline = time.monotonic() + 120
-        while (status := await self.status())["status"] == "loading":
-            if time.monotonic() > deadline:
-                raise TimeoutError("the model is still loading")
-            await asyncio.sleep(0.05)
-        return status
+        return await poll_until(
+            self.status, lambda status: status["status"] != "loading", "the model to load"
+        )
 
     async def line_widths(self, uri: str) -> list[int]:
         """The server's own view of the document: the width of each line in client units, as
@@ -366,15 +382,14 @@ async def document_jobs(
     """The completion engine's jobs for `document` (its URI) from `infill/stats`: those under
     way and those finished (oldest first), once `until(running, finished)` holds. A test reads
     only its own document's jobs, whatever ran before it."""
-    deadline = time.monotonic() + 120
-    while True:
+
+    async def jobs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         engine = await completion_engine(session)
         running = [job for job in engine.get("running", []) if job["document"] == document]
         finished = [job for job in engine["jobs"] if job["document"] == document]
-        if until(running, finished):
-            return running, finished
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        await asyncio.sleep(0.02)
+        return running, finished
+
+    return await poll_until(jobs, lambda found: until(*found), what)
 
 
 async def settled_jobs(session: Session, document: str, more_than: int) -> list[dict[str, Any]]:

@@ -5,12 +5,17 @@ without a model call."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
-from lsp_helpers import STATS, Session, completion_engine, ready_session, request_json
+from lsp_helpers import (
+    STATS,
+    Session,
+    completion_engine,
+    poll_until,
+    ready_session,
+    request_json,
+)
 from pytest_lsp import client_capabilities
 
 pytestmark = pytest.mark.slow
@@ -21,11 +26,11 @@ TEXT = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return "
 
 async def ahead_settled(session: Session) -> dict[str, Any]:
     """The server's work ahead, once it has finished writing."""
-    deadline = time.monotonic() + 120
-    while (ahead := (await request_json(session, STATS, None))["ahead"])["running"]:
-        assert time.monotonic() < deadline, "the work ahead never finished"
-        await asyncio.sleep(0.02)
-    return dict(ahead)
+
+    async def ahead() -> dict[str, Any]:
+        return dict((await request_json(session, STATS, None))["ahead"])
+
+    return await poll_until(ahead, lambda a: not a["running"], "the work ahead to finish")
 
 
 async def test_accepting_a_suggestion_and_going_on_needs_no_model_call() -> None:

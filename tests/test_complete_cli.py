@@ -3,15 +3,13 @@ the client it is built on (`lsp_server/client.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from lsp_helpers import server_env
+from lsp_helpers import poll_until, server_env
 from lsprotocol import types
 
 from lsp_server.client import InfillClient, insert_text_of
@@ -109,10 +107,11 @@ async def test_the_shared_client_reads_status_and_the_jobs_figures_as_plain_json
         client.open(uri, text)
         items = await client.inline(uri, types.Position(line=4, character=4))
         status = await client.status()
-        deadline = time.monotonic() + 60
-        while not (engines := (await client.stats())["engines"])[0]["jobs"]:
-            assert time.monotonic() < deadline, "no job in infill/stats"
-            await asyncio.sleep(0.02)
+        engines = (
+            await poll_until(
+                client.stats, lambda s: s["engines"][0]["jobs"], "a job in infill/stats"
+            )
+        )["engines"]
     finally:
         await client.stop()
     assert items

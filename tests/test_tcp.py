@@ -8,13 +8,12 @@ import asyncio
 import contextlib
 import re
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from lsp_helpers import SERVER_COMMAND, answer, plain_json, server_env, wait_until
+from lsp_helpers import SERVER_COMMAND, answer, plain_json, poll_until, server_env, wait_until
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
@@ -203,10 +202,9 @@ async def test_a_real_client_over_tcp_gets_a_completion_and_the_log_goes_to_the_
         assert isinstance(found, re.Match), found
         assert found.group(1) == "127.0.0.1"
         client = await initialized_client(int(found.group(2)))
-        deadline = time.monotonic() + 120
-        while (state := await status(client))["status"] == "loading":  # the model loads
-            assert time.monotonic() < deadline, "the model is still loading"
-            await asyncio.sleep(0.05)
+        state = await poll_until(
+            lambda: status(client), lambda s: s["status"] != "loading", "the model to load"
+        )
         assert state["status"] == "ready", state
 
         uri = "file:///tcp/fibonacci.py"
