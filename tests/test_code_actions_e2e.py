@@ -434,6 +434,9 @@ async def test_an_inline_completion_during_an_explain_is_answered_and_the_explai
     (item,) = await session.inline(session.open(text), session.position(text, 1, 11))
     assert isinstance(item.insert_text, str)
     assert item.insert_text.strip()
+    # Its own model, on its own thread: the suggestion came while the explanation was still
+    # being written (hundreds of tokens, against a few for the suggestion).
+    assert not any(c["done"] for c in editor.chunks[since_chunks:]), "the suggestion waited"
 
     result = await answer(pending)
     chunks = editor.chunks[since_chunks:]

@@ -68,6 +68,26 @@ def test_a_file_whose_path_holds_a_space_and_a_non_ascii_letter_gets_a_suggestio
     assert report["items"][0]["insert_text"].strip()
 
 
+@pytest.mark.slow
+def test_col_counts_code_points_and_invoked_asks_for_several_items(tmp_path: Path) -> None:
+    """COL counts characters as a person does: after an emoji (one character, two UTF-16
+    units) the items still start at the cursor, in LSP's units; `--invoked` asks as an explicit
+    invocation and gets up to `invokedSuggestions` (3) distinct items."""
+    source = (ROOT / "examples" / "fibonacci.py").read_text(encoding="utf-8")
+    before = 'print("🎉", fibonacci('
+    path = tmp_path / "party.py"
+    path.write_text(f"{source.rstrip()}\n\n\n{before}\n", encoding="utf-8")
+    line = len(path.read_text(encoding="utf-8").splitlines())
+    result = run_complete(f"{path}:{line}:{len(before) + 1}", "--json", "--invoked")
+    assert result.returncode == 0, result.stderr
+    items = json.loads(result.stdout)["items"]
+    assert 1 <= len(items) <= 3, items
+    assert len({item["insert_text"] for item in items}) == len(items), items
+    utf16 = len(before.encode("utf-16-le")) // 2
+    assert utf16 == len(before) + 1
+    assert all(item["range"]["start"] == [line - 1, utf16] for item in items), items
+
+
 @pytest.mark.parametrize(
     ("location", "message"),
     [

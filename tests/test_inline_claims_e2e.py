@@ -3,7 +3,9 @@ through llama.cpp) in the real server: what any answer must hold, whatever the m
 (issue 14). tests/test_scripted_e2e.py proves the same claims exactly on a scripted model.
 
 - a multi-line suggestion ends where the code leaves the cursor's block: no line of it is less
-  indented than the block;
+  indented than the block, none repeats the line before it or the code after the cursor, none
+  keeps trailing whitespace; and the model is stopped there, within one token;
+- code after the cursor is never written twice: `foo(|)` never becomes `foo(x))`;
 - an invoked request gets distinct items;
 - typing the start of a suggestion is answered with the rest of it, without the model;
 - one model named for both roles is loaded once, and a completion does not wait for an
@@ -13,6 +15,8 @@ through llama.cpp) in the real server: what any answer must hold, whatever the m
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from lsp_helpers import (
     plain_json,
     ready_session,
     request_json,
+    settled_jobs,
     wait_until,
 )
 from lsprotocol import types
@@ -72,6 +77,12 @@ BLOCKS = {
 }
 
 
+def next_code_line(text: str, line: int) -> str:
+    """The first non-blank line after the cursor's, stripped: what the model must not write
+    again."""
+    return next((code.strip() for code in text.split("\n")[line + 1 :] if code.strip()), "")
+
+
 async def test_multi_line_suggestions_end_where_the_block_does(session: Session) -> None:
     multi_line = 0
     for text, line, column in BLOCKS.values():
@@ -83,8 +94,97 @@ async def test_multi_line_suggestions_end_where_the_block_does(session: Session)
             assert first.strip(), item.insert_text  # the cursor's line gets code
             for later in rest:
                 assert not later.strip() or indent_width(later) >= column, item.insert_text
+            lines = item.insert_text.split("\n")
+            assert all(code == code.rstrip() for code in lines), item.insert_text
+            assert lines[-1].strip(), item.insert_text  # no trailing blank line
+            code = [code for code in lines if code.strip()]
+            # No exact repeat of the line before (a loop small models fall into).
+            repeats = [a for a, b in itertools.pairwise(code) if a == b and re.search(r"\w", a)]
+            assert not repeats, item.insert_text
+            assert next_code_line(text, line) not in (c.strip() for c in code), item.insert_text
             multi_line += bool(rest)
     assert multi_line, "no block got a suggestion of more than one line"
+
+
+async def test_the_model_is_stopped_where_the_block_ends_within_one_token(
+    session: Session,
+) -> None:
+    """A job the server ended early (the code had left the block) is `cancelled`, well short of
+    its token limit, and the model gave at most one token after the stop; a job that ran to
+    its own end or its limit never left the block. These prompts have code after the block
+    that the model writes on into, so at least one of them is stopped."""
+    stopped = 0
+    for text, line, column in BLOCKS.values():
+        uri = session.open(text)
+        await answer(session.inline(uri, session.position(text, line, column)))
+        (job,) = await settled_jobs(session, uri, 0)
+        if job["finish_reasons"] == ["cancelled"]:
+            stopped += 1
+            assert job["generated_tokens"] < OPTIONS["infill"]["maxTokensMultiLine"], job
+            assert job["tokens_after_cancel"] in (0, 1), job
+        else:
+            assert job["finish_reasons"] in (["stop"], ["length"]), job
+    assert stopped, "no block's job was stopped where its block ended"
+
+
+#: (line, cursor column, the code after the cursor that must stay exactly once): a call's
+#: arguments, a subscript, a string, each with its closer (or more) after the cursor.
+AFTER_CURSOR = {
+    "call": ("    result = compute()\n", len("    result = compute("), ")"),
+    "keyword argument": (
+        "    response = fetch(, timeout=10)\n",
+        len("    response = fetch("),
+        ", timeout=10)",
+    ),
+    "nested call": ("    total = sum(len())\n", len("    total = sum(len("), "))"),
+    "subscript": ("    first = items[]\n", len("    first = items["), "]"),
+    "string": ('    name = config.get("")\n', len('    name = config.get("'), '")'),
+}
+CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+def closers_beyond_openers(line: str) -> bool:
+    """Whether a closing bracket in `line` has no opener before it (outside strings)."""
+    depth = {opener: 0 for opener in CLOSERS.values()}
+    quote = None
+    for char in line:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in depth:
+            depth[char] += 1
+        elif char in CLOSERS:
+            depth[CLOSERS[char]] -= 1
+            if depth[CLOSERS[char]] < 0:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("case", AFTER_CURSOR)
+async def test_code_after_the_cursor_is_never_written_twice(session: Session, case: str) -> None:
+    """Whatever the model writes, the line the item leaves closes no bracket it never opened
+    (the closers after the cursor are merged, not repeated), and code after the cursor stays
+    once, at the line's end."""
+    cursor_line, column, after = AFTER_CURSOR[case]
+    assert cursor_line[column:].rstrip("\n") == after
+    text = "def handler(config, items, fetch, compute):\n" + cursor_line + "    return None\n"
+    uri = session.open(text)
+    items = await answer(session.inline(uri, session.position(text, 1, column)))
+    assert items, "each of these lines has an obvious completion"
+    for item in items:
+        assert isinstance(item.insert_text, str)
+        assert item.range is not None
+        start, end = item.range.start.character, item.range.end.character
+        assert item.range.start.line == item.range.end.line == 1
+        assert start == column  # the range starts at the cursor (UTF-16 = code points here)
+        assert "\n" not in item.insert_text  # code after the cursor: one line
+        line = cursor_line.rstrip("\n")
+        result = line[:start] + item.insert_text + line[end:]
+        assert not closers_beyond_openers(result), (item.insert_text, result)
+        if after.strip(")]}\"'"):  # code, not only closers: it stays as it was, once
+            assert result.endswith(after), (item.insert_text, result)
+            assert result.count(after) == 1, (item.insert_text, result)
 
 
 async def test_an_invoked_request_gets_distinct_items(session: Session) -> None:

@@ -198,8 +198,9 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     editor_factory: Any,
 ) -> None:
     """The scripted model takes 30 s over a token (it hangs) and closing waits 0.5 s for its
-    worker: `shutdown` is answered all the same, the running request is answered too, and
-    the process exits cleanly: the model is left loaded, never freed under its thread."""
+    worker: `shutdown` is answered all the same, the running request is answered too, a
+    request after it is InvalidRequest, and the process exits cleanly: the model is left
+    loaded, never freed under its thread."""
     command = fault_server_command(fail_after="", step_seconds="30", close_timeout="0.5")
     editor = await editor_factory(FAST, command)
     session = editor.session
@@ -218,6 +219,9 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     assert stuck.code == REQUEST_CANCELLED, stuck
     left = [m.message for m in client.log_messages if "did not stop" in m.message]
     assert left, "closing did not give up on the hanging worker"
+    refused = await outcome(session.status())  # a request after shutdown, exactly
+    assert isinstance(refused, JsonRpcException)
+    assert refused.code == INVALID_REQUEST, refused
     client.exit(None)
     server = client._server
     assert server is not None

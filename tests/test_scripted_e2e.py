@@ -463,3 +463,84 @@ async def test_one_model_serves_a_completion_first_while_an_explanation_runs(
         report = await request_json(session, "infill/stats", None)
         (engine,) = report["engines"]
         assert sorted(engine["roles"]) == ["chat", "completion"]
+
+
+# --- what each job asks of the model, and what status says -------------------------------------
+
+
+async def test_each_job_is_sampled_as_the_readme_says(tmp_path: Path) -> None:
+    """README "Settings" and "Code actions": an automatic suggestion is greedy, one choice, at
+    most 48 tokens on one line and 96 for several; Explain and Rewrite sample as seed `000`
+    does (512 tokens, temperature 0.2, top-p 0.95, top-k 40, repetition penalty 1.1), with one
+    fixed seed, so that the same question gets the same answer."""
+    coder, chat = models(
+        tmp_path,
+        [{"match": "<|user|>Explain", "text": "It doubles the key."}, ANSWER],
+        [{"match": AT_LINE, "text": "quantity\n"}, BODY_ANSWER],
+    )
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        line = session.open(LINE)
+        (item,) = await session.inline(line, session.position(LINE, 0, 16))
+        assert item.insert_text == "quantity"
+        body = session.open(BODY)
+        (item,) = await session.inline(body, session.position(BODY, 1, 4))
+        assert item.insert_text == "pi = 3.14159\n    return pi * r * r"
+        uri = session.open(SOURCE)
+        assert await editor.execute("infill.explain", [uri, METHOD]) == "It doubles the key."
+        _, rewrite = await editor.actions(uri, cursor(6, 8))
+        assert "edit" in await request_json(session, RESOLVE, rewrite)
+
+    greedy = {"temperature": 0.0, "n": 1, "min_tokens": 0, "repetition_penalty": 1.0}
+    single, multi = coder.starts()
+    assert single["prompt"].endswith(AT_LINE)
+    assert single | {**greedy, "max_tokens": 48} == single
+    assert multi | {**greedy, "max_tokens": 96} == multi
+    chat_sampling = {
+        "max_tokens": 512,
+        "temperature": 0.2,
+        "top_p": 0.95,
+        "top_k": 40,
+        "repetition_penalty": 1.1,
+        "n": 1,
+    }
+    explain, rewritten = chat.starts()
+    assert "<|user|>Explain" in explain["prompt"]
+    for call in (explain, rewritten):
+        assert call | chat_sampling == call, call
+    assert explain["seed"] is not None
+    assert explain["seed"] == rewritten["seed"]
+
+
+async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None:
+    """README "The language server": `infill/status` returns these fields and no others, here
+    for a scripted model loaded from its file."""
+    coder, chat = models(tmp_path, ["-"], ["quantity\n"])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        uri = session.open(LINE)
+        await session.inline(uri, session.position(LINE, 0, 16))
+        status = plain_json(await session.status())
+    assert set(status) == {
+        "status",
+        "model",
+        "model_path",
+        "backend",
+        "device",
+        "gpu",
+        "warnings",
+        "context_size",
+        "fim_family",
+        "last_error",
+        "kv_cache",
+    }
+    assert status["status"] == "ready"
+    assert status["model"] == "coder"
+    assert status["model_path"] == str(coder.path)
+    assert status["backend"] == "scripted"
+    assert status["context_size"] == 4096
+    assert status["fim_family"] is None
+    assert status["last_error"] is None
+    assert status["warnings"] == []
+    # The scripted model keeps no KV states; tests/test_server_e2e.py reads the real model's.
+    assert status["kv_cache"] is None

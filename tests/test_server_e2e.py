@@ -29,6 +29,7 @@ from lsp_helpers import (
     load_recording,
     lsp_lines,
     lsp_session,
+    plain_json,
     request_json,
     server_env,
     wait_until,
@@ -137,6 +138,18 @@ async def test_status_reports_the_loaded_default_model(session: Session) -> None
     assert status["context_size"] == 4096
     assert status["fim_family"] is None  # Gemma 3 base has no FIM tokens: prefix fallback
     assert (status["device"], status["gpu"], status["warnings"]) == ("cpu", None, [])
+    kv_cache = plain_json(status["kv_cache"])
+    assert set(kv_cache) == {
+        "documents",
+        "tokens",
+        "bytes",
+        "budget_bytes",
+        "live_tokens",
+        "restored",
+        "evicted",
+    }
+    assert all(isinstance(v, int) and v >= 0 for v in kv_cache.values()), kv_cache
+    assert kv_cache["bytes"] <= kv_cache["budget_bytes"]
 
 
 async def test_answers_given_while_the_model_loads_reach_the_client(

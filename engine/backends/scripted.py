@@ -30,9 +30,10 @@ to arrive, and no wait once it has. `hold` names a file (relative to the script)
 exist before the first token: the test decides when the answer comes.
 
 The record has one JSON line per event: `{"event": "start", "call", "model", "prompt",
-"continues", "max_tokens", "temperature", "n"}` when a call starts (`continues`: the call whose
-play it resumes, else null) and `{"event": "end", "call", "model", "yielded", "cancelled"}`
-when it ends (also when the worker stops it early).
+"continues", ...}` with every `SamplingParams` field (`max_tokens`, `temperature`, `seed`, `n`,
+...) when a call starts (`continues`: the call whose play it resumes, else null) and
+`{"event": "end", "call", "model", "yielded", "cancelled"}` when it ends (also when the worker
+stops it early).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import json
 import threading
 import time
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +162,8 @@ class ScriptedBackend(FakeBackend):
                 "model": self.name,
                 "prompt": prompt,
                 "continues": continues,
-                "max_tokens": sampling.max_tokens,
-                "temperature": sampling.temperature,
-                "n": sampling.n,
+                # Every sampling field, so that a test checks what each job was asked for.
+                **asdict(sampling),
             }
         )
         try:

@@ -405,6 +405,12 @@ class VSCode:
         box.press("Enter")
         expect(widget).to_be_hidden(timeout=UI_MS)
 
+    def expect_cursor(self, line: int, column: int) -> None:
+        """Waits for the status bar to show the cursor at `line`:`column` (1-based) and no
+        selection (a selection adds "(N selected)" to the item)."""
+        item = self.page.locator("[id='status.editor.selection']")
+        expect(item).to_have_text(f"Ln {line}, Col {column}", timeout=UI_MS)
+
     def save(self) -> None:
         self.page.keyboard.press("Control+S")
         expect(self.page.locator(f"{ACTIVE_TAB}.dirty")).to_have_count(0, timeout=UI_MS)
@@ -563,7 +569,13 @@ def test_ghost_text_accepted_and_saved(vscode: VSCode) -> None:
     with vscode.step("ghost-text"):
         vscode.wait_until_ready()
         editor = vscode.open_file(FILE_NAME)
-        page.keyboard.press("Control+End")  # the empty line after the last one
+        # The empty line after the last one, with nothing selected: typing must not replace
+        # anything an earlier test (Explain, in another order) left behind. A shuffled run
+        # once typed over a selected line here; the status bar now says where the cursor is
+        # before a key is typed.
+        last = len(ORIGINAL.splitlines()) + 1
+        vscode.go_to_line(last)
+        vscode.expect_cursor(last, 1)
         page.keyboard.press("Enter")
         # At a typist's pace: typed all at once (no delay between keys), VS Code 1.100 sometimes
         # asks for no inline suggestion at all until the next keystroke.
