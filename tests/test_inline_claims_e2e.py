@@ -47,7 +47,16 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 EXPLAIN_CHUNK = "infill/explainChunk"
 
 #: Room for the model to write past the end of a block, had the server not stopped it there.
-OPTIONS = {"infill": {"maxTokensSingleLine": 16, "maxTokensMultiLine": 48, "debounceMs": 0}}
+#: No snippets of the other open documents: each prompt is its own document's, so that what the
+#: model writes does not depend on which tests ran before (the suite runs in any order).
+OPTIONS = {
+    "infill": {
+        "maxTokensSingleLine": 16,
+        "maxTokensMultiLine": 48,
+        "debounceMs": 0,
+        "contextTokens": 0,
+    }
+}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
