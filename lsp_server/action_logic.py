@@ -101,7 +101,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
         level += 1  # a closing line belongs to the block it closes
     # The cursor may be on a header itself: then its own block is meant.
     headers: list[int] = []
-    if line_opens_block(strip_ending(lines[anchor]), text) and _next_is_deeper(lines, anchor):
+    if _is_header(lines, anchor, text) and _next_is_deeper(lines, anchor):
         headers.append(anchor)
     for i in range(anchor - 1, -1, -1):
         if _is_blank(lines[i]):
@@ -109,7 +109,7 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
         width = indent_width(lines[i])
         if width < level:
             level = width
-            if line_opens_block(strip_ending(lines[i]), text):
+            if _is_header(lines, i, text):
                 headers.append(i)
         if width == 0 and headers:
             break
@@ -120,6 +120,18 @@ def enclosing_block(text: str, line: int) -> LineSpan | None:
     while start > 0 and strip_ending(lines[start - 1]).lstrip().startswith("@"):
         start -= 1
     return LineSpan(start=start, end=_block_end(lines, header))
+
+
+def _is_header(lines: Sequence[str], i: int, text: str) -> bool:
+    """Whether line `i` opens a block: by its last token, or, for languages whose function
+    header ends in nothing special (Lua's `function f(x)`, Ruby's `def f`), by starting a
+    function with a deeper body below it."""
+    if line_opens_block(strip_ending(lines[i]), text):
+        return True
+    stripped = strip_ending(lines[i]).lstrip()
+    return not stripped.startswith("@") and bool(_FUNCTION.match(lines[i])) and (
+        _next_is_deeper(lines, i)
+    )
 
 
 def _next_is_deeper(lines: Sequence[str], header: int) -> bool:

@@ -44,6 +44,62 @@ JS = """function g(a) {
 """
 
 
+RUST = """use std::io;
+pub fn clamp(value: i32, low: i32) -> i32 {
+    let v = value;
+    if v < low {
+        return low;
+    }
+    v
+}
+fn twice(x: i32) -> i32 {
+    x * 2
+}
+"""
+GO = """package main
+
+func sum(xs []int) int {
+	total := 0
+	for _, x := range xs {
+		total += x
+	}
+	return total
+}
+"""
+C = """#include <stdio.h>
+
+static int count_lines(const char *s) {
+    int n = 0;
+    while (*s) {
+        n += *s++ == '\\n';
+    }
+    return n;
+}
+"""
+JAVA = """class Counter {
+    public int next(int step) {
+        int n = step;
+        if (n > 0) { n++; }
+        return n;
+    }
+}
+"""
+RUBY = """class Greeter
+  def greet(name)
+    if name
+      puts "hi #{name}"
+    end
+  end
+end
+"""
+LUA = """local function greet(name)
+  if name then
+    print("hi " .. name)
+  end
+end
+"""
+
+
 @pytest.mark.parametrize(
     ("text", "line", "span"),
     [
@@ -66,6 +122,15 @@ JS = """function g(a) {
         pytest.param(
             "xs = [\n    1,\n    2,\n]\n", 1, LineSpan(start=0, end=3), id="a list literal"
         ),
+        # README: the nearest opener that starts `def`, `class`, `function`, `fn`, `func` or a
+        # C-like signature wins over the blocks inside it; a closing `}` belongs to it.
+        pytest.param(RUST, 3, LineSpan(start=1, end=7), id="rust: the pub fn, not its if"),
+        pytest.param(RUST, 9, LineSpan(start=8, end=10), id="rust: a plain fn"),
+        pytest.param(GO, 3, LineSpan(start=2, end=8), id="go: the func, not its for"),
+        pytest.param(C, 3, LineSpan(start=2, end=8), id="c: a signature, not its while"),
+        pytest.param(JAVA, 3, LineSpan(start=1, end=5), id="java: the method, not the class"),
+        pytest.param(LUA, 2, LineSpan(start=0, end=4), id="lua: local function ... end"),
+        pytest.param(RUBY, 2, LineSpan(start=1, end=5), id="ruby: def ... end, not its if"),
         pytest.param("", 0, None, id="empty document"),
         pytest.param(PY, 99, None, id="line past the end"),
     ],

@@ -272,6 +272,55 @@ async def test_an_empty_selection_in_a_method_gets_the_whole_method_with_its_dec
     assert await editor.model_work_since(since) == []
 
 
+#: Languages whose functions are found by their keyword or signature: a line in a nested
+#: block's body (an `if`, a `for`, a `while`) stands for the whole function.
+OTHER_LANGUAGES = {
+    "rust": (
+        "use std::io;\npub fn clamp(v: i32, low: i32) -> i32 {\n    if v < low {\n"
+        "        return low;\n    }\n    v\n}\n",
+        3,
+        (1, 6),
+    ),
+    "go": (
+        "package main\n\nfunc sum(xs []int) int {\n\ttotal := 0\n\tfor _, x := range xs {\n"
+        "\t\ttotal += x\n\t}\n\treturn total\n}\n",
+        5,
+        (2, 8),
+    ),
+    "c": (
+        "#include <stdio.h>\n\nstatic int count(const char *s) {\n    int n = 0;\n"
+        "    while (*s) {\n        n += *s++ == 'a';\n    }\n    return n;\n}\n",
+        5,
+        (2, 8),
+    ),
+    "lua": (
+        'local function greet(name)\n  if name then\n    print("hi " .. name)\n  end\nend\n',
+        2,
+        (0, 4),
+    ),
+}
+
+
+@pytest.mark.parametrize("editor", [VSCODE], indirect=True)
+@pytest.mark.parametrize("language", OTHER_LANGUAGES)
+async def test_an_empty_selection_in_another_language_gets_its_whole_function(
+    editor: Editor, language: str
+) -> None:
+    text, line, (first, last) = OTHER_LANGUAGES[language]
+    since = len(editor.client.log_messages)
+    uri = editor.session.open(
+        text, uri=f"file:///e2e/{language}/main.{language}", language_id=language
+    )
+    actions = await editor.actions(uri, cursor(line, 2))
+    lines = text.split("\n")
+    function = {
+        "start": {"line": first, "character": 0},
+        "end": {"line": last, "character": len(lines[last])},
+    }
+    assert actions == [expected_explain(uri, function), expected_rewrite(editor, uri, function)]
+    assert await editor.model_work_since(since) == []
+
+
 @pytest.mark.parametrize("where", [cursor(10, 3), cursor(0, 0)], ids=["assignment", "import"])
 async def test_an_empty_selection_at_top_level_gets_no_actions(
     editor: Editor, where: dict[str, Any]
