@@ -129,8 +129,10 @@ def _is_header(lines: Sequence[str], i: int, text: str) -> bool:
     if line_opens_block(strip_ending(lines[i]), text):
         return True
     stripped = strip_ending(lines[i]).lstrip()
-    return not stripped.startswith("@") and bool(_FUNCTION.match(lines[i])) and (
-        _next_is_deeper(lines, i)
+    return (
+        not stripped.startswith("@")
+        and bool(_FUNCTION.match(lines[i]))
+        and (_next_is_deeper(lines, i))
     )
 
 

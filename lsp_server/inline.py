@@ -170,13 +170,14 @@ def _unheal(text: str, indent: str) -> str:
     return text.lstrip(" \t")
 
 
-def _sampling(settings: Settings, mode: CompletionMode, *, n: int, greedy: bool) -> SamplingParams:
+def _sampling(
+    settings: Settings, mode: CompletionMode, *, n: int, temperature: float
+) -> SamplingParams:
     max_tokens = (
         settings.max_tokens_single_line
         if mode is CompletionMode.SINGLE_LINE
         else settings.max_tokens_multi_line
     )
-    temperature = 0.0 if greedy else max(settings.temperature, INVOKED_TEMPERATURE)
     return SamplingParams(
         max_tokens=max_tokens, temperature=temperature, top_p=0.95 if temperature else 1.0, n=n
     )
@@ -251,13 +252,16 @@ def plan_for(
     wanted = settings.invoked_suggestions if invoked else 1
     base = prompt.request(
         role=Role.COMPLETION,
-        sampling=_sampling(settings, mode, n=1, greedy=settings.temperature == 0),
+        # The user's temperature as it is (0: greedy); only the extra choices of an invoked
+        # request are given a spread of at least INVOKED_TEMPERATURE.
+        sampling=_sampling(settings, mode, n=1, temperature=settings.temperature),
         stops=stops,
         cache_key=snap.uri,  # the document's KV state is kept when the user goes elsewhere
     )
     requests = [base]
     if wanted > 1:
-        sampled = _sampling(settings, mode, n=wanted, greedy=False)
+        spread = max(settings.temperature, INVOKED_TEMPERATURE)
+        sampled = _sampling(settings, mode, n=wanted, temperature=spread)
         requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
     ranking = None
     if mode is CompletionMode.SINGLE_LINE and ranks_lines(model, settings):

@@ -19,9 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_helpers import Session, answer, lsp_session, plain_json, request_json, wait_until
+from lsp_helpers import (
+    Session,
+    answer,
+    document_jobs,
+    lsp_session,
+    plain_json,
+    request_json,
+    wait_until,
+)
 from lsprotocol import types
 from lsprotocol.converters import get_converter
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 from scripted_lsp import ScriptedModel, scripted_command, write_script
 
@@ -35,6 +44,8 @@ CODE_ACTION = types.TEXT_DOCUMENT_CODE_ACTION
 RESOLVE = types.CODE_ACTION_RESOLVE
 EXECUTE = types.WORKSPACE_EXECUTE_COMMAND
 EXPLAIN_CHUNK = "infill/explainChunk"
+INVALID_PARAMS = -32602
+REQUEST_CANCELLED = -32800
 
 SOURCE = (
     "import functools\n"  # 0
@@ -544,3 +555,182 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
     assert status["warnings"] == []
     # The scripted model keeps no KV states; tests/test_server_e2e.py reads the real model's.
     assert status["kv_cache"] is None
+
+
+# --- bounds and cancels -----------------------------------------------------------------------
+
+
+async def test_over_the_limits_nothing_reaches_the_model(tmp_path: Path) -> None:
+    """README "Settings": a selection over `maxSelectionChars` is refused, naming the limit,
+    and a document over `maxDocumentBytes` gets empty answers; neither model is asked
+    anything. A document within the limits is completed as usual."""
+    coder, chat = models(tmp_path, [ANSWER], ["quantity\n"])
+    options = {"maxSelectionChars": 60, "maxDocumentBytes": 400}
+    async with editor_on(VSCODE, coder, chat, options) as editor:
+        session = editor.session
+        uri = session.open(SOURCE)  # 190 bytes; the method is 108 characters
+        for command, extra in (("infill.explain", {}), ("infill.rewrite", {"instruction": "x"})):
+            with pytest.raises(JsonRpcException) as caught:
+                await editor.execute(command, [{"uri": uri, "range": METHOD, **extra}])
+            assert caught.value.code == INVALID_PARAMS
+            assert "over infill.maxSelectionChars (60)" in str(caught.value)
+
+        big = "value = compute(a, b)\n" * 20 + LINE  # 456 bytes
+        big_uri = session.open(big)
+        assert await session.inline(big_uri, session.position(big, 20, 16)) == []
+        assert await editor.actions(big_uri, cursor(3, 0)) == []
+        assert chat.starts() == []
+        assert coder.starts() == []
+
+        small = session.open(LINE)
+        (item,) = await session.inline(small, session.position(LINE, 0, 16))
+        assert item.insert_text == "quantity"
+        assert len(coder.starts()) == 1
+
+
+async def test_a_cancelled_request_is_request_cancelled_and_its_model_stops_within_a_token(
+    tmp_path: Path,
+) -> None:
+    """README: `$/cancelRequest` answers -32800 and the job stops within one token: the
+    script's answer is far from written when the model is stopped."""
+    long_answer = "quantity + " * 600 + "\n"
+    coder, chat = models(tmp_path, ["-"], [{"text": long_answer, "step_seconds": 0.005}])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        uri = session.open(LINE)
+        msg_id, pending = session.send(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION,
+            session.inline_params(uri, session.position(LINE, 0, 16)),
+        )
+        await document_jobs(
+            session,
+            uri,
+            lambda running, _: any(job["phase"] == "generating" for job in running),
+            "the job to generate",
+        )
+        session.cancel(msg_id)
+        with pytest.raises(JsonRpcException) as caught:
+            await answer(pending)
+        assert caught.value.code == REQUEST_CANCELLED
+        _, (job,) = await document_jobs(
+            session, uri, lambda running, finished: not running and finished, "the job's end"
+        )
+        assert job["finish_reasons"] == ["cancelled"]
+        assert job["tokens_after_cancel"] in (0, 1)
+        (end,) = [e for e in await coder.ended(1) if e["event"] == "end"]
+        assert end["cancelled"] is True
+        assert end["yielded"] < len(long_answer) // 2
+
+
+@pytest.mark.parametrize("token", ["explain-1", 0])
+async def test_explain_streams_on_the_clients_token_and_its_cancel_keeps_the_text_so_far(
+    tmp_path: Path, token: str | int
+) -> None:
+    """README "Code actions": Explain streams `infill/explainChunk {token, text, done}` on the
+    request's `workDoneToken` (a string or an integer, even 0) with cancellable progress; a
+    cancel of that progress ends it with the text so far as the result (a start of the
+    script's answer) and stops the model within one token."""
+    explanation = "It doubles the key. " * 300
+    coder, chat = models(tmp_path, [{"text": explanation, "step_seconds": 0.005}])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        client = editor.client
+        client.progress_reports.setdefault(token, [])
+        uri = session.open(SOURCE)
+        params = {
+            "command": "infill.explain",
+            "arguments": [{"uri": uri, "range": METHOD}],
+            "workDoneToken": token,
+        }
+        pending = session.send_raw(EXECUTE, params)
+        await wait_until(lambda: editor.chunks, "the first chunk")
+        client.protocol.notify(
+            types.WINDOW_WORK_DONE_PROGRESS_CANCEL, types.WorkDoneProgressCancelParams(token=token)
+        )
+        result = await answer(pending)
+
+        chunks = editor.chunks
+        assert all(set(c) == {"token", "text", "done"} for c in chunks), chunks
+        assert {c["token"] for c in chunks} == {token}
+        assert [c["done"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+        assert result == "".join(c["text"] for c in chunks)
+        assert result
+        assert explanation.startswith(result)
+        assert len(result) < len(explanation)
+        begin, *_, end = client.progress_reports[token]
+        assert isinstance(begin, types.WorkDoneProgressBegin)
+        assert begin.cancellable is True
+        assert isinstance(end, types.WorkDoneProgressEnd)
+        assert end.message == "cancelled"
+        (ended,) = [e for e in await chat.ended(1) if e["event"] == "end"]
+        assert ended["cancelled"] is True
+        report = await request_json(session, "infill/stats", None)
+        (job,) = next(e for e in report["engines"] if "chat" in e["roles"])["jobs"]
+        assert job["finish_reasons"] == ["cancelled"]
+        assert job["tokens_after_cancel"] in (0, 1)
+
+
+# --- settings that reach the model ------------------------------------------------------------
+
+WITH_SUFFIX = "total = price * \nprint(total)\n"
+
+
+@pytest.mark.parametrize(
+    ("setting", "family"),
+    [(None, "starcoder"), ("starcoder", "starcoder"), ("none", None)],
+    ids=["detected", "named", "none"],
+)
+async def test_the_fim_family_is_the_models_own_or_the_one_the_setting_names(
+    tmp_path: Path, setting: str | None, family: str | None
+) -> None:
+    """README "Settings": `fimFamily` unset is the family the model's special tokens give (the
+    scripted model has StarCoder's), a named family is used as it is, and `none` sends the
+    prefix alone, as for a model without FIM tokens."""
+    coder, chat = models(tmp_path, ["-"], ["quantity\n"], fim=True)
+    options = {} if setting is None else {"fimFamily": setting}
+    async with editor_on(VSCODE, coder, chat, options) as editor:
+        session = editor.session
+        assert (await session.status())["fim_family"] == family
+        uri = session.open(WITH_SUFFIX)
+        (item,) = await session.inline(uri, session.position(WITH_SUFFIX, 0, 16))
+        assert item.insert_text == "quantity"
+    (call,) = coder.starts()
+    if family is None:
+        assert "<fim" not in call["prompt"]
+        assert call["prompt"].endswith(AT_LINE)
+    else:
+        assert call["prompt"].endswith(
+            f"<fim_prefix>{AT_LINE}<fim_suffix>\nprint(total)\n<fim_middle>"
+        ), call["prompt"]
+
+
+async def test_a_fim_family_the_model_lacks_fails_the_load_naming_its_tokens(
+    tmp_path: Path,
+) -> None:
+    coder, chat = models(tmp_path, ["-"], ["quantity\n"], fim=True)
+    options = {"fimFamily": "qwen"}
+    async with lsp_session(
+        client_capabilities(VSCODE), options, scripted_command(coder, chat)
+    ) as session:
+        status = await session.until_loaded()
+        assert status["status"] == "error"
+        assert "<|fim_prefix|>" in status["last_error"]
+        assert "cannot use the FIM family qwen" in status["last_error"]
+    assert coder.starts() == []
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6])
+async def test_automatic_suggestions_use_the_temperature_setting(
+    tmp_path: Path, temperature: float
+) -> None:
+    """README "Settings": `temperature` (default 0, greedy) is what an automatic suggestion
+    is sampled with."""
+    coder, chat = models(tmp_path, ["-"], ["quantity\n"])
+    async with editor_on(VSCODE, coder, chat, {"temperature": temperature}) as editor:
+        session = editor.session
+        uri = session.open(LINE)
+        (item,) = await session.inline(uri, session.position(LINE, 0, 16))
+        assert item.insert_text == "quantity"
+    (call,) = coder.starts()
+    assert call["temperature"] == temperature
+    assert call["n"] == 1
