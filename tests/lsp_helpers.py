@@ -307,12 +307,15 @@ async def lsp_session(
     capabilities: types.ClientCapabilities,
     initialization_options: Any = None,
     server_command: Sequence[str] = SERVER_COMMAND,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Session]:
-    """Start the real server (`infill-lsp serve`, stdio; or `server_command`), initialize it
-    as the client with `capabilities` would, and shut it down cleanly afterwards (unless the
-    test did)."""
+    """Start the real server (`infill-lsp serve`, stdio; or `server_command`; `env` added to
+    its environment), initialize it as the client with `capabilities` would, and shut it down
+    cleanly afterwards (unless the test did)."""
     initialization_options = without_work_ahead(initialization_options)
-    config = ClientServerConfig(server_command=list(server_command), server_env=server_env())
+    config = ClientServerConfig(
+        server_command=list(server_command), server_env={**server_env(), **(env or {})}
+    )
     client = await config.start()
     try:
         result = await client.initialize_session(

@@ -196,6 +196,25 @@ async def test_code_after_the_cursor_is_never_written_twice(session: Session, ca
             assert result.count(after) == 1, (item.insert_text, result)
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("def add(a, b):\n    return a + b\n", 1, 7),  # ret|urn
+        ("total = compute(price, count)\n", 0, 11),  # comp|ute
+        ("név = 'Zoë'\n", 0, 1),  # n|év: a non-ASCII identifier
+    ],
+    ids=["keyword", "call", "non-ascii name"],
+)
+async def test_inside_a_word_there_is_nothing_to_suggest_and_no_model_call(
+    session: Session, text: str, line: int, column: int
+) -> None:
+    uri = session.open(text)
+    assert await answer(session.inline(uri, session.position(text, line, column))) == []
+    engine = await completion_engine(session)
+    mine = [j for j in [*engine["jobs"], *engine.get("running", [])] if j["document"] == uri]
+    assert mine == []  # the answer came without a job: none was submitted for the document
+
+
 async def test_an_invoked_request_gets_distinct_items(session: Session) -> None:
     text = "def add(a, b):\n    return \n"
     uri = session.open(text)

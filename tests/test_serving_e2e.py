@@ -16,6 +16,8 @@ from lsp_helpers import Session, completion_engine, document_jobs, lsp_session
 from lsprotocol import types
 from pytest_lsp import client_capabilities
 
+from engine.models import default_chat_model, default_completion_model
+
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.slow]
 
 VS_CODE = "visual_studio_code@v1.65.2"
@@ -108,3 +110,21 @@ async def test_a_transformers_model_serves_inline_completions_through_the_server
         assert job["finish_reasons"] in (["stop"], ["length"])
         engine = await completion_engine(session)
         assert engine["model"] == status["model"]
+
+
+async def test_the_environment_names_each_roles_model_and_a_setting_beats_it() -> None:
+    """README "Default models": with no setting, `INFILL_MODEL` names the completion model
+    (here SmolLM2 in place of Gemma); the `model` setting, when given, wins over the
+    environment. (The chat model loads on first use; the same lookup names it.)"""
+    smol = str(default_chat_model())
+    env = {"INFILL_MODEL": smol}
+    capabilities = client_capabilities("visual_studio_code@v1.65.2")
+    async with lsp_session(capabilities, None, env=env) as session:
+        status = await session.until_loaded()
+        assert status["status"] == "ready", status
+        assert status["model_path"] == smol
+    gemma = str(default_completion_model())
+    async with lsp_session(capabilities, {"model": gemma}, env=env) as session:
+        status = await session.until_loaded()
+        assert status["status"] == "ready", status
+        assert status["model_path"] == gemma
