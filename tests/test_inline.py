@@ -289,6 +289,63 @@ async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_wri
     assert len(backend.calls) == 3  # no model call for it
 
 
+async def test_one_suggestion_ahead_writes_only_the_accepted_document(make_model) -> None:
+    """`speculativeSuggestions` 1: the document as it is once the shown suggestion is
+    accepted is written ahead, and only it: the next line after it needs the model."""
+    model, backend = make_model(["2", " + 1", " * 2", "c = 3"], repeat_last=False)
+    settings = Settings(debounce_ms=0, speculative_suggestions=1)
+    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    async def at(doc: str) -> InlineResult | None:
+        return await complete_latest(
+            slots, cache, snap_at(doc), settings, get_model, invoked=False, ahead=ahead
+        )
+
+    shown = await at("a = 1\nb = |\n")
+    assert shown is not None
+    assert [s.text for s in shown.suggestions] == ["2"]
+    await ahead.idle()
+    assert len(backend.calls) == 2  # the shown one, and the accepted document's
+    accepted = await at("a = 1\nb = 2|\n")
+    assert accepted is not None
+    assert accepted.ahead
+    assert [s.text for s in accepted.suggestions] == [" + 1"]
+    await ahead.idle()  # that answer, shown, is written ahead in its turn: " * 2"
+    assert len(backend.calls) == 3
+    going_on = await at("a = 1\nb = 2\n|\n")
+    assert going_on is not None
+    assert not going_on.ahead
+    assert [s.text for s in going_on.suggestions] == ["c = 3"]
+    assert len(backend.calls) == 4
+
+
+async def test_work_ahead_answers_only_its_own_prompt(make_model) -> None:
+    """What was written ahead for the accepted document is not offered for another one: the
+    user typed something else than the suggestion, and the model is asked."""
+    model, backend = make_model(["2", " + 1", "0"], repeat_last=False)
+    settings = Settings(debounce_ms=0, speculative_suggestions=1)
+    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    await complete_latest(
+        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    await ahead.idle()
+    assert len(backend.calls) == 2
+    other = await complete_latest(
+        slots, cache, snap_at("a = 1\nb = 3|\n"), settings, get_model, invoked=False, ahead=ahead
+    )
+    assert other is not None
+    assert not other.ahead
+    assert [s.text for s in other.suggestions] == ["0"]
+    assert len(backend.calls) == 3
+
+
 async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) -> None:
     # The work ahead (the second call: the first has one token) is held at its 3rd token
     # until it is cancelled.
