@@ -13,6 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
+from scripted_lsp import scripted_command, write_script
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -190,12 +192,18 @@ async def test_the_server_logs_to_the_client_and_never_the_document_text(
     assert not any("zebra_quartz_secret" in m for m in logged)  # ... without the code
 
 
-async def test_stdout_carries_nothing_but_protocol_messages() -> None:
+@pytest.mark.parametrize("models", ["real", "scripted"])
+async def test_stdout_carries_nothing_but_protocol_messages(models: str, tmp_path: Path) -> None:
     """Every byte the server writes to stdout, from start to exit (a model load and a
     completion included), is a framed JSON-RPC message. The pygls client would skip stray
-    lines between messages, so this reads the stream itself."""
+    lines between messages, so this reads the stream itself. With the scripted model the
+    suggestion is known too."""
+    command = SERVER_COMMAND
+    if models == "scripted":
+        coder = write_script(tmp_path, "coder", ["x * 3\n"])
+        command = scripted_command(coder, write_script(tmp_path, "chat", ["-"]))
     process = await asyncio.create_subprocess_exec(
-        *SERVER_COMMAND,
+        *command,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         env=server_env(),
@@ -236,6 +244,8 @@ async def test_stdout_carries_nothing_but_protocol_messages() -> None:
         send({"id": 2, "method": INLINE, "params": inline})
         (item,) = (await response(2))["result"]
         assert item["insertText"].strip()
+        if models == "scripted":
+            assert item["insertText"] == "x * 3"
         send({"id": 3, "method": "shutdown"})
         assert (await response(3))["result"] is None
         send({"method": "exit"})

@@ -12,9 +12,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from lsp_helpers import Session, completion_engine, document_jobs, lsp_session
+from lsp_helpers import SERVER_COMMAND, Session, completion_engine, document_jobs, lsp_session
 from lsprotocol import types
 from pytest_lsp import client_capabilities
+from scripted_lsp import scripted_command, write_script
 
 from engine.models import default_chat_model, default_completion_model
 
@@ -38,11 +39,18 @@ async def load_progress(session: Session) -> list[object]:
                 return list(reports[tokens[0]])
 
 
-async def test_the_model_load_is_shown_as_progress_that_ends_naming_the_ready_model() -> None:
+@pytest.mark.parametrize("models", ["real", "scripted"])
+async def test_the_model_load_is_shown_as_progress_that_ends_naming_the_ready_model(
+    models: str, tmp_path: Path
+) -> None:
     capabilities = client_capabilities(VS_CODE)
     assert capabilities.window is not None
     assert capabilities.window.work_done_progress  # this client shows progress
-    async with lsp_session(capabilities, FAST) as session:
+    command = SERVER_COMMAND
+    if models == "scripted":
+        coder = write_script(tmp_path, "coder", ["x\n"])
+        command = scripted_command(coder, write_script(tmp_path, "chat", ["-"]))
+    async with lsp_session(capabilities, FAST, command) as session:
         status = await session.until_loaded()
         assert status["status"] == "ready", status
         progress = await load_progress(session)
@@ -52,6 +60,8 @@ async def test_the_model_load_is_shown_as_progress_that_ends_naming_the_ready_mo
     assert all(isinstance(r, types.WorkDoneProgressReport) for r in reports)
     assert isinstance(end, types.WorkDoneProgressEnd)
     assert end.message == f"infill: {status['model']} ready"
+    if models == "scripted":
+        assert end.message == "infill: coder ready"
 
 
 async def test_a_load_that_fails_ends_its_progress_with_the_error() -> None:

@@ -16,6 +16,7 @@ import pytest
 from lsp_helpers import SERVER_COMMAND, answer, plain_json, poll_until, server_env, wait_until
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
+from scripted_lsp import scripted_command, write_script
 
 from lsp_server.tcp import is_loopback, listen_problem
 
@@ -127,9 +128,19 @@ async def initialized_client(port: int) -> LanguageClient:
     return client
 
 
-@pytest.mark.slow
-async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly() -> None:
-    async with tcp_server() as server:
+def model_args(models: str, folder: Path) -> list[str]:
+    """The server's model flags: none (the real default models), or scripted models."""
+    if models == "real":
+        return []
+    coder, chat = write_script(folder, "coder", ["x\n"]), write_script(folder, "chat", ["-"])
+    return scripted_command(coder, chat)[len(SERVER_COMMAND) :]
+
+
+@pytest.mark.parametrize("models", [pytest.param("real", marks=pytest.mark.slow), "scripted"])
+async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly(
+    models: str, tmp_path: Path
+) -> None:
+    async with tcp_server(*model_args(models, tmp_path)) as server:
         assert server.host == "127.0.0.1"
         client = await initialized_client(server.port)
         assert "status" in await status(client)
