@@ -8,6 +8,7 @@ own file, so the tests pass in any order. Waiting is polling with a deadline, ne
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -434,6 +435,8 @@ def test_explain_fills_a_floating_window(nv: Session, project: Path) -> None:
 RECORD_CANCELS = """
 _G.infill_test_cancels = {}
 vim.api.nvim_create_autocmd("LspNotify", {
+  -- One recorder, however many tests install it.
+  group = vim.api.nvim_create_augroup("infill_test_cancels", { clear = true }),
   callback = function(ev)
     if ev.data.method == "window/workDoneProgress/cancel" then
       table.insert(_G.infill_test_cancels, ev.data.params)
@@ -589,3 +592,107 @@ def test_rewrite_without_an_instruction_offers_presets(nv: Session, project: Pat
         what="the rewrite to finish",
     )
     assert "error" not in result, result
+
+
+# --- commands and keys ------------------------------------------------------------------------
+
+
+def test_infill_stop_stops_the_running_explanation(nv: Session, project: Path) -> None:
+    """`:InfillStop`, from the source window, ends the explanation as `<C-c>` in its window
+    does: the progress is cancelled with its token and the window says it stopped."""
+    path = project / "stop_command.py"
+    path.write_text(EXPLAIN_SOURCE, encoding="utf-8")
+    nv.open(path)
+    source_window = nv.nvim.current.window.handle
+    nv.lua(RECORD_CANCELS)
+    nv.nvim.command("2,4InfillExplain")
+    poll(lambda: (s := nv.lua(EXPLAIN_STATE)) and s["chunks"] > 0, what="the first chunk")
+    nv.lua("vim.api.nvim_set_current_win(...)", source_window)
+    nv.nvim.command("InfillStop")
+    state = poll(
+        lambda: (s := nv.lua(EXPLAIN_STATE)) and s["done"] and s, what="the stop", timeout=10
+    )
+    assert state["done"] == "stopped"
+    sent = poll(lambda: nv.lua("return _G.infill_test_cancels"), what="the cancel", timeout=10)
+    assert sent == [{"token": state["token"]}]
+    nv.lua("vim.api.nvim_win_close(...)", state["win"], True)
+
+
+def test_infill_toggle_turns_automatic_suggestions_off_and_on(nv: Session, project: Path) -> None:
+    path = project / "toggle.py"
+    source = "def area(width, height):\n    return width * \n"
+    path.write_text(source, encoding="utf-8")
+    nv.open(path)
+    enabled = "return require('infill.ghost').enabled"
+    assert nv.lua(enabled) is True
+    nv.nvim.command("messages clear")  # earlier tests toggled too
+    try:
+        nv.nvim.command("InfillToggle")
+        assert nv.lua(enabled) is False
+        assert "infill: automatic suggestions off" in nv.output("messages")
+    finally:
+        nv.nvim.command("InfillToggle")
+    assert nv.lua(enabled) is True
+    said = nv.output("messages").splitlines()
+    assert [m for m in said if "automatic suggestions" in m] == [
+        "infill: automatic suggestions off",
+        "infill: automatic suggestions on",
+    ]
+    # On again: typing brings a suggestion.
+    line = source.splitlines()[1]
+    start_insert_at(nv, 2, len(line))
+    nv.nvim.input("<End>")
+    assert wait_suggestion(nv, "a suggestion once back on")["text"].strip()
+    leave_insert(nv)
+
+
+def first_word(text: str) -> str:
+    """The part of a suggestion that accepting a word takes (the plugin's `first_word`)."""
+    found = re.match(r"\s*[A-Za-z0-9_]+|\s*[^A-Za-z0-9_\s]+|\s+", text)
+    return found.group(0) if found else text
+
+
+def test_dismiss_clears_the_suggestion_and_accepting_a_word_keeps_the_rest(
+    nv: Session, project: Path
+) -> None:
+    """`<C-]>` takes the ghost text away and leaves the buffer as it was; `<M-Right>` puts in
+    the suggestion's first word and keeps the rest on show."""
+    source = "def area(width, height):\n    return width * \n"
+    path = project / "words.py"
+    path.write_text(source, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    line = source.splitlines()[1]
+    start_insert_at(nv, 2, len(line))
+    nv.nvim.input("<End>")
+    wait_suggestion(nv, "a suggestion to dismiss")
+    nv.nvim.input("<C-]>")
+    poll(lambda: not nv.ghost_marks() and nv.suggestion() is None, what="the dismiss", timeout=10)
+    assert buffer[:] == source.splitlines()
+
+    nv.lua("require('infill').next()")  # asked for again, explicitly
+    text = wait_suggestion(nv, "a suggestion to take a word of")["text"]
+    word = first_word(text)
+    nv.nvim.input("<M-Right>")
+    poll(lambda: buffer[1] != line, what="the word to be accepted", timeout=10)
+    assert buffer[1] == line + word
+    if text[len(word) :]:
+        rest = poll(nv.suggestion, what="the rest to stay on show", timeout=10)
+        assert rest["text"] == text[len(word) :]
+    leave_insert(nv)
+
+
+def test_a_buffer_without_a_file_name_is_left_alone(nv: Session, project: Path) -> None:
+    """No file, no URI: the plugin does not attach the server to an unnamed buffer, even one
+    with a filetype; the same buffer, once named, is attached."""
+    attached = "return #vim.lsp.get_clients({ bufnr = 0, name = 'infill' }) > 0"
+    nv.nvim.input("<Esc>")
+    nv.nvim.command("enew")
+    try:
+        nv.nvim.command("setlocal filetype=python")  # FileType: where the plugin attaches
+        assert nv.lua(attached) is False
+        nv.nvim.command(f"file {nv.nvim.funcs.fnameescape(str(project / 'named.py'))}")
+        nv.nvim.command("setlocal filetype=python")
+        poll(lambda: nv.lua(attached), what="the named buffer to be attached", timeout=30)
+    finally:
+        nv.nvim.command("bwipeout!")
