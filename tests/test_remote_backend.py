@@ -41,7 +41,7 @@ from engine.types import (
 )
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel, LoadState, ModelHost
-from lsp_server.inline import build_prompt, suggest
+from lsp_server.inline import build_prompt, ranks_lines, suggest
 from lsp_server.settings import Settings
 
 TEXT = "def area(r):\n    return 3.14 * r * r\n\nprint(area(2))\n"
@@ -332,6 +332,7 @@ async def test_a_server_that_does_not_say_which_stop_matched_gets_no_stops(
     assert "stop" not in foreign.bodies[-1]
     assert foreign.bodies[-1]["model"] == "their-model"  # the first one it lists
     assert foreign.bodies[-1]["repeat_penalty"] == 1.0  # not llama.cpp's server's 1.1
+    assert foreign.bodies[-1]["min_p"] == 0.0  # nor its 0.05
 
 
 async def test_a_server_that_reports_stop_reason_gets_the_stops_from_then_on(
@@ -432,6 +433,23 @@ async def test_an_inline_suggestion_through_the_remote_backend(
     call = server.completion.calls[-1]
     assert server.completion.detokenize(call.prompt_ids) == "def area(r):\n    return "
     assert call.cache_key == "file:///w/a%20b.py"
+
+
+@pytest.mark.parametrize("setting", ["auto", "on"])
+async def test_a_remote_model_is_never_ranked_by_the_code_after_the_cursor(
+    make_server: Callable[..., Server], setting: str
+) -> None:
+    """README "Settings": `suffixRanking` needs log-probabilities, which a remote server does
+    not give: even `on`, one plain request goes out and its answer is the suggestion."""
+    server = make_server({"script": [["3.14 * r * r", 1, "ignored"]]}, no_fim=True)
+    model = CompletionModel.of(remote(server.url), None)
+    assert model.scorer is None
+    text = "def area(r):\n    r = \n    return r * r\n"
+    settings = Settings(suffix_ranking=setting)
+    assert not ranks_lines(model, settings)
+    result = await suggest(model, snapshot(text, text.index("\n", 13)), settings, invoked=False)
+    assert [s.text for s in result.suggestions] == ["3.14 * r * r"]
+    assert len(server.completion.calls) == 1
 
 
 async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
