@@ -329,8 +329,10 @@ def test_all_gpu_layers_on_a_cpu_only_build_load_on_the_cpu_with_a_clear_warning
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     spec = completion_spec(-1)
-    # The model runs on the CPU, so it gets the CPU's faster attention, as with no GPU layers.
+    # The model runs on the CPU, so it gets the CPU's faster attention, as with no GPU layers
+    # (README "Speed": flash attention is on for the CPU).
     assert llama_params(spec)["flash_attn"] is True
+    assert llama_params(completion_spec(0))["flash_attn"] is True
     with caplog.at_level("WARNING", logger="engine.backends.llama_cpp"):
         backend = LlamaCppBackend(spec)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from busy import busy_core
 
+import engine.threads as threads
 from engine.threads import (
     WINDOW_SECONDS,
     CpuSample,
@@ -114,3 +115,17 @@ def test_a_competing_process_is_seen_on_this_machine() -> None:
         policy.choose()
     assert policy.others >= 0.6
     assert policy.threads <= max(1, usable_cores() - 1)
+
+
+@pytest.mark.parametrize(("cores", "ceiling"), [(1, 1), (2, 2), (8, 8), (64, 8)])
+def test_by_default_every_usable_core_is_used_and_at_most_eight(
+    monkeypatch: pytest.MonkeyPatch, cores: int, ceiling: int
+) -> None:
+    """README "Speed": by default every core other processes leave free, at most 8."""
+    monkeypatch.setattr(threads, "usable_cores", lambda: cores)
+    assert threads.default_max_threads() == ceiling
+    machine = Machine()
+    policy = ThreadPolicy(fixed=None, cores=cores, sample=machine.sample)
+    assert policy.max_threads == ceiling
+    machine.advance(1.0, others=0.0)  # an idle machine: the whole ceiling
+    assert policy.choose() == ceiling
