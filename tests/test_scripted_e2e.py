@@ -33,6 +33,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 from scripted_lsp import ScriptedModel, scripted_command, write_script
+from test_server_e2e import MALFORMED
 
 from lsp_server.action_logic import DEFAULT_INSTRUCTION, PRESET_INSTRUCTIONS
 
@@ -734,3 +735,20 @@ async def test_automatic_suggestions_use_the_temperature_setting(
     (call,) = coder.starts()
     assert call["temperature"] == temperature
     assert call["n"] == 1
+
+
+async def test_malformed_params_are_invalid_params_and_the_server_serves_on(
+    tmp_path: Path,
+) -> None:
+    """Each malformed request of tests/test_server_e2e.py is InvalidParams, and the next
+    request is answered exactly as before it (the scripted answer, every time)."""
+    coder, chat = models(tmp_path, ["-"], ["quantity\n"])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        uri = session.open(LINE)
+        for name, params in MALFORMED.items():
+            with pytest.raises(JsonRpcException) as caught:
+                await answer(session.send_raw(types.TEXT_DOCUMENT_INLINE_COMPLETION, params))
+            assert caught.value.code == INVALID_PARAMS, name
+            (item,) = await session.inline(uri, session.position(LINE, 0, 16))
+            assert item.insert_text == "quantity", name
