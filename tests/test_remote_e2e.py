@@ -84,7 +84,7 @@ FIBONACCI = "def fibonacci(n):\n    \n"
 FIBONACCI_CURSOR = (1, 4)
 
 
-def remote_options(endpoint: str, **more: str) -> dict[str, Any]:
+def remote_options(endpoint: str, **more: Any) -> dict[str, Any]:
     """initializationOptions of an editor whose models are on `endpoint`."""
     return {"infill": {**FAST, "backend": "openai", "endpoint": endpoint, **more}}
 
@@ -445,6 +445,30 @@ async def test_two_editors_share_one_engine_server_that_loads_each_model_once(
         Path(default_completion_model()).stem: 1,
         Path(default_chat_model()).stem: 1,
     }
+
+
+async def test_the_engine_server_keeps_each_documents_kv_state(
+    engine_server: ServerProcess,
+) -> None:
+    """README "Remote": our engine server gets the document's name (`cache_key`) and keeps its
+    KV state: the next keystroke evaluates a few prompt tokens, not the whole prompt."""
+    options = remote_options(engine_server.url)
+    long = "\n".join(f"# step {i}: keep the numbers sorted" for i in range(40)) + "\n"
+    text = long + DOUBLE
+    async with remote_editor(options) as editor:
+        session = editor.session
+        before = engine_server.get("/stats")
+        uri = session.open(text)
+        line = text.count("\n") - 1
+        await answer(session.inline(uri, session.position(text, line, DOUBLE_CURSOR[1])))
+        at = {"line": line, "character": DOUBLE_CURSOR[1]}
+        session.change(uri, 2, [{"range": {"start": at, "end": at}, "text": "x"}])
+        typed = text.replace("return \n", "return x\n")
+        await answer(session.inline(uri, session.position(typed, line, DOUBLE_CURSOR[1] + 1)))
+        first, second = new_jobs(engine_server.get("/stats"), before, "completion")
+        assert first["cache_key"] == second["cache_key"] == uri
+        assert first["prompt_evaluated"] > 100
+        assert second["prompt_evaluated"] <= 8, second  # the kept state: only the new tokens
 
 
 # --- 4. the server goes away and comes back -------------------------------------------------------
