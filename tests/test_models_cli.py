@@ -7,6 +7,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -435,3 +436,30 @@ def test_the_cache_folder_is_infill_cache_dir_else_under_xdg_cache_home_else_hom
     assert models.cache_dir() == tmp_path / "xdg" / "infill-lsp"
     monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "ours"))
     assert models.cache_dir() == tmp_path / "ours"
+
+
+def test_ctrl_c_ends_generate_with_a_cancelled_line_and_status_0() -> None:
+    """README "generate": Ctrl-C (SIGINT) cancels the request; the stream ends with a
+    `cancelled` delta for the choice, and the command exits normally."""
+    process = subprocess.Popen(
+        [*CLI, "generate", "--prompt", "def add(a, b):\n", "--max-tokens", "4000", "--ignore-eos"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        assert process.stdout is not None
+        first = json.loads(process.stdout.readline())  # it is generating
+        assert first["finish_reason"] is None
+        process.send_signal(signal.SIGINT)
+        rest = json_lines(process.stdout.read())
+        assert process.wait(timeout=60) == 0, process.stderr and process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert rest, "nothing after the interrupt, not even the end of the stream"
+    assert rest[-1]["finish_reason"] == "cancelled"
+    assert all(line["finish_reason"] is None for line in rest[:-1])
+    assert len(rest) < 4000
