@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,7 +99,7 @@ vim.opt.rtp:prepend({plugin_dir})
 vim.opt.swapfile = false
 vim.opt.shortmess:append("I")
 require("infill").setup({{
-  cmd = {{ {server} }},
+  cmd = {{ {server}{server_args} }},
   debounce_ms = 30,
   settings = {{ debounceMs = 10 }},
   {options}
@@ -111,11 +111,16 @@ def lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_init(folder: Path, server: str, options: str = "") -> Path:
+def write_init(
+    folder: Path, server: str, options: str = "", server_args: Sequence[str] = ()
+) -> Path:
     init = folder / "init.lua"
     init.write_text(
         INIT_LUA.format(
-            plugin_dir=lua_string(str(PLUGIN_DIR)), server=lua_string(server), options=options
+            plugin_dir=lua_string(str(PLUGIN_DIR)),
+            server=lua_string(server),
+            server_args="".join(", " + lua_string(arg) for arg in server_args),
+            options=options,
         ),
         encoding="utf-8",
     )
@@ -220,13 +225,20 @@ class Session:
 
 
 @contextlib.contextmanager
-def start_session(nvim_bin: str, server: str, folder: Path, options: str = "") -> Iterator[Session]:
+def start_session(
+    nvim_bin: str,
+    server: str,
+    folder: Path,
+    options: str = "",
+    server_args: Sequence[str] = (),
+) -> Iterator[Session]:
     """Neovim (headless, embedded) with only this plugin, isolated from the user's files.
-    `options` is more of setup()'s table, in Lua (`key = value,`)."""
+    `options` is more of setup()'s table, in Lua (`key = value,`); `server_args` follow the
+    server's command (`serve --backend scripted ...`, say)."""
     import pynvim  # type: ignore[import-untyped]
 
     folder.mkdir(parents=True, exist_ok=True)
-    init = write_init(folder, server, options)
+    init = write_init(folder, server, options, server_args)
     env = server_env()
     # Neovim's own config, data and state go to the test folder. XDG_CACHE_HOME stays: the
     # server keeps its assembled default model there.

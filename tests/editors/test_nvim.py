@@ -7,6 +7,7 @@ own file, so the tests pass in any order. Waiting is polling with a deadline, ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lsp_helpers import SERVER_COMMAND
 from nvim_helpers import (
     PLUGIN_DIR,
     Session,
@@ -25,6 +27,7 @@ from nvim_helpers import (
     poll,
     start_session,
 )
+from scripted_lsp import scripted_command, write_script
 
 NVIM, NVIM_WHY = find_nvim()
 SERVER, SERVER_WHY = find_server()
@@ -59,6 +62,48 @@ def nv_utf16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     folder = tmp_path_factory.mktemp("nvim-utf16")
     with start_session(NVIM, SERVER, folder, 'position_encodings = { "utf-16" },') as session:
         yield session
+
+
+#: The scripted chat model's explanation: long and slow (a minute), so that a stop always
+#: comes while it is being written.
+SCRIPTED_EXPLANATION = "It adds the two numbers before it, again and again. " * 60
+
+
+@pytest.fixture(scope="module")
+def nv_scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """A third Neovim, its server on scripted models (`serve --backend scripted`): what the
+    plugin does with an answer whose every character and pace are known."""
+    _needs()
+    assert NVIM is not None
+    assert SERVER is not None
+    folder = tmp_path_factory.mktemp("nvim-scripted")
+    coder = write_script(folder, "coder", ["x\n"])
+    chat = write_script(folder, "chat", [{"text": SCRIPTED_EXPLANATION, "step_seconds": 0.02}])
+    args = scripted_command(coder, chat)[len(SERVER_COMMAND) :]
+    with start_session(NVIM, SERVER, folder, server_args=["serve", *args]) as session:
+        yield session
+
+
+CLOSE_FLOATS = """
+for _, win in ipairs(vim.api.nvim_list_wins()) do
+  if vim.api.nvim_win_get_config(win).relative ~= "" then
+    pcall(vim.api.nvim_win_close, win, true)
+  end
+end
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_window_left_open(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, whatever it left (a failed one too): normal mode, no floating window,
+    so that the next test's `edit` lands in a window of its own."""
+    yield
+    for name in ("nv", "nv_utf16", "nv_scripted"):
+        if name in request.fixturenames:
+            session: Session = request.getfixturevalue(name)
+            with contextlib.suppress(Exception):
+                session.nvim.input("<Esc>")
+                session.lua(CLOSE_FLOATS)
 
 
 @pytest.fixture
@@ -446,7 +491,11 @@ vim.api.nvim_create_autocmd("LspNotify", {
 """
 
 
-def test_explain_of_a_selection_can_be_stopped(nv: Session, project: Path) -> None:
+def test_explain_of_a_selection_can_be_stopped(nv_scripted: Session, project: Path) -> None:
+    """`<C-c>` in the explanation's window stops it. The scripted explanation takes a minute
+    (the real model's may end before the key is read): the stop always comes first, and the
+    window keeps a start of the answer."""
+    nv = nv_scripted
     path = project / "stop.py"
     path.write_text(EXPLAIN_SOURCE, encoding="utf-8")
     nv.open(path)
@@ -458,6 +507,9 @@ def test_explain_of_a_selection_can_be_stopped(nv: Session, project: Path) -> No
         lambda: (s := nv.lua(EXPLAIN_STATE)) and s["done"] and s, what="the stop", timeout=10
     )
     assert state["done"] == "stopped"
+    shown = " ".join(state["text"].split())
+    assert shown, state
+    assert " ".join(SCRIPTED_EXPLANATION.split()).startswith(shown[: len(shown) // 2]), shown
     # The stop is the progress's cancel, with the token the chunks came with.
     sent = poll(lambda: nv.lua("return _G.infill_test_cancels"), what="the cancel", timeout=10)
     assert sent == [{"token": state["token"]}]
@@ -597,9 +649,10 @@ def test_rewrite_without_an_instruction_offers_presets(nv: Session, project: Pat
 # --- commands and keys ------------------------------------------------------------------------
 
 
-def test_infill_stop_stops_the_running_explanation(nv: Session, project: Path) -> None:
+def test_infill_stop_stops_the_running_explanation(nv_scripted: Session, project: Path) -> None:
     """`:InfillStop`, from the source window, ends the explanation as `<C-c>` in its window
     does: the progress is cancelled with its token and the window says it stopped."""
+    nv = nv_scripted
     path = project / "stop_command.py"
     path.write_text(EXPLAIN_SOURCE, encoding="utf-8")
     nv.open(path)
