@@ -405,6 +405,16 @@ class VSCode:
         box.press("Enter")
         expect(widget).to_be_hidden(timeout=UI_MS)
 
+    def wait_for_ghost(self, editor: Locator, where: str) -> None:
+        """Waits for ghost text in `editor`; failing, says so with the status and the log."""
+        try:
+            editor.locator(GHOST_SELECTOR).first.wait_for(state="visible", timeout=GHOST_MS)
+        except Exception as error:
+            raise AssertionError(
+                f"no ghost text{where} after {GHOST_MS / 1000:.0f} s; status {self.status()!r}\n"
+                f"{self.extension_log()}"
+            ) from error
+
     def expect_cursor(self, line: int, column: int) -> None:
         """Waits for the status bar to show the cursor at `line`:`column` (1-based) and no
         selection (a selection adds "(N selected)" to the item)."""
@@ -582,14 +592,7 @@ def test_ghost_text_accepted_and_saved(vscode: VSCode) -> None:
         page.keyboard.type(TYPED_HEADER, delay=TYPING_DELAY_MS)
         page.keyboard.press("Enter")  # VS Code indents the new line: the ghost text goes there
 
-        ghost_locator = editor.locator(GHOST_SELECTOR).first
-        try:
-            ghost_locator.wait_for(state="visible", timeout=GHOST_MS)
-        except Exception as error:
-            raise AssertionError(
-                f"no ghost text after {GHOST_MS / 1000:.0f} s; status {vscode.status()!r}\n"
-                f"{vscode.extension_log()}"
-            ) from error
+        vscode.wait_for_ghost(editor, "")
         # Read it once it holds still (a newer answer may replace the first one).
         ghost = editor.evaluate(READ_GHOST_JS)
         for _ in range(20):
@@ -736,14 +739,7 @@ def test_an_untitled_document_gets_ghost_text(vscode: VSCode) -> None:
         page.keyboard.type("def add(a, b):", delay=TYPING_DELAY_MS)
         page.keyboard.press("Enter")
         page.keyboard.type("    return ", delay=TYPING_DELAY_MS)
-        ghost_locator = editor.locator(GHOST_SELECTOR).first
-        try:
-            ghost_locator.wait_for(state="visible", timeout=GHOST_MS)
-        except Exception as error:
-            raise AssertionError(
-                f"no ghost text in the untitled document after {GHOST_MS / 1000:.0f} s; "
-                f"status {vscode.status()!r}\n{vscode.extension_log()}"
-            ) from error
+        vscode.wait_for_ghost(editor, " in the untitled document")
         ghost = editor.evaluate(READ_GHOST_JS)
         print(f"\nghost text in the untitled document: {ghost!r}")
         assert ghost.strip(), "the ghost text is empty"
