@@ -103,6 +103,31 @@ def test_max_tokens_defaults_to_16_and_ends_with_length(
     assert (choice.text, choice.finish_reason) == ("abcdefghijklmnop", "length")
 
 
+def test_sampling_defaults_and_vllms_extensions_reach_the_model(
+    make_server: Callable[..., Server],
+) -> None:
+    """README "engine": `temperature` defaults to 1.0 (OpenAI's default); vLLM's `top_k`,
+    `min_tokens` and `repetition_penalty` (and `seed`, `top_p`) are what the model samples with."""
+    server = make_server({"script": ["abc"]})
+    server.client().completions.create(model="completion", prompt="x", max_tokens=5)
+    default = server.completion.calls[-1].sampling
+    assert (default.temperature, default.top_p, default.top_k) == (1.0, 1.0, 0)
+    assert (default.min_tokens, default.repetition_penalty, default.seed) == (0, 1.0, None)
+    server.client().completions.create(
+        model="completion",
+        prompt="x",
+        max_tokens=5,
+        temperature=0.3,
+        top_p=0.9,
+        seed=7,
+        extra_body={"top_k": 12, "min_tokens": 2, "repetition_penalty": 1.25},
+    )
+    given = server.completion.calls[-1].sampling
+    assert (given.temperature, given.top_p, given.top_k) == (0.3, 0.9, 12)
+    assert (given.min_tokens, given.repetition_penalty, given.seed) == (2, 1.25, 7)
+    assert given.max_tokens == 5
+
+
 def test_suffix_renders_the_models_fim_prompt(make_server: Callable[..., Server]) -> None:
     server = make_server({"script": ["a, b"]})
     answer = server.client().completions.create(

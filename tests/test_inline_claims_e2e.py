@@ -39,7 +39,7 @@ from lsp_helpers import (
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
-from engine.models import default_chat_model
+from engine.models import default_chat_model, default_completion_model
 from engine.text import indent_width
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -245,6 +245,35 @@ async def test_typing_into_a_suggestion_is_answered_with_its_rest_without_the_mo
     items = await answer(session.inline(uri, session.position(now, 1, 12)))
     assert [i.insert_text for i in items] == [suggestion[1:]]
     assert (await completion_engine(session))["total_jobs"] == jobs
+
+
+@pytest.mark.parametrize("marker", ["<start_of_turn>", "<eos>"])
+async def test_special_token_text_in_the_code_is_plain_text_to_the_model(
+    session: Session, marker: str
+) -> None:
+    """README "Prompts": code that spells out one of the model's special tokens is tokenized as
+    plain text. The model's own tokenizer says how many tokens the marker adds either way;
+    the server's prompts grow by the plain-text count."""
+    import llama_cpp
+
+    vocab = llama_cpp.Llama(
+        model_path=str(default_completion_model()), vocab_only=True, verbose=False
+    )
+    texts = [f"TEMPLATE = '{spelled}user'\nvalue = \n" for spelled in (marker, "")]
+
+    def tokens(text: str, special: bool) -> int:
+        return len(vocab.tokenize(text.encode(), add_bos=True, special=special))
+
+    as_text = tokens(texts[0], False) - tokens(texts[1], False)
+    as_token = tokens(texts[0], True) - tokens(texts[1], True)
+    assert as_text != as_token  # the tokenizer does tell the two apart here
+    counts = []
+    for text in texts:
+        uri = session.open(text)
+        await answer(session.inline(uri, session.position(text, 1, len("value = "))))
+        (job,) = await settled_jobs(session, uri, 0)
+        counts.append(job["prompt_tokens"])
+    assert counts[0] - counts[1] == as_text, (marker, counts, as_text, as_token)
 
 
 # --- one model serving both roles -------------------------------------------------------------

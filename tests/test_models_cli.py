@@ -17,6 +17,7 @@ import pytest
 
 from engine import models
 from engine.accelerators import llama_cpp_view
+from engine.backends.fake import byte_ids
 from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
@@ -192,6 +193,23 @@ def test_generate_prints_one_json_object_per_delta() -> None:
         assert [line["finish_reason"] for line in mine[:-1]] == [None] * (len(mine) - 1)
         assert mine[-1]["finish_reason"] in ("stop", "length")
         assert "\n\n" not in "".join(str(line["text"]) for line in mine)
+
+
+def test_a_local_run_stops_at_a_stop_string_taken_from_its_own_answer() -> None:
+    """README "generate" on the real model: greedy decoding gives the same answer again, so a
+    stop string taken from the middle of the first answer cuts the second exactly before its
+    first occurrence, with `stop_reason` naming it."""
+    common = ("generate", "--prompt", "def add(a, b):\n", "--temperature", "0", "--ignore-eos")
+    free = run_cli(*common, "--max-tokens", "24")
+    assert free.returncode == 0, free.stderr
+    text = "".join(str(line["text"]) for line in json_lines(free.stdout))
+    middle = text[len(text) // 2 :]
+    stop = next(middle[i : i + 2] for i in range(len(middle) - 1) if middle[i : i + 2].strip())
+    stopped = run_cli(*common, "--max-tokens", "24", "--stop", stop)
+    assert stopped.returncode == 0, stopped.stderr
+    lines = json_lines(stopped.stdout)
+    assert "".join(str(line["text"]) for line in lines) == text[: text.index(stop)]
+    assert (lines[-1]["finish_reason"], lines[-1]["stop_reason"]) == ("stop", stop)
 
 
 def test_generate_reads_stdin_and_chats_with_the_chat_model() -> None:
@@ -463,3 +481,191 @@ def test_ctrl_c_ends_generate_with_a_cancelled_line_and_status_0() -> None:
     assert rest[-1]["finish_reason"] == "cancelled"
     assert all(line["finish_reason"] is None for line in rest[:-1])
     assert len(rest) < 4000
+
+
+# --- `generate` on the fake model: what reaches the model, and each line it prints ------------
+
+
+@pytest.fixture
+def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """Run `main(["generate", ...])` in this process on a FakeBackend playing `script`: the
+    command's own parsing, request and printing, with the model replaced (DESIGN §6)."""
+    from engine.backends.fake import FakeBackend
+    from engine.engine import Engine
+    from lsp_server import cli
+
+    backends: list[FakeBackend] = []
+
+    class FakeModels:
+        def __init__(self, specs: object) -> None:
+            self._engine = Engine(backends[-1])
+
+        def engine(self, role: Role) -> Engine:
+            return self._engine
+
+        def close(self) -> None:
+            self._engine.close()
+
+    monkeypatch.setattr(cli, "model_spec", lambda role, options: None)
+    monkeypatch.setattr(cli, "ModelSet", FakeModels)
+
+    def run(*args: str, **backend: object) -> tuple[int, list[dict[str, object]], FakeBackend]:
+        backends.append(FakeBackend(**backend))  # type: ignore[arg-type]
+        status = cli.main(["generate", *args])
+        return status, json_lines(capsys.readouterr().out), backends[-1]
+
+    return run
+
+
+def test_generate_sends_each_flag_to_the_model_and_reads_the_prompt_file(
+    generate_on, tmp_path: Path
+) -> None:
+    """README "generate": `--prompt-file` is the prompt (read as UTF-8), and `--min-tokens`,
+    `--temperature`, `--top-p`, `--top-k`, `--repetition-penalty`, `--seed` and `--n` are what
+    the model samples with."""
+    prompt = tmp_path / "prompt.py"
+    prompt.write_text("def naïve():\n", encoding="utf-8")
+    status, lines, backend = generate_on(
+        "--prompt-file",
+        str(prompt),
+        *("--max-tokens", "9", "--min-tokens", "2", "--temperature", "0.4", "--top-p", "0.8"),
+        *("--top-k", "5", "--repetition-penalty", "1.2", "--seed", "11", "--n", "2"),
+        script=["ok"],
+    )
+    assert status == 0
+    (call, *_) = backend.calls
+    assert call.prompt_ids == (0, *byte_ids("def naïve():\n"))
+    sampling = call.sampling
+    assert (sampling.max_tokens, sampling.min_tokens, sampling.n) == (9, 2, 2)
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.4, 0.8, 5)
+    assert (sampling.repetition_penalty, sampling.seed) == (1.2, 11)
+    assert {line["index"] for line in lines} == {0, 1}
+
+
+def test_generate_parses_special_token_text_in_a_text_prompt(generate_on) -> None:
+    """README "generate": with a text prompt, special-token text is parsed as those tokens
+    (unlike the code around an editor's cursor, which stays plain text)."""
+    status, _, backend = generate_on("--prompt", "<fim_prefix>a<fim_suffix>", script=["b"])
+    assert status == 0
+    assert backend.calls[0].prompt_ids == (0, 2, *byte_ids("a"), 3)
+
+
+@pytest.mark.parametrize(
+    ("flags", "script", "text", "finish", "stop_reason"),
+    [
+        ([], ["ab", 1, "cd"], "ab", "stop", None),
+        (["--stop-token-id", str(byte_ids("x")[0])], ["abxcd"], "ab", "stop", byte_ids("x")[0]),
+        (["--stop", "xc"], ["abxcd"], "ab", "stop", "xc"),
+        (["--stop", "xc", "--include-stop-str"], ["abxcd"], "abxc", "stop", "xc"),
+        (["--ignore-eos", "--max-tokens", "6"], ["ab", 1, "cdefg"], "abcde", "length", None),
+    ],
+    ids=["own end token", "stop token id", "stop string", "visible stop", "ignore eos"],
+)
+def test_generate_names_what_ended_the_stream(
+    generate_on,
+    flags: list[str],
+    script: list[object],
+    text: str,
+    finish: str,
+    stop_reason: object,
+) -> None:
+    """README "generate": `finish_reason` is null until the last line; `stop_reason` names the
+    user's stop string or token id, and is null for the model's own end token."""
+    status, lines, _ = generate_on("--prompt", "p", "--max-tokens", "50", *flags, script=[script])
+    assert status == 0
+    assert "".join(str(line["text"]) for line in lines) == text
+    assert [line["finish_reason"] for line in lines[:-1]] == [None] * (len(lines) - 1)
+    assert (lines[-1]["finish_reason"], lines[-1]["stop_reason"]) == (finish, stop_reason)
+
+
+def test_a_failing_model_ends_generate_with_an_error_line_and_status_1(generate_on) -> None:
+    """README "generate": a failure ends the stream with `finish_reason` "error" and an `error`
+    field saying why; the command exits with status 1."""
+    status, lines, _ = generate_on("--prompt", "p", script=["abcdef"], fail_after=3)
+    assert status == 1
+    assert lines[-1]["finish_reason"] == "error"
+    assert "simulated backend failure" in str(lines[-1]["error"])
+    assert all("error" not in line for line in lines[:-1])
+
+
+# --- `doctor` on fake models: each role's report, and what makes it fail -----------------------
+
+WARNING = "GPU layers were asked for, but this llama.cpp build has no GPU offload"
+
+
+@pytest.mark.parametrize("chat_loads", [True, False], ids=["warning only", "chat fails"])
+def test_doctor_reports_each_role_and_fails_only_when_a_model_cannot_load(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    chat_loads: bool,
+) -> None:
+    """README "doctor": per role the backend, path, device, GPU, warnings, context size, FIM
+    family, chat template and end tokens; a model that cannot load fails the command (status
+    1, with the error in its role), and a warning alone does not."""
+    from engine.backends.fake import FakeBackend
+    from engine.engine import Engine
+    from lsp_server import cli
+
+    coder = FakeBackend(script=["x"], name="coder", context=2048)
+    coder.info = dataclasses.replace(coder.info, warnings=(WARNING,))
+    chat_path = tmp_path / "chat.gguf"
+
+    class FakeModels:
+        def __init__(self, specs: object) -> None:
+            self.engines: dict[Role, Engine] = {}
+
+        def engine(self, role: Role) -> Engine:
+            if role is Role.CHAT and not chat_loads:
+                raise ModelLoadError(f"model not found: {chat_path}")
+            backend = coder if role is Role.COMPLETION else FakeBackend(template="{{ x }}")
+            return self.engines.setdefault(role, Engine(backend))
+
+        def shared(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            for engine in self.engines.values():
+                engine.close()
+
+    monkeypatch.setattr(cli, "ModelSet", FakeModels)
+    status = cli.main(
+        [
+            "doctor",
+            "--json",
+            "--model",
+            str(tmp_path / "coder.gguf"),
+            "--chat-model",
+            str(chat_path),
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    completion, chat = report["completion"], report["chat"]
+    assert completion["ok"] is True
+    assert (completion["backend"], completion["model_name"], completion["device"]) == (
+        "fake",
+        "coder",
+        "cpu",
+    )
+    assert (completion["gpu"], completion["warnings"]) == (None, [WARNING])
+    assert (completion["context_size"], completion["chat_template"]) == (2048, False)
+    assert completion["fim_family"] is not None  # the fake model has FIM tokens
+    assert [t["text"] for t in completion["eog_tokens"]] == ["<eos>", "<end_of_turn>"]
+    if chat_loads:
+        assert status == 0
+        assert (chat["ok"], chat["chat_template"]) == (True, True)
+    else:
+        assert status == 1
+        assert chat == {"ok": False, "model_path": str(chat_path), "error": chat["error"]}
+        assert chat["error"] == f"model not found: {chat_path}"
+
+
+def test_infill_chat_model_names_the_chat_model() -> None:
+    """README "Default models": `INFILL_CHAT_MODEL` names the chat role's model; here the
+    completion model, so one model serves both roles (and has no chat template)."""
+    gemma_path = str(default_completion_model())
+    result = run_cli("doctor", "--json", env={"INFILL_CHAT_MODEL": gemma_path})
+    assert result.returncode == 0, result.stderr
+    chat = json.loads(result.stdout)["chat"]
+    assert chat["model_path"] == gemma_path
+    assert (chat["chat_template"], chat["shared_with_other_role"]) == (False, True)

@@ -12,6 +12,7 @@ from lsp_server.documents import DocumentSnapshot, lines_at
 from lsp_server.host import CompletionModel
 from lsp_server.inline import build_prompt
 from lsp_server.neighbors import (
+    MAX_DOCUMENTS,
     REGION_LINES,
     RING_REGIONS,
     WINDOW_LINES,
@@ -262,6 +263,41 @@ def test_a_chosen_document_closed_or_changed_a_lot_makes_a_new_selection(
     )
     assert neighbors.context_for(snap_at(CART), now, budget=512, count_tokens=chars) is not first
     assert neighbors.selections == 2
+
+
+def test_only_the_16_most_recently_used_other_documents_are_read() -> None:
+    """README "Prompts": the windows come from at most 16 other open documents, the most
+    recently used first: the 17th is not read until the user works in it again."""
+    neighbors = NeighborContext()
+    fillers = {f"canvas_{i}": UNRELATED for i in range(MAX_DOCUMENTS)}
+    docs = others(billing=BILLING, **fillers)  # billing is 17th once the others were used
+    for i in range(MAX_DOCUMENTS):
+        neighbors.note(f"{ROOT}/canvas_{i}.py", 0)
+    context = neighbors.context_for(snap_at(CART), docs, budget=512, count_tokens=chars)
+    assert context is not None
+    assert "billing.py" not in [s.path for s in context.snippets]
+    neighbors.note(f"{ROOT}/billing.py", 30)  # a region with no code: only the document counts
+    far = CART.replace("|", "\n" * (REGION_LINES + 1) + "    total = |")
+    context = neighbors.context_for(snap_at(far), docs, budget=512, count_tokens=chars)
+    assert context is not None
+    assert [s.path for s in context.snippets] == ["billing.py"]
+
+
+def test_a_new_budget_makes_a_new_selection_that_fits_it() -> None:
+    """README "Prompts": the selection is made again when the budget changes."""
+    neighbors = NeighborContext()
+    docs = others(billing=BILLING, canvas=UNRELATED)
+    first = neighbors.context_for(snap_at(CART), docs, budget=512, count_tokens=chars)
+    assert first is not None
+    assert first.snippets
+    small = neighbors.context_for(snap_at(CART), docs, budget=8, count_tokens=chars)
+    assert neighbors.selections == 2
+    assert small is not None
+    assert small.snippets == ()  # nothing fits 8 tokens with its header
+    again = neighbors.context_for(snap_at(CART), docs, budget=512, count_tokens=chars)
+    assert neighbors.selections == 3
+    assert again is not None
+    assert again.snippets == first.snippets
 
 
 @pytest.fixture

@@ -400,6 +400,31 @@ async def test_a_server_that_is_gone_is_an_error_saying_so(foreign: Foreign) -> 
         remote(url)
 
 
+async def test_a_server_that_goes_silent_mid_answer_is_an_error_saying_how_long(
+    foreign: Foreign, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README "Remote": nothing for the read timeout (120 s; 0.3 s here) ends the request with
+    an error naming the endpoint and the silence, and the next request is served."""
+    import engine.backends.openai as openai_module
+
+    monkeypatch.setattr(openai_module, "READ_TIMEOUT", 0.3)
+
+    async def silent() -> AsyncIterator[bytes]:
+        yield f"data: {json.dumps(piece('a'))}\n\n".encode()
+        await asyncio.sleep(5)  # the client gives up long before; its disconnect ends this
+
+    foreign.answers += [
+        lambda body: StreamingResponse(silent(), media_type="text/event-stream"),
+        events(piece("fine", "stop")),
+    ]
+    engine = remote(foreign.url)
+    failed = await deltas_of(engine, GenerationRequest(prompt="x"))
+    assert failed[-1].finish_reason is FinishReason.ERROR
+    assert f"{foreign.url}/v1" in (failed[-1].error or "")
+    assert "nothing came for 0.3 s" in (failed[-1].error or "")
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "fine"
+
+
 # --- the language server's side ------------------------------------------------------------------
 
 
@@ -450,6 +475,42 @@ async def test_a_remote_model_is_never_ranked_by_the_code_after_the_cursor(
     result = await suggest(model, snapshot(text, text.index("\n", 13)), settings, invoked=False)
     assert [s.text for s in result.suggestions] == ["3.14 * r * r"]
     assert len(server.completion.calls) == 1
+
+
+async def test_an_unreachable_server_is_asked_again_at_most_every_2_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """README "Remote": after a failed start, a request tries the server again only once
+    REMOTE_RETRY_SECONDS (2 s) have passed since the last try; requests before that fail at
+    once with the same error, without a connection attempt."""
+    from types import SimpleNamespace
+
+    import lsp_server.host as host_module
+
+    now = [1000.0]
+    # The host's clock only (asyncio's own must keep running): a test decides when 2 s passed.
+    monkeypatch.setattr(host_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    tries: list[float] = []
+    start = ModelHost.start
+
+    def counted(self: ModelHost, settings: Settings):  # type: ignore[no-untyped-def]
+        tries.append(now[0])
+        return start(self, settings)
+
+    monkeypatch.setattr(ModelHost, "start", counted)
+    sock = bind("127.0.0.1", 0)  # a port where nothing answers
+    url = url_of(sock)
+    sock.close()
+    host = ModelHost()
+    host.start(Settings(backend="openai", endpoint=url))
+    try:
+        for at in (1000.0, 1001.0, 1001.99, 1002.0, 1003.0, 1004.5):
+            now[0] = at
+            with pytest.raises(Exception, match=f"cannot reach {url}/v1"):
+                await host.completion()
+        assert tries == [1000.0, 1002.0, 1004.5]
+    finally:
+        await host.aclose()
 
 
 async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(

@@ -231,6 +231,25 @@ async def test_resolving_rewrite_gives_exactly_the_scripted_edit_of_the_range_an
     ast.parse(applied(SOURCE))
 
 
+async def test_listing_the_actions_asks_neither_model_anything(tmp_path: Path) -> None:
+    """README "Code actions": the actions are listed at once, without the model: for a
+    selection, an empty selection in a method, and the top level (no actions), neither
+    scripted model is called; only resolving a Rewrite is."""
+    coder, chat = models(tmp_path, [ANSWER])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        uri = editor.session.open(SOURCE)
+        selection = {"start": {"line": 6, "character": 8}, "end": {"line": 7, "character": 20}}
+        assert [a["title"] for a in await editor.actions(uri, selection)] == [
+            "Explain",
+            "Rewrite",
+        ]
+        _, rewrite = await editor.actions(uri, cursor(6, 8))
+        assert await editor.actions(uri, cursor(10, 0)) == []
+        assert (coder.starts(), chat.starts()) == ([], [])
+        await request_json(editor.session, RESOLVE, rewrite)
+        assert len(chat.starts()) == 1
+
+
 async def test_fix_puts_the_diagnostics_into_the_instruction_and_edits_the_range(
     tmp_path: Path,
 ) -> None:

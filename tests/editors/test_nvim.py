@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,28 @@ def nv_scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         yield session
 
 
+#: The paced session's options: a long debounce and changed keymaps (accept on `<C-l>`, no
+#: dismiss key), as a user would write them in setup().
+PACED_OPTIONS = 'debounce_ms = 600, keymaps = { accept = "<C-l>", dismiss = false },'
+#: Its scripted completion: ten digits at 0.15 s each, so that a request is still under way
+#: when the next key comes.
+PACED_ANSWER = "0123456789"
+
+
+@pytest.fixture(scope="module")
+def nv_paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session, Any]]:
+    """A fourth Neovim with PACED_OPTIONS, its server on a scripted model that answers slowly
+    (the model and what it was asked: `ScriptedModel`)."""
+    _needs()
+    assert NVIM is not None
+    assert SERVER is not None
+    folder = tmp_path_factory.mktemp("nvim-paced")
+    coder = write_script(folder, "coder", [{"text": PACED_ANSWER + "\n", "step_seconds": 0.15}])
+    args = scripted_command(coder)[len(SERVER_COMMAND) :]
+    with start_session(NVIM, SERVER, folder, PACED_OPTIONS, ["serve", *args]) as session:
+        yield session, coder
+
+
 CLOSE_FLOATS = """
 for _, win in ipairs(vim.api.nvim_list_wins()) do
   if vim.api.nvim_win_get_config(win).relative ~= "" then
@@ -98,9 +121,10 @@ def no_window_left_open(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, whatever it left (a failed one too): normal mode, no floating window,
     so that the next test's `edit` lands in a window of its own."""
     yield
-    for name in ("nv", "nv_utf16", "nv_scripted"):
+    for name in ("nv", "nv_utf16", "nv_scripted", "nv_paced"):
         if name in request.fixturenames:
-            session: Session = request.getfixturevalue(name)
+            found = request.getfixturevalue(name)
+            session: Session = found[0] if isinstance(found, tuple) else found
             with contextlib.suppress(Exception):
                 session.nvim.input("<Esc>")
                 session.lua(CLOSE_FLOATS)
@@ -749,3 +773,123 @@ def test_a_buffer_without_a_file_name_is_left_alone(nv: Session, project: Path) 
         poll(lambda: nv.lua(attached), what="the named buffer to be attached", timeout=30)
     finally:
         nv.nvim.command("bwipeout!")
+
+
+# --- the debounce, cancelling and the keymap options (a scripted, slow model) -----------------
+
+
+def requests_in(nv: Session) -> list[str]:
+    """The plugin's requests in its trace since start_insert_at."""
+    lines = nv.lua("return require('infill.ghost').trace or {}")
+    return [line for line in lines if re.search(r": request \d+ \(", line)]
+
+
+def our_keymap(nv: Session, key: str) -> str | None:
+    """What the plugin maps `key` to in insert mode (its description), None if not ours:
+    Neovim 0.11 maps `<Tab>` itself, for snippets."""
+    found = nv.nvim.funcs.maparg(key, "i", False, True)
+    desc = found.get("desc", "") if found else ""
+    return desc if desc.startswith("infill:") else None
+
+
+def test_keys_typed_within_the_debounce_ask_once(
+    nv_paced: tuple[Session, Any], project: Path
+) -> None:
+    """README "Neovim": a suggestion is asked for only once typing pauses for `debounce_ms`:
+    three keys 0.1 s apart under a 0.6 s debounce make one request, not three."""
+    nv, _ = nv_paced
+    path = project / "debounce.py"
+    path.write_text("value = \n", encoding="utf-8")
+    bufnr = nv.open(path)
+    start_insert_at(nv, 1, len("value = "))
+    nv.nvim.input("<End>")
+    for key in "abc":
+        nv.nvim.input(key)
+        time.sleep(0.1)  # the pause under test: well inside the debounce
+    poll(
+        lambda: nv.nvim.buffers[bufnr][0] == "value = abc", what="the keys to be typed", timeout=10
+    )
+    shown = wait_suggestion(nv, "the suggestion after the pause")
+    assert shown["text"] == PACED_ANSWER
+    assert len(requests_in(nv)) == 1, trace(nv)
+    leave_insert(nv)
+
+
+def test_a_key_typed_while_a_request_runs_cancels_it(
+    nv_paced: tuple[Session, Any], project: Path
+) -> None:
+    """README "Neovim": the older request is cancelled when the user types on: the plugin sends
+    `$/cancelRequest` for it, the model stops writing its answer, and the newer one shows."""
+    nv, coder = nv_paced
+    nv.lua(
+        "local c = require('infill.compat'); _G.infill_cancels = {}\n"
+        "if not _G.infill_cancel then _G.infill_cancel = c.cancel end\n"
+        "c.cancel = function(client, id) table.insert(_G.infill_cancels, id)\n"
+        "  return _G.infill_cancel(client, id) end"
+    )
+    path = project / "cancel.py"
+    path.write_text("value = \n", encoding="utf-8")
+    bufnr = nv.open(path)
+    calls = len(coder.starts())
+    start_insert_at(nv, 1, len("value = "))
+    nv.nvim.input("<End>a")
+    poll(lambda: len(coder.starts()) > calls, what="the model to be asked", timeout=30)
+    nv.nvim.input("b")
+    poll(lambda: nv.nvim.buffers[bufnr][0] == "value = ab", what="the key to be typed", timeout=10)
+    assert wait_suggestion(nv, "the newer request's suggestion")["text"] == PACED_ANSWER
+    assert len(nv.lua("return _G.infill_cancels")) >= 1, trace(nv)
+    first = coder.starts()[calls]["call"]
+    ends = [e for e in coder.events() if e["event"] == "end" and e["call"] == first]
+    assert ends, coder.events()
+    assert ends[0]["cancelled"] is True, ends
+    assert ends[0]["yielded"] < len(PACED_ANSWER), ends
+    leave_insert(nv)
+
+
+def test_keymaps_can_be_moved_or_turned_off(nv_paced: tuple[Session, Any], project: Path) -> None:
+    """README "Neovim": `keymaps = { accept = "<C-l>", dismiss = false }` accepts on `<C-l>`,
+    leaves `<Tab>` and `<C-]>` to Neovim, and keeps the other keys."""
+    nv, _ = nv_paced
+    path = project / "keys.py"
+    path.write_text("value = \n", encoding="utf-8")
+    bufnr = nv.open(path)
+    start_insert_at(nv, 1, len("value = "))
+    mapped = {key: our_keymap(nv, key) for key in ("<C-l>", "<Tab>", "<C-]>", "<M-Down>")}
+    assert mapped == {
+        "<C-l>": "infill: accept the suggestion",
+        "<Tab>": None,
+        "<C-]>": None,
+        "<M-Down>": "infill: accept a line",
+    }
+    nv.nvim.input("<End>x")
+    assert wait_suggestion(nv, "a suggestion to accept")["text"] == PACED_ANSWER
+    nv.nvim.input("<C-l>")
+    buffer = nv.nvim.buffers[bufnr]
+    poll(lambda: buffer[0] != "value = x", what="the accept on <C-l>", timeout=10)
+    assert buffer[0] == "value = x" + PACED_ANSWER
+    leave_insert(nv)
+
+
+def test_status_and_health_name_the_scripted_model_exactly(
+    nv_paced: tuple[Session, Any], project: Path
+) -> None:
+    """README "Neovim": `:InfillStatus` says the state, model, backend, device, context size
+    and FIM family; `:checkhealth infill` the same model, on a model whose every figure is
+    known (the scripted one: "coder", 4096 tokens, no FIM tokens)."""
+    nv, _ = nv_paced
+    path = project / "status.py"
+    path.write_text("y = 2\n", encoding="utf-8")
+    nv.open(path)
+    poll(
+        lambda: (nv.lua("return require('infill').status()") or {}).get("status") == "ready",
+        what="the scripted model to load",
+        timeout=30,
+    )
+    nv.nvim.command("messages clear")
+    assert nv.output("InfillStatus").strip().splitlines()[-1] == (
+        "infill: ready (coder, scripted on cpu, context 4096, FIM none)"
+    )
+    nv.nvim.command("checkhealth infill")
+    report = "\n".join(nv.nvim.current.buffer[:])
+    nv.nvim.command("bwipeout!")
+    assert "ready: coder (scripted on cpu, context 4096)" in report, report
