@@ -84,6 +84,35 @@ async def test_a_hidden_stop_string_cut_mid_output_gives_the_text_before_it(
     assert kept.text == expected + stop
 
 
+async def test_no_stop_applies_before_min_tokens_on_the_real_model(
+    completion_engine: Engine,
+) -> None:
+    """README "How generation ends": `min_tokens` holds every stop off until that many tokens
+    are out. A stop string from the first tokens of the model's own answer cuts it short;
+    with `min_tokens` the same request writes at least that many tokens, then stops."""
+    (full,) = await completion_engine.collect(
+        greedy(max_tokens=24, stops=StopConditions(ignore_eos=True))
+    )
+    stop = next(full.text[i : i + 2] for i in range(len(full.text)) if full.text[i : i + 2].strip())
+    early = full.text.index(stop)
+    (cut,) = await completion_engine.collect(
+        greedy(max_tokens=24, stops=StopConditions(stop=(stop,)))
+    )
+    assert cut.text == full.text[:early]
+    assert len(cut.token_ids) < 12  # the stop came within the first tokens
+    held_off = GenerationRequest(
+        prompt=PROMPT,
+        sampling=SamplingParams(max_tokens=24, min_tokens=12),
+        stops=StopConditions(stop=(stop,), ignore_eos=True),
+    )
+    (held,) = await completion_engine.collect(held_off)
+    assert len(held.token_ids) >= 12, held
+    assert held.text.startswith(cut.text + stop)  # on past the early match
+    assert held.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+    if held.finish_reason is FinishReason.STOP:
+        assert held.stop_reason == stop
+
+
 @pytest.mark.parametrize("how", ["closing the stream", "engine.cancel"])
 async def test_cancel_stops_engine_within_one_token(completion_engine: Engine, how: str) -> None:
     """README: a cancelled job "stops its model work within one token". Counted by the engine

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
-from engine.backends.fake import FakeBackend
+from engine.backends.fake import SPECIAL_TOKENS, FakeBackend
 from engine.backends.openai import RemoteEngine, estimate_tokens
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
@@ -445,6 +445,23 @@ def test_a_remote_fim_prompt_is_text_in_the_familys_format_without_bos(
     assert prompt.tokens >= estimate_tokens(TEXT)  # counted line by line: never fewer
 
 
+async def test_code_that_spells_a_fim_token_reaches_a_remote_server_as_that_token(
+    make_server: Callable[..., Server],
+) -> None:
+    """README "Remote": a remote prompt is text, and the server parses the special tokens in
+    it: code that spells out `<fim_middle>` reaches it as that token, beside the format's own
+    (a local model never parses the code: tests/test_inline_claims_e2e.py)."""
+    server = make_server({"script": ["1"]})
+    model = CompletionModel.of(remote(server.url), None)
+    text = 'MARK = "<fim_middle>"\nvalue = '
+    result = await suggest(model, snapshot(text, len(text)), Settings(), invoked=False)
+    assert result.suggestions
+    ids = server.completion.calls[-1].prompt_ids
+    fim_middle = SPECIAL_TOKENS["<fim_middle>"]
+    assert ids.count(fim_middle) == 2  # the code's, and the format's own at the end
+    assert ids[-1] == fim_middle
+
+
 async def test_an_inline_suggestion_through_the_remote_backend(
     make_server: Callable[..., Server],
 ) -> None:
@@ -548,3 +565,29 @@ async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
         models.stop()
         stop()
         models.close()
+
+
+def test_doctor_describes_a_remote_server_for_both_roles(
+    foreign: Foreign, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README "Remote": `doctor --backend openai --endpoint URL` reports each role's remote
+    model (backend openai, the API's URL, the model the server lists) and exits 0; a server
+    that cannot be reached fails it, naming the URL."""
+    from lsp_server import cli
+
+    status = cli.main(["doctor", "--json", "--backend", "openai", "--endpoint", foreign.url])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    for role in ("completion", "chat"):
+        entry = report[role]
+        assert entry["ok"] is True, entry
+        assert (entry["backend"], entry["model_path"]) == ("openai", f"{foreign.url}/v1")
+        assert entry["model_name"] == "their-model"
+    sock = bind("127.0.0.1", 0)  # a port where nothing answers
+    gone = url_of(sock)
+    sock.close()
+    status = cli.main(["doctor", "--json", "--backend", "openai", "--endpoint", gone])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1
+    assert report["completion"]["ok"] is False
+    assert f"cannot reach {gone}/v1" in report["completion"]["error"]

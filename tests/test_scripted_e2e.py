@@ -47,6 +47,7 @@ EXECUTE = types.WORKSPACE_EXECUTE_COMMAND
 EXPLAIN_CHUNK = "infill/explainChunk"
 INVALID_PARAMS = -32602
 REQUEST_CANCELLED = -32800
+REQUEST_FAILED = -32803
 
 SOURCE = (
     "import functools\n"  # 0
@@ -640,6 +641,46 @@ async def test_a_cancelled_request_is_request_cancelled_and_its_model_stops_with
         (end,) = [e for e in await coder.ended(1) if e["event"] == "end"]
         assert end["cancelled"] is True
         assert end["yielded"] < len(long_answer) // 2
+
+
+async def test_a_settings_change_that_swaps_the_model_fails_the_running_job_and_serves_on(
+    tmp_path: Path,
+) -> None:
+    """README "Language server": a settings change that names another model answers the
+    running job with RequestFailed "the models are being reloaded", stops that model's work,
+    and the next request is the new model's."""
+    long_answer = "quantity + " * 600 + "\n"
+    coder, chat = models(tmp_path, ["-"], [{"text": long_answer, "step_seconds": 0.005}])
+    second = write_script(tmp_path / "second", "second-coder", ["price * 2\n"])
+    async with editor_on(VSCODE, coder, chat) as editor:
+        session = editor.session
+        uri = session.open(LINE)
+        position = session.position(LINE, 0, 16)
+        _, pending = session.send(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, session.inline_params(uri, position)
+        )
+        await document_jobs(
+            session,
+            uri,
+            lambda running, _: any(job["phase"] == "generating" for job in running),
+            "the job to generate",
+        )
+        session.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"infill": {"model": str(second.path), "chatModel": str(chat.path)}}
+            )
+        )
+        with pytest.raises(JsonRpcException) as caught:
+            await answer(pending)
+        assert caught.value.code == REQUEST_FAILED
+        assert "the models are being reloaded" in str(caught.value)
+        (end,) = [e for e in await coder.ended(1) if e["event"] == "end"]
+        assert end["cancelled"] is True
+        status = await session.until_loaded()
+        assert (status["status"], status["model"]) == ("ready", "second-coder")
+        items = await answer(session.inline(uri, position))
+        assert [item.insert_text for item in items] == ["price * 2"]
+        assert len(coder.starts()) == 1  # the old model was asked nothing more
 
 
 @pytest.mark.parametrize("token", ["explain-1", 0])

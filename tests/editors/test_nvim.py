@@ -85,6 +85,9 @@ def nv_scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
         yield session
 
 
+#: What the paced session's model writes in `scripted_sign` (below), after the indentation:
+#: three lines in the function's block.
+MULTI_LINE_ANSWER = "if x < 0:\n        return -1\n    return 1"
 #: The paced session's options: a long debounce and changed keymaps (accept on `<C-l>`, no
 #: dismiss key), as a user would write them in setup().
 PACED_OPTIONS = 'debounce_ms = 600, keymaps = { accept = "<C-l>", dismiss = false },'
@@ -101,7 +104,14 @@ def nv_paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session
     assert NVIM is not None
     assert SERVER is not None
     folder = tmp_path_factory.mktemp("nvim-paced")
-    coder = write_script(folder, "coder", [{"text": PACED_ANSWER + "\n", "step_seconds": 0.15}])
+    # The multi-line answer first, for its own function only; then the paced one, for every
+    # other prompt. A call takes the first entry it matches, and takes it out of the script
+    # unless it is the only one left: the paced entry is there for each call of the module.
+    entries = [
+        {"text": "    " + MULTI_LINE_ANSWER + "\n", "match": "def scripted_sign("},
+        *[{"text": PACED_ANSWER + "\n", "step_seconds": 0.15}] * 50,
+    ]
+    coder = write_script(folder, "coder", entries)
     args = scripted_command(coder)[len(SERVER_COMMAND) :]
     with start_session(NVIM, SERVER, folder, PACED_OPTIONS, ["serve", *args]) as session:
         yield session, coder
@@ -893,3 +903,37 @@ def test_status_and_health_name_the_scripted_model_exactly(
     report = "\n".join(nv.nvim.current.buffer[:])
     nv.nvim.command("bwipeout!")
     assert "ready: coder (scripted on cpu, context 4096)" in report, report
+
+
+def test_multi_line_ghost_text_is_shown_and_accepted_exactly(
+    nv_paced: tuple[Session, Any], project: Path
+) -> None:
+    """README "Neovim": the first line of a suggestion shows inline at the cursor, the rest as
+    virtual lines below; `<M-Down>` puts in one line and keeps the rest on show, and accepting
+    puts in the rest: the buffer reads exactly the scripted answer, the cursor after it."""
+    nv, _ = nv_paced
+    source = "def scripted_sign(x):\n    \n"
+    path = project / "sign.py"
+    path.write_text(source, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    start_insert_at(nv, 2, 4)
+    nv.nvim.input("<End>")
+    assert wait_suggestion(nv, "the scripted multi-line suggestion")["text"] == MULTI_LINE_ANSWER
+    (mark,) = nv.ghost_marks()
+    first, *below = MULTI_LINE_ANSWER.split("\n")
+    assert [chunk[0] for chunk in mark[3]["virt_text"]] == [first]
+    assert ["".join(chunk[0] for chunk in line) for line in mark[3]["virt_lines"]] == below
+    assert buffer[:] == source.splitlines()  # ghost text only: nothing is in the buffer yet
+
+    nv.nvim.input("<M-Down>")
+    poll(lambda: buffer[1] != "    ", what="the first line to be accepted", timeout=10)
+    assert buffer[:] == ["def scripted_sign(x):", "    " + first]
+    rest = poll(nv.suggestion, what="the rest to stay on show", timeout=10)
+    assert rest["text"] == "\n" + "\n".join(below)
+
+    nv.nvim.input("<C-l>")  # this session's accept key
+    expected = ["def scripted_sign(x):", *("    " + MULTI_LINE_ANSWER).split("\n")]
+    poll(lambda: buffer[:] == expected, what="the rest to be accepted", timeout=10)
+    assert nv.nvim.current.window.cursor == (len(expected), len(expected[-1]))
+    leave_insert(nv)
