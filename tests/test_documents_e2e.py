@@ -21,6 +21,7 @@ from lsp_helpers import (
     request_json,
     settled_jobs,
 )
+from lsprotocol import types
 from pytest_lsp import client_capabilities
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
@@ -83,3 +84,26 @@ def _end_range(text: str) -> dict[str, Any]:
     lines = text.split("\n")
     end = {"line": len(lines) - 1, "character": len(lines[-1])}
     return {"start": end, "end": end}
+
+
+async def test_typing_past_the_budget_re_evaluates_the_prompt_rarely() -> None:
+    """README "Prompts": the window's first line snaps to a grid, so that while the user types
+    at the end of a file longer than `prefixTokens`, request after request starts at the same
+    line and the model evaluates only the new tokens: the whole window is evaluated again
+    only when the grid moves (once here), not each time a line leaves the budget (every few
+    keys here, one line being about 10 tokens)."""
+    options = {"infill": {**FAST["infill"], "prefixTokens": 256, "contextTokens": 0}}
+    body = "".join(f"value_{i} = compute({i}) + offset\n" for i in range(400))
+    typed = "total = alpha + beta * gamma - delta / epsilon + zeta ** eta - theta + iota"
+    async with ready_session(client_capabilities("visual_studio_code@v1.65.2"), options) as s:
+        uri = s.open(body)
+        line = body.count("\n")
+        for n, char in enumerate(typed, start=1):
+            at = {"line": line, "character": n - 1}
+            s.change(uri, n + 1, [{"range": {"start": at, "end": at}, "text": char}])
+            await s.inline(uri, types.Position(line=line, character=n))
+        _, jobs = await document_jobs(s, uri, lambda running, _: not running, "the last job")
+    assert len(jobs) >= 10, jobs  # enough requests reached the model to tell
+    assert max(job["prompt_tokens"] for job in jobs) > 230, jobs  # the budget was full
+    whole = [job for job in jobs[1:] if job["prompt_evaluated"] > 48]
+    assert len(whole) <= 1, [(j["prompt_tokens"], j["prompt_evaluated"]) for j in jobs]

@@ -37,3 +37,19 @@ async def test_the_ranked_suggestion_defines_what_the_code_after_the_cursor_uses
     # Ranked: the line that makes `return acc / len(values)` likely is the one that sets acc.
     assert ranked.strip().startswith("acc =")
     assert ranked_engine["total_jobs"] > plain_engine["total_jobs"]  # it costs model work
+
+
+async def test_an_invoked_request_gets_the_best_ranked_line_first_then_the_next_best() -> None:
+    """README "Settings": ranked, an invoked request's first item is the automatic one's (the
+    line the code after the cursor makes most likely) and its other items are the next best
+    candidates: distinct lines, each a line of the function's body."""
+    automatic, _ = await suggestion("on")
+    settings = without_work_ahead({"debounceMs": 0, "suffixRanking": "on"})
+    async with ready_session(client_capabilities("neovim@v0.11.0"), settings) as s:
+        uri = s.open(TEXT)
+        items = await s.inline(uri, s.position(TEXT, LINE, COLUMN), invoked=True)
+    texts = [item.insert_text for item in items]
+    assert 2 <= len(texts) <= 3, texts  # infill.invokedSuggestions
+    assert texts[0] == automatic, texts
+    assert len(set(texts)) == len(texts), texts
+    assert all(isinstance(t, str) and t.strip() and "\n" not in t.strip() for t in texts), texts
