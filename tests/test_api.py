@@ -634,6 +634,39 @@ def test_a_dropped_stream_cancels_its_job_within_a_token(
     assert answer.choices[0].text == "xxx"
 
 
+def test_stats_lists_a_job_under_way_with_its_document_until_it_ends(
+    make_server: Callable[..., Server],
+) -> None:
+    """README "engine": `/stats` has, besides the recent jobs, those under way: a streaming
+    job is listed as generating with its `cache_key` while it writes, and not once it ended."""
+    server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
+    stream = server.client().completions.create(
+        model="completion",
+        prompt="p",
+        max_tokens=2000,
+        stream=True,
+        extra_body={"cache_key": "file:///w/a%20b.py"},
+    )
+    chunk = next(iter(stream))
+    with server.http() as http:
+
+        def running() -> list[dict[str, Any]]:
+            (model,) = [
+                m for m in http.get("/stats").json()["models"] if "completion" in m["roles"]
+            ]
+            return list(model["running"])
+
+        (job,) = wait_until(running, "the job to be listed as under way")
+        assert job == {
+            "request_id": chunk.id,
+            "cache_key": "file:///w/a%20b.py",
+            "phase": "generating",
+        }
+        stream.close()
+        wait_until(lambda: server.job(chunk.id), "the job's record")
+        assert running() == []
+
+
 def test_a_dropped_request_cancels_its_job(make_server: Callable[..., Server]) -> None:
     server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
     with httpx.Client(base_url=server.url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):

@@ -215,6 +215,31 @@ async def test_a_model_the_engine_server_lacks_is_a_request_failure_naming_it(
         assert "'gemma-3-270m-q4_k_n' does not exist here" in message
 
 
+async def test_an_editor_with_the_servers_key_is_served_and_a_wrong_key_is_told_so() -> None:
+    """README "Settings": `apiKey` is sent as `Authorization: Bearer`: an engine server that
+    needs a key serves the editor that has it; with a wrong key the load fails with the
+    server's 401, named in `infill/status`, and the key is in no message the editor gets."""
+    key = "sk-e2e-" + "7" * 16
+    keyed = start_engine("--api-key", key)
+    try:
+        async with remote_editor(remote_options(keyed.api, apiKey=key)) as editor:
+            assert (await editor.suggestion(DOUBLE, *DOUBLE_CURSOR)).strip()
+        wrong = "sk-wrong-" + "3" * 16
+        options = remote_options(keyed.api, apiKey=wrong)
+        async with remote_editor(options, ready=False) as editor:
+            status = await editor.session.status()
+            assert status["status"] == "error", status
+            assert keyed.api in status["last_error"], status
+            assert "401" in status["last_error"], status
+            client = editor.session.client
+            said = [m.message for m in [*client.log_messages, *client.messages]]
+            said.append(json.dumps(status))
+            assert not [m for m in said if wrong in m or key in m]
+    finally:
+        stop_engine(keyed)
+    assert not [line for line in keyed.log if key in line]
+
+
 # --- 2. stops: remote equals local ----------------------------------------------------------------
 
 
@@ -469,6 +494,65 @@ async def test_the_engine_server_keeps_each_documents_kv_state(
         assert first["cache_key"] == second["cache_key"] == uri
         assert first["prompt_evaluated"] > 100
         assert second["prompt_evaluated"] <= 8, second  # the kept state: only the new tokens
+
+
+#: A function the model writes a long body for: room for a keystroke to come mid-answer.
+LONG_BODY = "def print_the_multiplication_table_up_to_twelve():\n    \n"
+
+
+async def test_a_superseded_suggestion_stops_the_engine_servers_job_within_a_token(
+    engine_server: ServerProcess,
+) -> None:
+    """README "Remote": a keystroke while a suggestion is being written supersedes it: the
+    language server answers the old request with nothing and closes its connection, and the
+    engine server's job for it ends cancelled, within one token of the close."""
+    options = remote_options(
+        engine_server.url, maxTokensMultiLine=400, debounceMs=0, contextTokens=0
+    )
+    async with remote_editor(options) as editor:
+        session = editor.session
+        for attempt in range(4):  # the model may finish before the keystroke reaches it
+            uri = session.open(LONG_BODY)
+            _, first = session.send(
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                session.inline_params(uri, session.position(LONG_BODY, 1, 4)),
+            )
+
+            def generating() -> dict[str, Any] | None:
+                (model,) = [
+                    m for m in engine_server.get("/stats")["models"] if "completion" in m["roles"]
+                ]
+                mine = [j for j in model["running"] if j["cache_key"] == uri]
+                return next((j for j in mine if j["phase"] == "generating"), None)
+
+            job = await wait_until(generating, "the engine server to be writing the suggestion")
+            at = {"line": 1, "character": 4}
+            session.change(uri, 2, [{"range": {"start": at, "end": at}, "text": "f"}])
+            typed = LONG_BODY.replace("    \n", "    f\n")
+            _, second = session.send(
+                types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                session.inline_params(uri, session.position(typed, 1, 5)),
+            )
+            old = await answer(first)
+            await answer(second)
+            if old:  # it was written before the keystroke: not superseded, try again
+                continue
+            record = await wait_until(
+                lambda: next(
+                    (
+                        j
+                        for m in engine_server.get("/stats")["models"]
+                        for j in m["recent"]
+                        if j["request_id"] == job["request_id"]
+                    ),
+                    None,
+                ),
+                "the superseded job's record",
+            )
+            assert record["finish_reasons"] == ["cancelled"], record
+            assert record["tokens_after_cancel"] in (0, 1), record
+            return
+        pytest.fail(f"the model finished each of {attempt + 1} suggestions before the keystroke")
 
 
 # --- 4. the server goes away and comes back -------------------------------------------------------

@@ -236,16 +236,26 @@ class _Api:
         return JSONResponse({"object": "list", "data": data})
 
     async def stats(self, request: Request) -> Response:
-        """The recent finished jobs of each loaded model, oldest first."""
+        """The recent finished jobs of each loaded model, oldest first, and the jobs under way
+        (queued or generating): a client waits on these for a job to be at work."""
         out = []
         for ident, roles, loaded in self.models.loaded_models():
-            total, jobs = loaded.engine.job_record.snapshot()
+            record = loaded.engine.job_record
+            total, jobs = record.snapshot()
             out.append(
                 {
                     "id": ident,
                     "roles": [r.value for r in roles],
                     "jobs_finished": total,
                     "recent": [asdict(job) for job in jobs],
+                    "running": [
+                        {
+                            "request_id": event.request_id,
+                            "cache_key": event.cache_key,
+                            "phase": str(event.phase),
+                        }
+                        for event in record.running()
+                    ],
                 }
             )
         return JSONResponse({"models": out})
