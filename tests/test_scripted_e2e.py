@@ -683,6 +683,41 @@ async def test_a_settings_change_that_swaps_the_model_fails_the_running_job_and_
         assert len(coder.starts()) == 1  # the old model was asked nothing more
 
 
+async def test_requests_sent_while_the_model_loads_wait_for_it_and_are_all_answered(
+    tmp_path: Path,
+) -> None:
+    """README "Language server": the model loads in the background; requests that come
+    meanwhile (inline completions on two documents, a code action list, a status) are
+    answered: the status says loading, the others wait for the model, none is lost."""
+    coder = write_script(tmp_path, "coder", ["price * 2\n"], load_hold="loaded")
+    chat = write_script(tmp_path, "chat", ["Hi"])
+    command = scripted_command(coder, chat)
+    async with lsp_session(client_capabilities(VSCODE), None, command) as session:
+        status = await session.status()
+        assert status["status"] == "loading", status
+        uris = [session.open(LINE), session.open(LINE)]
+        position = session.position(LINE, 0, 16)
+        pending = [
+            session.send(types.TEXT_DOCUMENT_INLINE_COMPLETION, session.inline_params(u, position))
+            for u in uris
+        ]
+        selection = {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 16}}
+        params = {
+            "textDocument": {"uri": uris[0]},
+            "range": selection,
+            "context": {"diagnostics": []},
+        }
+        actions = await request_json(session, CODE_ACTION, params)  # needs no model
+        assert (await session.status())["status"] == "loading"
+        assert not any(future.done() for _, future in pending)  # they wait for the model
+        (tmp_path / "loaded").touch()
+        for _, future in pending:
+            items = await answer(future)
+            assert [item.insert_text for item in items] == ["price * 2"]
+        assert (await session.status())["status"] == "ready"
+        assert [action["title"] for action in actions] == ["Explain", "Rewrite"]
+
+
 @pytest.mark.parametrize("token", ["explain-1", 0])
 async def test_explain_streams_on_the_clients_token_and_its_cancel_keeps_the_text_so_far(
     tmp_path: Path, token: str | int

@@ -19,6 +19,8 @@ The file holds one object (every key optional):
       "template": "...",                the chat template (default: a plain one; null: none)
       "context": 4096,                  the context size in tokens
       "record": "calls.jsonl"           where to write what each call saw (relative to the file)
+      "load_hold": "loaded"             a file (relative to the script) that must exist before
+                                        the load ends: a slow load, over when the test says
     }
 
 An ENTRY is the text the model writes, or a list of token ids and texts, or an object:
@@ -188,13 +190,15 @@ class ScriptedBackend(FakeBackend):
             )
 
 
-def _wait_for(path: Path, cancelled: threading.Event) -> None:
+def _wait_for(
+    path: Path, cancelled: threading.Event, held: str = "the scripted answer was held"
+) -> None:
     deadline = time.monotonic() + HOLD_LIMIT_SECONDS
     while not path.exists():
         if cancelled.wait(0.01):
             return
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the scripted answer was held, and {path} never appeared")
+            raise RuntimeError(f"{held}, and {path} never appeared")
 
 
 def _entry(raw: object, base: Path, where: str) -> ScriptedEntry:
@@ -231,7 +235,7 @@ def load_script(path: Path) -> Backend:
     if not isinstance(spec, dict):
         raise ModelLoadError(f"the script {path} is not a JSON object")
     known = {"name", "script", "repeat_last", "step_seconds", "eog_ids", "fim", "template"}
-    known |= {"context", "record"}
+    known |= {"context", "record", "load_hold"}
     if unknown := sorted(set(spec) - known):
         raise ModelLoadError(f"the script {path} has unknown keys: {', '.join(unknown)}")
     base = path.parent
@@ -254,6 +258,11 @@ def load_script(path: Path) -> Backend:
         )
     except (TypeError, ValueError) as e:
         raise ModelLoadError(f"the script {path} has a bad value: {e}") from e
+    if (load_hold := spec.get("load_hold")) is not None:
+        try:
+            _wait_for(base / str(load_hold), threading.Event(), "the load was held")
+        except RuntimeError as e:
+            raise ModelLoadError(f"the script {path}: {e}") from e
     # What status and doctor report: this backend and this file.
     Backend.__init__(
         backend,
