@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from api_helpers import EngineProcess, start_engine, stop_engine
@@ -135,6 +136,30 @@ def test_a_dropped_stream_frees_the_engine(engine: EngineProcess) -> None:
     # README: a client that disconnects cancels its generation within one token, counted by
     # the engine from the moment the server saw the disconnect.
     assert job["tokens_after_cancel"] in (0, 1), job
+
+
+def test_a_foreign_host_is_refused_and_cors_is_only_for_the_origins_given(
+    engine: EngineProcess,
+) -> None:
+    """README "engine": on loopback a request must name a loopback Host (a page that rebinds
+    its name to 127.0.0.1 is refused); no CORS header unless `--cors-origin` names the page's
+    origin, and then only for that origin."""
+    foreign = httpx.get(f"{engine.url}/v1/models", headers={"Host": "evil.example"}, timeout=30)
+    assert foreign.status_code == 400
+    page = {"Origin": "http://localhost:3000"}
+    plain = httpx.get(f"{engine.url}/v1/models", headers=page, timeout=30)
+    assert plain.status_code == 200
+    assert "access-control-allow-origin" not in plain.headers
+    allowing = start_engine("--cors-origin", "http://localhost:3000")
+    try:
+        allowed = httpx.get(f"{allowing.url}/v1/models", headers=page, timeout=30)
+        assert allowed.headers["access-control-allow-origin"] == "http://localhost:3000"
+        other = httpx.get(
+            f"{allowing.url}/v1/models", headers={"Origin": "http://evil.example"}, timeout=30
+        )
+        assert "access-control-allow-origin" not in other.headers
+    finally:
+        stop_engine(allowing)
 
 
 def test_the_key_one_model_for_both_roles_and_shutdown() -> None:

@@ -45,7 +45,7 @@ from lsprotocol.converters import get_converter
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 
-from lsp_server.action_logic import DEFAULT_INSTRUCTION
+from lsp_server.action_logic import DEFAULT_INSTRUCTION, PRESET_INSTRUCTIONS
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -109,6 +109,8 @@ class Editor:
     session: Session
     chunks: list[dict[str, Any]] = field(default_factory=list)  # infill/explainChunk params
     applied_edits: list[dict[str, Any]] = field(default_factory=list)  # applyEdit params
+    #: `window/showMessageRequest`s that came; each is answered with no choice (dismissed).
+    asked: list[types.ShowMessageRequestParams] = field(default_factory=list)
 
     @property
     def client(self) -> LanguageClient:
@@ -184,6 +186,13 @@ async def editor(request: pytest.FixtureRequest) -> AsyncIterator[Editor]:
         ) -> types.ApplyWorkspaceEditResult:
             editor.applied_edits.append(get_converter().unstructure(params))
             return types.ApplyWorkspaceEditResult(applied=True)
+
+        @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        def show_message_request(
+            _: LanguageClient, params: types.ShowMessageRequestParams
+        ) -> types.MessageActionItem | None:
+            editor.asked.append(params)
+            return None
 
         status = await session.until_loaded()
         assert status["status"] == "ready", status
@@ -745,3 +754,21 @@ async def test_bad_input_is_an_invalid_params_error_and_the_server_keeps_serving
     if NEVER_OPENED in str(params(uri)):
         assert NEVER_OPENED in str(error)
     assert len(await editor.actions(uri, cursor(6, 8))) == 2
+
+
+async def test_rewrite_without_an_instruction_offers_the_presets_and_a_dismissal_does_nothing(
+    editor: Editor,
+) -> None:
+    """README "Code actions": `infill.rewrite` without an instruction asks for one with
+    `window/showMessageRequest`, offering the presets; dismissed, nothing is asked of the
+    model and nothing is changed."""
+    since = len(editor.client.log_messages)
+    asked, edits = len(editor.asked), len(editor.applied_edits)
+    uri = editor.session.open(SOURCE)
+    result = await editor.execute("infill.rewrite", uri=uri, range=METHOD)
+    assert result == {"applied": False, "reason": "no instruction given"}
+    (question,) = editor.asked[asked:]
+    assert question.message == "infill: rewrite the code how?"
+    assert [a.title for a in question.actions or []] == list(PRESET_INSTRUCTIONS)
+    assert len(editor.applied_edits) == edits
+    assert await editor.model_work_since(since) == []

@@ -212,6 +212,19 @@ def test_a_local_run_stops_at_a_stop_string_taken_from_its_own_answer() -> None:
     assert (lines[-1]["finish_reason"], lines[-1]["stop_reason"]) == ("stop", stop)
 
 
+def test_generate_with_a_seed_samples_the_same_answer_again() -> None:
+    """README "generate" on the real model: `--seed` makes a sampled answer repeatable, with
+    `--temperature`, `--top-k`, `--top-p` and `--repetition-penalty` all in play."""
+    flags = ("generate", "--prompt", "def add(a, b):\n", "--max-tokens", "16", "--ignore-eos")
+    flags += ("--temperature", "1.0", "--top-k", "40", "--top-p", "0.95")
+    flags += ("--repetition-penalty", "1.3", "--seed", "7")
+    first, again = run_cli(*flags), run_cli(*flags)
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    text = "".join(str(line["text"]) for line in json_lines(first.stdout))
+    assert text.strip()
+    assert "".join(str(line["text"]) for line in json_lines(again.stdout)) == text
+
+
 def test_generate_reads_stdin_and_chats_with_the_chat_model() -> None:
     result = run_cli("generate", "--chat", "--max-tokens", "20", "--seed", "1", stdin="Hi!")
     assert result.returncode == 0, result.stderr

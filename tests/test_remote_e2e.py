@@ -240,6 +240,33 @@ async def test_an_editor_with_the_servers_key_is_served_and_a_wrong_key_is_told_
     assert not [line for line in keyed.log if key in line]
 
 
+async def test_doctor_describes_the_engine_servers_model_for_each_role(
+    engine_server: ServerProcess,
+) -> None:
+    """README "Remote": `doctor --backend openai --endpoint URL` names, per role, the model
+    the engine server serves it with (Gemma for completion, SmolLM2 for chat) and its context
+    size, and exits 0."""
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *(sys.executable, "-m", "lsp_server.cli", "doctor", "--json"),
+            *("--backend", "openai", "--endpoint", engine_server.api),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=server_env(),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    completion, chat = report["completion"], report["chat"]
+    assert (completion["backend"], completion["model_path"]) == ("openai", engine_server.api)
+    assert completion["model_name"] == Path(default_completion_model()).stem
+    assert chat["model_name"] == Path(default_chat_model()).stem
+    assert completion["context_size"] == chat["context_size"] == 4096
+
+
 # --- 2. stops: remote equals local ----------------------------------------------------------------
 
 
