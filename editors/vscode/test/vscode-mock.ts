@@ -173,7 +173,48 @@ export const recorded = {
   settings: new Map<string, unknown>(),
 };
 
+/** A `LogOutputChannel`: its lines, by level, for the current test. */
+export class FakeLogChannel {
+  readonly lines: string[] = [];
+  constructor(readonly name: string) {}
+  info(line: string): void {
+    this.lines.push(`info ${line}`);
+  }
+  warn(line: string): void {
+    this.lines.push(`warn ${line}`);
+  }
+  error(line: string): void {
+    this.lines.push(`error ${line}`);
+  }
+  debug(line: string): void {
+    this.lines.push(`debug ${line}`);
+  }
+  trace(line: string): void {
+    this.lines.push(`trace ${line}`);
+  }
+  appendLine(line: string): void {
+    this.lines.push(line);
+  }
+  show(): void {}
+  dispose(): void {}
+}
+
+const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
+
+/** What VS Code does when the user changes settings: store them, then say which changed. */
+export function changeSettings(values: Record<string, unknown>): void {
+  for (const [key, value] of Object.entries(values)) {
+    recorded.settings.set(key, value);
+  }
+  const changed = Object.keys(values);
+  configurationChanged.fire({
+    affectsConfiguration: (section: string) =>
+      changed.some((key) => key === section || key.startsWith(`${section}.`)),
+  });
+}
+
 export function reset(): void {
+  configurationChanged.dispose(); // no listener of an earlier test hears this one's changes
   recorded.statusBarItems.length = 0;
   recorded.panels.length = 0;
   recorded.errors.length = 0;
@@ -211,9 +252,13 @@ export const window = {
     recorded.infos.push(message);
     return { dispose() {} };
   },
+  createOutputChannel(name: string): FakeLogChannel {
+    return new FakeLogChannel(name);
+  },
 };
 
 export const workspace = {
+  onDidChangeConfiguration: configurationChanged.event,
   getConfiguration(section: string) {
     return {
       get: <T>(key: string, fallback?: T): T | undefined =>
