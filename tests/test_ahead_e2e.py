@@ -12,6 +12,7 @@ from lsp_helpers import (
     STATS,
     Session,
     completion_engine,
+    document_jobs,
     poll_until,
     ready_session,
     request_json,
@@ -60,3 +61,37 @@ async def test_with_the_setting_off_nothing_is_written_ahead() -> None:
         uri = s.open(TEXT)
         await s.inline(uri, s.position(TEXT, 5, len("    return ")))
         assert await ahead_settled(s) == {"ready": 0, "running": 0}
+
+
+#: A list of long lines: the line written ahead (the next one) takes the model a while.
+LONG_LINES = (
+    "QUOTES = [\n"
+    '    "The quick brown fox jumps over the lazy dog while the farmer watches from the hill",\n'
+    '    "A journey of a thousand miles begins with a single step taken in the morning light",\n'
+    '    "'
+)
+
+
+def dropped_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs whose cancel came while they ran (they say how many tokens came after it)."""
+    return [job for job in jobs if job["tokens_after_cancel"] is not None]
+
+
+async def test_work_ahead_is_dropped_within_a_token_the_moment_the_model_is_needed() -> None:
+    """README "Inline completion": the work ahead stops the moment a request needs the model:
+    a request in another document while it is being written cancels its engine job, which
+    hands over at most one more token."""
+    settings = {**SETTINGS, "contextTokens": 0}  # each document's prompt its own
+    async with ready_session(client_capabilities("visual_studio_code@v1.65.2"), settings) as s:
+        for attempt in range(6):  # the work ahead may be done before the other request comes
+            uri = s.open(LONG_LINES + f"Attempt {attempt}: ")
+            text = LONG_LINES + f"Attempt {attempt}: "
+            await s.inline(uri, s.position(text, 3, len(text.split("\n")[-1])))
+            other = s.open(TEXT)  # at once: the model is needed elsewhere
+            await s.inline(other, s.position(TEXT, 5, len("    return ")))
+            await ahead_settled(s)
+            _, jobs = await document_jobs(s, uri, lambda r, _: not r, "the document's jobs")
+            if dropped := dropped_jobs(jobs[1:]):
+                assert all(job["tokens_after_cancel"] in (0, 1) for job in dropped), dropped
+                return
+    pytest.fail("the work ahead was done before another request each time")
