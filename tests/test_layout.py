@@ -3,8 +3,10 @@ knows nothing of editors, and the editor side knows nothing of model libraries."
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ IMPORTS = [
     ("lsp_server", "from llama_cpp.llama import Llama", True),
     ("lsp_server", "from engine.models import ModelOptions", False),
     ("lsp_server", "from pygls.lsp.server import LanguageServer", False),
+    ("lsp_server", "from engine.backends.openai import RemoteEngine", True),
+    ("lsp_server", "from engine.completion import CompletionModel", False),
     ("engine", "import pygls", True),
     ("engine", "from lsprotocol import types", True),
     ("engine", "from lsp_server.settings import Settings", True),
@@ -45,4 +49,104 @@ def test_each_side_imports_only_what_the_layout_allows(
     assert result.returncode == (1 if banned else 0), result.stdout + result.stderr
     assert ("TID251" in result.stdout) == banned
     if banned:
-        assert "DESIGN §1" in result.stdout
+        assert "DESIGN §1" in result.stdout or "engine.backends" in result.stdout
+
+
+PACKAGES = ("engine", "lsp_server")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the product, by its dotted name."""
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported(tree: ast.AST, known: dict[str, Path]) -> Iterator[str]:
+    """The product's modules that `tree` imports anywhere: at the top, inside a function or
+    under TYPE_CHECKING alike (an import moved into a function still makes a circle)."""
+
+    def module_of(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            module = module_of(name)
+            if module is not None:
+                yield module
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {
+        name: set(_imported(ast.parse(path.read_text(encoding="utf-8")), known)) - {name}
+        for name, path in known.items()
+    }
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for after in sorted(graph[node]):
+            if after not in index:
+                visit(after)
+                low[node] = min(low[node], low[after])
+            elif after in stack:
+                low[node] = min(low[node], index[after])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_circles_are_found() -> None:
+    # The check itself, on a made-up graph: a circle of three and a module outside it.
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_of_the_product_imports_itself_through_others() -> None:
+    graph = import_graph()
+    assert "engine.models" in graph and "lsp_server.server" in graph  # the walk found them
+    assert circles(graph) == []
+
+
+def test_the_editor_side_never_imports_a_backend() -> None:
+    graph = import_graph()
+    reaching = {
+        name: sorted(m for m in imports if m.startswith("engine.backends"))
+        for name, imports in graph.items()
+        if name.startswith("lsp_server")
+    }
+    assert {name: found for name, found in reaching.items() if found} == {}
