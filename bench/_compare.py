@@ -35,8 +35,9 @@ from engine.models import load_backend
 from engine.types import Role, SamplingParams
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.host import CompletionModel, model_specs
-from lsp_server.inline import Prompt, build_prompt
+from engine.completion import CompletionModel
+from lsp_server.host import model_specs
+from lsp_server.inline.prompt import Prompt, build_prompt
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench")

@@ -47,7 +47,7 @@ from engine.engine import Engine
 from engine.models import ModelOptions, load_backend, model_spec
 from engine.prompts import build_fim_prompt
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
-from lsp_server.host import CompletionModel
+from engine.completion import CompletionModel
 from lsp_server.rerank import candidate_lines, following_code, hint_prompt, holds_code, rank_lines
 
 log = logging.getLogger("bench.suffix")

@@ -29,6 +29,7 @@ from typing import Generic, TypeVar
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
 from engine.prefix_cache import CacheStatus
+from engine.prompts import PromptFormat
 from engine.types import FinishReason, GenerationRequest, ScoreRequest, Scores, TextDelta
 from engine.worker import END, Job, JobRecord, JobStats, Worker
 
@@ -160,6 +161,12 @@ class BaseEngine(abc.ABC):
     def close(self, reason: str = "the engine is closed", timeout: float | None = None) -> None:
         """`stop`, then free what the engine holds. Blocks: call it from a thread."""
 
+    @abc.abstractmethod
+    def prompt_format(self, fim_family: str | None) -> PromptFormat:
+        """How a completion prompt is built for this engine's model: `fim_family` names the
+        FIM family ("none" for none; None: the model's own). ModelLoadError when the model
+        cannot use the family named."""
+
     def cache_status(self) -> CacheStatus | None:
         """What the engine keeps of earlier prompts; None if it keeps nothing (or cannot say)."""
         return None
@@ -218,6 +225,9 @@ class Engine(BaseEngine):
     def job_record(self) -> JobRecord:
         """The bounded record of finished jobs (what `infill/stats` reports)."""
         return self._worker.record
+
+    def prompt_format(self, fim_family: str | None) -> PromptFormat:
+        return PromptFormat.local(self.backend, fim_family)
 
     def cache_status(self) -> CacheStatus | None:
         return self.backend.cache_status()

@@ -1,7 +1,8 @@
 """From a backend's token stream to text deltas, for all choices of one request.
 
-This is the stage the seed `001` calls the backend's decoder loop: one detokenizer and one
-stop checker per choice, and the rules for how a stream ends:
+The decoder loop of a serving backend: one detokenizer and one stop checker per choice, and
+the rules for how a stream ends (the ones OpenAI-compatible servers such as vLLM follow, so
+that a client reads the same text from us as from them):
 
 - a choice that meets a stop condition gets its last delta with `finish_reason` at once, and
   later tokens for it are ignored;

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ChatTemplateError
+from engine.errors import ChatTemplateError, ModelLoadError
 from engine.template_sandbox import DEFAULT_LIMITS, TemplateLimits, render_bounded
 from engine.text import split_lines
 from engine.types import ChatMessage
@@ -359,6 +359,40 @@ class FimPrompt:
     stop_token_ids: tuple[int, ...]
 
 
+def fim_pieces(
+    template: FimTemplate,
+    prefix: str,
+    suffix: str,
+    *,
+    order: FimOrder | None = None,
+    files: Sequence[RepoFile] = (),
+    path: str = "",
+    repo: str | None = None,
+    has_token: Callable[[str], bool],
+) -> list[_Piece]:
+    """The family's prompt for filling between `prefix` and `suffix`, as pieces: special
+    tokens and code, in the template's order (empty code slots left out). `files`: other
+    files' code first, in the family's repository format (`repo_section`), the current file
+    labelled `path`; only for a family that has one."""
+    pieces: list[_Piece] = []
+    if files:
+        section = repo_section(template, files, path=path, repo=repo, has_token=has_token)
+        if section is None:
+            raise ValueError(f"FIM family {template.family} has no repository format")
+        pieces, head = section
+        if template.parts(order)[1] is _Slot.PREFIX:  # PSM: the head starts the prefix slot
+            prefix = head + prefix
+    for part in template.parts(order):
+        if part is _Slot.PREFIX or part is _Slot.SUFFIX:
+            code = prefix if part is _Slot.PREFIX else suffix
+            if code:
+                pieces.append((False, code))
+        else:
+            assert isinstance(part, str)
+            pieces.append((True, part))
+    return pieces
+
+
 def build_fim_prompt(
     backend: Backend,
     prefix: str,
@@ -370,15 +404,14 @@ def build_fim_prompt(
     path: str = "",
     repo: str | None = None,
 ) -> FimPrompt:
-    """The prompt for filling the text between `prefix` and `suffix`.
+    """The prompt for filling the text between `prefix` and `suffix`, as `backend`'s ids.
 
     With a template: the family's special tokens by id and the code tokenized as plain text.
     Without one (no FIM tokens): the prefix alone, continued by the model (the documented
     fallback; the suffix is used afterwards, in post-processing).
 
-    `files`: other files' code, first, in the family's repository format (`repo_section`),
-    the current file labelled `path`. Only for a family that has one: the caller writes
-    plain-text context into the prefix itself for the others.
+    `files`: as in `fim_pieces`. The caller writes plain-text context into the prefix itself
+    for a family without a repository format.
     """
     ids: list[int] = []
     text: list[str] = []
@@ -400,35 +433,22 @@ def build_fim_prompt(
             )
         return token_id
 
-    if files:
-        section = repo_section(
-            template,
-            files,
-            path=path,
-            repo=repo,
-            has_token=lambda t: backend.special_token_id(t) is not None,
-        )
-        if section is None:
-            raise ValueError(f"FIM family {template.family} has no repository format")
-        pieces, head = section
-        for is_special, piece in pieces:
-            ids.extend(
-                [special(piece)]
-                if is_special
-                else backend.tokenize(piece, add_bos=False, special=False)
-            )
-            text.append(piece)
-        if template.parts(order)[1] is _Slot.PREFIX:  # PSM: the head starts the prefix slot
-            prefix = head + prefix
-    for part in template.parts(order):
-        if part is _Slot.PREFIX or part is _Slot.SUFFIX:
-            code = prefix if part is _Slot.PREFIX else suffix
-            if code:
-                ids.extend(backend.tokenize(code, add_bos=False, special=False))
-                text.append(code)
+    pieces = fim_pieces(
+        template,
+        prefix,
+        suffix,
+        order=order,
+        files=files,
+        path=path,
+        repo=repo,
+        has_token=lambda t: backend.special_token_id(t) is not None,
+    )
+    for is_special, piece in pieces:
+        if is_special:
+            ids.append(special(piece))
         else:
-            ids.append(special(part))
-            text.append(part)
+            ids.extend(backend.tokenize(piece, add_bos=False, special=False))
+        text.append(piece)
     return FimPrompt(
         token_ids=tuple(ids),
         text="".join(text),
@@ -451,27 +471,114 @@ def render_fim_text(
     the family's special tokens written out, and no BOS (the server adds its model's own).
     Unlike `build_fim_prompt`, the server parses the whole text for special tokens, code
     included: code that spells a FIM token out confuses the model there. `files`: as in
-    `build_fim_prompt` (the server's tokenizer is assumed to have the family's markers)."""
+    `fim_pieces` (the server's tokenizer is assumed to have the family's markers)."""
     if template is None:
         return FimPrompt(token_ids=None, text=prefix, family=None, stop_token_ids=())
-    text: list[str] = []
-    if files:
-        section = repo_section(template, files, path=path, repo=repo, has_token=lambda _: True)
-        if section is None:
-            raise ValueError(f"FIM family {template.family} has no repository format")
-        pieces, head = section
-        text.extend(piece for _, piece in pieces)
-        if template.parts(order)[1] is _Slot.PREFIX:
-            prefix = head + prefix
-    for part in template.parts(order):
-        if part is _Slot.PREFIX:
-            text.append(prefix)
-        elif part is _Slot.SUFFIX:
-            text.append(suffix)
+    pieces = fim_pieces(
+        template,
+        prefix,
+        suffix,
+        order=order,
+        files=files,
+        path=path,
+        repo=repo,
+        has_token=_any_token,
+    )
+    text = "".join(piece for _, piece in pieces)
+    return FimPrompt(token_ids=None, text=text, family=template.family, stop_token_ids=())
+
+
+def _any_token(token: str) -> bool:
+    """A remote server's tokenizer is taken to have its family's markers."""
+    return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptFormat:
+    """What building a completion prompt needs to know of a model: its FIM family, how to
+    count tokens for the context budget, and how to render a prompt. A local model's prompt
+    is its tokenizer's ids (`backend`); a remote server gets text and tokenizes it itself
+    (`backend` None), and its tokens are estimated. Each engine makes its own
+    (`BaseEngine.prompt_format`)."""
+
+    fim: FimTemplate | None
+    count_tokens: Callable[[str], int]
+    #: The local model's tokenizer; None for a remote server.
+    backend: Backend | None = None
+
+    @classmethod
+    def local(cls, backend: Backend, family: str | None) -> PromptFormat:
+        """`backend`'s format: the configured FIM `family` ("none" for none), else the one
+        its tokenizer's special tokens name. ModelLoadError for a family it lacks tokens of."""
+        return cls(
+            fim=_local_fim(backend, family),
+            count_tokens=_token_counter(backend),
+            backend=backend,
+        )
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """The family's fill-ending ids that the tokenizer has (a remote server knows its own)."""
+        if self.fim is None or self.backend is None:
+            return ()
+        return fim_stop_token_ids(self.fim, self.backend.special_token_id)
+
+    @property
+    def repo_files(self) -> bool:
+        """Whether the model takes other files' code in its family's repository format
+        (`repo_section`); without it, other-file context is written as plain text."""
+        backend = self.backend
+        if backend is None:
+            has_token = _any_token
         else:
-            assert isinstance(part, str)
-            text.append(part)
-    return FimPrompt(token_ids=None, text="".join(text), family=template.family, stop_token_ids=())
+
+            def has_token(token: str) -> bool:
+                return backend.special_token_id(token) is not None
+
+        return repo_section(self.fim, (), path="", repo=None, has_token=has_token) is not None
+
+    def render(
+        self,
+        prefix: str,
+        suffix: str,
+        *,
+        files: Sequence[RepoFile] = (),
+        path: str = "",
+        repo: str | None = None,
+    ) -> FimPrompt:
+        """The prompt for filling between `prefix` and `suffix` (`files` only where
+        `repo_files`): ids for a local model, text for a remote server."""
+        if self.backend is None:
+            return render_fim_text(
+                prefix, suffix, template=self.fim, files=files, path=path, repo=repo
+            )
+        return build_fim_prompt(
+            self.backend, prefix, suffix, template=self.fim, files=files, path=path, repo=repo
+        )
+
+
+def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:
+    if family is None:
+        return detect_fim_template(backend.special_token_id)
+    if family == "none":
+        return None
+    template = FIM_FAMILIES[family]
+    missing = [t for t in template.required if backend.special_token_id(t) is None]
+    if missing:
+        raise ModelLoadError(
+            f"the model {backend.info.path} has no {', '.join(missing)} token: it cannot use "
+            f"the FIM family {family} (leave fimFamily unset to detect the model's own)"
+        )
+    return template
+
+
+def _token_counter(backend: Backend) -> Callable[[str], int]:
+    # Lines repeat from one keystroke to the next: count each once.
+    @functools.lru_cache(maxsize=16384)
+    def count(text: str) -> int:
+        return len(backend.tokenize(text, add_bos=False, special=False))
+
+    return count
 
 
 # --- chat -------------------------------------------------------------------------------------

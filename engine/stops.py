@@ -3,7 +3,8 @@
 One `StopChecker` per choice. It is fed each token id with the text the detokenizer made of
 it, and answers with the text that may be shown now and, at the end, why generation stopped.
 
-The behaviour follows the backend stage of a serious serving engine (seed `001`):
+The rules are those of OpenAI-compatible serving engines (vLLM's stop handling), so that
+a request means the same here as on a team's server:
 
 - Token stops are checked first: a visible stop id ends generation and keeps its text; a hidden
   one (the model's end-of-generation ids, and the user's stop ids) ends it and drops its text.

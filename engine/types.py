@@ -20,6 +20,15 @@ class FinishReason(enum.StrEnum):
     ERROR = "error"
 
 
+class LoadState(enum.StrEnum):
+    """Where a model is: loading, ready to serve, or failed to load (what the language
+    server's status and the engine server's `/health` report)."""
+
+    LOADING = "loading"
+    READY = "ready"
+    ERROR = "error"
+
+
 class Role(enum.StrEnum):
     """What a model is used for. Each role has its own model (they may be the same one)."""
 
@@ -72,8 +81,10 @@ class SamplingParams:
 
 #: Completion (inline suggestions): greedy, short. The LSP layer picks max_tokens per mode.
 COMPLETION_SAMPLING = SamplingParams(max_tokens=64, temperature=0.0)
-#: Chat (explain, rewrite): the seed `000` settles on 512 tokens and repetition penalty 1.1;
-#: a low temperature keeps code answers close to the most likely one.
+#: Chat (explain, rewrite): 512 tokens hold an explanation of a function or the function
+#: rewritten; repetition penalty 1.1, because small chat models (the default SmolLM2-135M)
+#: otherwise fall into repeating a line until the limit; a low temperature keeps code answers
+#: close to the most likely one.
 CHAT_SAMPLING = SamplingParams(
     max_tokens=512, temperature=0.2, top_p=0.95, top_k=40, repetition_penalty=1.1
 )

@@ -3,7 +3,7 @@
 is, what to ask and what to make of the answer is `action_logic`.
 
 - `textDocument/codeAction` lists the actions at once, without the model, for a selection or,
-  with an empty selection, the enclosing function or block (`actions.enclosing_block`).
+  with an empty selection, the enclosing function or block (`action_logic.enclosing_block`).
 - "Explain" is the command `infill.explain` (uri, range): it streams the answer through
   work-done progress (cancellable) and `infill/explainChunk` notifications
   `{token, text, done}`, and returns the whole answer as markdown.
@@ -61,8 +61,8 @@ EXPLAIN_CHUNK = "infill/explainChunk"
 EXPLAIN_KIND = "refactor.explain"
 #: The kinds of action `list_actions` offers (the server advertises them).
 ACTION_KINDS = (EXPLAIN_KIND, types.CodeActionKind.RefactorRewrite, types.CodeActionKind.QuickFix)
-#: Code actions' answers: the seed `000` chat defaults, with a fixed seed so that the same
-#: request gives the same answer.
+#: Code actions' answers: the chat defaults (`CHAT_SAMPLING`), with a fixed seed so that the
+#: same request gives the same answer.
 ACTION_SAMPLING = replace(CHAT_SAMPLING, seed=0)
 #: Seconds between two progress reports of a streaming explanation.
 PROGRESS_INTERVAL = 0.25

@@ -209,8 +209,9 @@ def fix_instruction(diagnostics: Sequence[str]) -> str:
 
 
 def extract_code(answer: str, language_id: str = "") -> str:
-    """The code in a markdown answer (seed `002`'s `/extract-code`): the first fenced block
-    tagged with the document's language, else the first fenced block, else the whole answer.
+    """The code in a markdown answer (chat models wrap code in fences and prose): the first
+    fenced block tagged with the document's language, else the first fenced block, else the
+    whole answer.
 
     A fence is a line of three or more backticks or tildes (with an optional language tag);
     it closes on a line of the same character, at least as long, and nothing else. So a

@@ -49,7 +49,7 @@ from engine.types import (
     SamplingParams,
     StopConditions,
 )
-from lsp_server.host import CompletionModel
+from engine.completion import CompletionModel
 from lsp_server.settings import Settings
 
 log = logging.getLogger("infill_lsp")
@@ -391,7 +391,7 @@ def _doctor(args: argparse.Namespace) -> int:
             failed = True
             continue
         try:
-            fim = CompletionModel.of(engine, options.fim_family).fim
+            fim = CompletionModel.of(engine, options.fim_family).format.fim
         except EngineError as e:
             report[role.value] = {"ok": False, "model_path": engine.info.path, "error": str(e)}
             failed = True

@@ -21,6 +21,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from lsp_server.host import STATUS_REQUEST
 from lsp_server.stats import STATS_REQUEST
 
 SERVER_MODULE = "lsp_server.cli"
@@ -28,7 +29,6 @@ SERVER_MODULE = "lsp_server.cli"
 #: `sys.path`, where any `engine/` or `lsp_server/` folder of the user's would be imported
 #: instead of ours; `-P` (Python 3.11) leaves it off.
 SERVER_COMMAND = (sys.executable, "-P", "-m", SERVER_MODULE, "serve")
-STATUS_REQUEST = "infill/status"  # answered by `ModelHost.status`
 
 
 def items_of(result: Any) -> list[types.InlineCompletionItem]:

@@ -171,15 +171,17 @@ class DocumentSnapshot:
     def at(
         cls, text: str, offset: int, *, uri: str, version: int = 1, language_id: str = "python"
     ) -> DocumentSnapshot:
-        """`text` with the cursor at code point `offset` (for tests and benchmarks)."""
-        line_start = text.rfind("\n", 0, offset) + 1
+        """`text` with the cursor at code point `offset`: the document a suggestion's
+        acceptance leaves (answers written ahead), and tests'. Lines end where LSP says they
+        do (\n, \r\n, \r), as in `snapshot`."""
+        line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
         return cls(
             uri=uri,
             version=version,
             language_id=language_id,
             text=text,
             offset=offset,
-            line=text.count("\n", 0, offset),
+            line=_breaks(text, 0, offset),
             character=offset - line_start,
         )
 

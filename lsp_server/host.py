@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
 import logging
 import os
@@ -15,9 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from engine.backend import Backend
-from engine.backends.openai import RemoteEngine, estimate_tokens
-from engine.engine import BaseEngine, Engine
+from engine.completion import CompletionModel
+from engine.engine import BaseEngine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import (
     REMOTE_BACKEND,
@@ -28,28 +26,15 @@ from engine.models import (
     model_spec,
 )
 from engine.prefix_cache import CacheStatus
-from engine.prompts import (
-    FIM_FAMILIES,
-    FimPrompt,
-    FimTemplate,
-    build_fim_prompt,
-    detect_fim_template,
-    render_fim_text,
-    repo_section,
-)
-from engine.types import Role
-from lsp_server.rerank import Scorer
+from engine.types import LoadState, Role
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-
-class LoadState(enum.StrEnum):
-    LOADING = "loading"
-    READY = "ready"
-    ERROR = "error"
+#: The request `ModelHost.status` answers (what `doctor`'s client and the editors ask).
+STATUS_REQUEST = "infill/status"
 
 
 class ModelUnavailableError(Exception):
@@ -134,93 +119,6 @@ async def run_load(role: str, load: Callable[[], T]) -> T:
     except Exception as e:
         log.error("loading the %s model failed", role, exc_info=e)
         raise ModelUnavailableError(role, f"{type(e).__name__}: {e}") from e
-
-
-@dataclass(frozen=True, slots=True)
-class CompletionModel:
-    """The completion engine with what prompts need to know about its model: its FIM format,
-    how to count tokens for the context budget, and how to render a prompt (token ids for a
-    local model, text for a remote server)."""
-
-    engine: BaseEngine
-    fim: FimTemplate | None
-    count_tokens: Callable[[str], int]
-    #: (prefix, suffix, files=, path=, repo=) -> prompt; `files` only where `repo_files`.
-    render: Callable[..., FimPrompt]
-    #: Whether the model takes other files' code in its family's repository format
-    #: (`repo_section`); without it, other-file context is written as plain text.
-    repo_files: bool = False
-    #: What ranking candidate lines needs (lsp_server/rerank.py); None where the model
-    #: cannot score text (a remote server).
-    scorer: Scorer | None = None
-
-    @classmethod
-    def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
-        """`engine` with its FIM format: the configured family (`fim_family`, "none" for
-        none), else the one its tokenizer's special tokens (or the remote server) name."""
-        if isinstance(engine, RemoteEngine):  # the family is settled when it connects
-            fim = FIM_FAMILIES.get(engine.discovery.fim_family or "")
-            return cls(
-                engine=engine,
-                fim=fim,
-                count_tokens=estimate_tokens,
-                render=functools.partial(render_fim_text, template=fim),
-                repo_files=repo_section(fim, (), path="", repo=None, has_token=_any) is not None,
-            )
-        assert isinstance(engine, Engine)
-        backend = engine.backend
-        fim = _local_fim(backend, fim_family)
-        scorer = None
-        if engine.can_score:
-            scorer = Scorer(
-                engine=engine,
-                tokenize=functools.partial(backend.tokenize, add_bos=False, special=False),
-                detokenize=backend.detokenize,
-            )
-        return cls(
-            engine=engine,
-            fim=fim,
-            count_tokens=_token_counter(backend),
-            render=functools.partial(build_fim_prompt, backend, template=fim),
-            repo_files=repo_section(
-                fim,
-                (),
-                path="",
-                repo=None,
-                has_token=lambda t: backend.special_token_id(t) is not None,
-            )
-            is not None,
-            scorer=scorer,
-        )
-
-
-def _any(token: str) -> bool:
-    """A remote server's tokenizer is taken to have its family's markers."""
-    return True
-
-
-def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:
-    if family is None:
-        return detect_fim_template(backend.special_token_id)
-    if family == "none":
-        return None
-    template = FIM_FAMILIES[family]
-    missing = [t for t in template.required if backend.special_token_id(t) is None]
-    if missing:
-        raise ModelLoadError(
-            f"the model {backend.info.path} has no {', '.join(missing)} token: it cannot use "
-            f"the FIM family {family} (leave fimFamily unset to detect the model's own)"
-        )
-    return template
-
-
-def _token_counter(backend: Backend) -> Callable[[str], int]:
-    # Lines repeat from one keystroke to the next: count each once.
-    @functools.lru_cache(maxsize=16384)
-    def count(text: str) -> int:
-        return len(backend.tokenize(text, add_bos=False, special=False))
-
-    return count
 
 
 def model_specs(settings: Settings) -> dict[Role, ModelSpec | RemoteSpec]:
@@ -371,7 +269,7 @@ class ModelHost:
                 gpu=info.gpu,
                 warnings=list(info.warnings),
                 context_size=info.context_size,
-                fim_family=model.fim.family if model.fim else None,
+                fim_family=model.format.fim.family if model.format.fim else None,
                 kv_cache=_cache_json(model.engine.cache_status()),
             )
         else:
@@ -391,12 +289,12 @@ class ModelHost:
     def loaded_engines(self) -> dict[Role, BaseEngine]:
         """The engine of each role whose model is loaded (one engine may serve both)."""
         engines: dict[Role, BaseEngine] = {}
-        for role, future in ((Role.COMPLETION, self._completion), (Role.CHAT, self._chat)):
-            if future is None or not future.done() or future.cancelled():
-                continue
-            if future.exception() is None:
-                loaded = future.result()
-                engines[role] = loaded.engine if isinstance(loaded, CompletionModel) else loaded
+        completion = _loaded(self._completion)
+        if completion is not None:
+            engines[Role.COMPLETION] = completion.engine
+        chat = _loaded(self._chat)
+        if chat is not None:
+            engines[Role.CHAT] = chat
         return engines
 
     def _stop_engines(self, reason: str) -> None:
@@ -425,6 +323,13 @@ class ModelHost:
                 self._models = None
         finally:
             self._lock.release()
+
+
+def _loaded(future: asyncio.Future[T] | None) -> T | None:
+    """What a load ended with, if it ended well."""
+    if future is None or not future.done() or future.cancelled() or future.exception():
+        return None
+    return future.result()
 
 
 def _cache_json(status: CacheStatus | None) -> dict[str, int] | None:

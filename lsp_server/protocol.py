@@ -30,8 +30,9 @@ from engine.errors import EngineError
 from lsp_server.commands import fold_positional, make_converter
 from lsp_server.documents import exceeds_bytes, find_document
 from lsp_server.host import ModelHost, ModelUnavailableError
-from lsp_server.inline import LatestWins, Speculator, TypeAheadCache
-from lsp_server.neighbors import NeighborContext, OtherDocument
+from lsp_server.inline.completer import InlineCompleter
+from lsp_server.inline.speculator import Speculator
+from lsp_server.neighbors import OtherDocument
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,7 @@ class InfillServer(LanguageServer):
         self.base_settings = base  # from the command line; the client's settings go over it
         self.settings = base
         self.host = ModelHost()
-        self.inline_slots = LatestWins()
-        self.type_ahead = TypeAheadCache()
-        self.ahead = Speculator()
-        self.neighbors = NeighborContext()  # other documents' snippets for the prompt
+        self.inline = InlineCompleter(self.host.completion, speculator=Speculator())
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 
@@ -140,11 +138,9 @@ class InfillServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def forget_document(self, uri: str) -> None:
-        """Drop what we keep for a closed document: its live inline request (superseded),
-        its type-ahead answer, its size note, its recent regions and context selection."""
-        self.inline_slots.forget(uri)
-        self.neighbors.forget(uri)
-        self.type_ahead.forget(uri)
+        """Drop what we keep for a closed document: what inline completion holds of it
+        (`InlineCompleter.forget`) and its size note."""
+        self.inline.forget(uri)
         self.large_documents.discard(uri)
 
     def other_documents(self, uri: str) -> dict[str, OtherDocument]:

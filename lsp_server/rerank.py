@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from engine.engine import BaseEngine
+from engine.completion import Scorer
 from engine.types import (
     FinishReason,
     GenerationRequest,
@@ -55,15 +55,6 @@ class Ranked:
     #: then the following code's (for benchmarks that compare ways of ranking).
     token_logprobs: tuple[float, ...] = ()
     line_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scorer:
-    """What ranking needs of a local model: its engine and its plain-text tokenizer."""
-
-    engine: BaseEngine
-    tokenize: Callable[[str], list[int]]  # plain text, no BOS
-    detokenize: Callable[[Sequence[int]], str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,7 @@
 plain functions (STYLE 1).
 
 Each handler takes what it needs out of the protocol objects, freezes a document snapshot
-before its first `await`, calls into `inline`, `action_handlers`, `host` or `settings`, and wraps
+before its first `await`, calls into `inline.completer`, `action_handlers`, `host` or `settings`, and wraps
 the answer in lsprotocol types. Model work runs on the engine's worker thread, never in pygls's
 pool. The server object itself, its protocol and its log handler live in `protocol.py`.
 """
@@ -24,16 +24,12 @@ from lsp_server.commands import (
     RewriteArguments,
 )
 from lsp_server.documents import exceeds_bytes, snapshot, use_lsp_lines
-from lsp_server.host import CompletionModel, ModelUnavailableError
-from lsp_server.inline import complete_latest
-from lsp_server.neighbors import PromptContext
+from lsp_server.host import STATUS_REQUEST, ModelUnavailableError
 from lsp_server.protocol import InfillServer, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
 
 log = logging.getLogger(__name__)
-
-STATUS_REQUEST = "infill/status"
 
 
 def build_server(base: Settings | None = None) -> InfillServer:
@@ -80,29 +76,15 @@ def build_server(base: Settings | None = None) -> InfillServer:
             return []
         snap = snapshot(document, params.position)  # InvalidParams outside the document
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        ls.neighbors.note(snap.uri, snap.line)  # a region the user is looking at
-        others, roots = ls.other_documents(snap.uri), ls.workspace_roots()
-
-        def context(model: CompletionModel) -> PromptContext | None:
-            return ls.neighbors.context_for(
-                snap,
-                others,
-                budget=settings.context_tokens,
-                count_tokens=model.count_tokens,
-                roots=roots,
-            )
 
         # 2. Plain functions do the work; a newer request for the document wins.
         with engine_failures():  # RequestFailed naming the cause, never a traceback
-            result = await complete_latest(
-                ls.inline_slots,
-                ls.type_ahead,
+            result = await ls.inline.complete(
                 snap,
                 settings,
-                ls.host.completion,
                 invoked=invoked,
-                ahead=ls.ahead,
-                context=context,
+                others=ls.other_documents(snap.uri),
+                roots=ls.workspace_roots(),
             )
         if result is None:  # superseded by a newer request for the same document
             return []
@@ -127,7 +109,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
             snap.uri.rsplit("/", 1)[-1],
             result.mode,
             len(items),
-            " (written ahead)" if result.ahead else "",
+            " (written ahead)" if result.written_ahead else "",
             result.prompt_tokens,
             result.seconds * 1000,
         )
@@ -138,7 +120,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         # pygls has already applied the changes; where they were is a recently edited region.
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
-                ls.neighbors.note(params.text_document.uri, change.range.start.line)
+                ls.inline.note_edit(params.text_document.uri, change.range.start.line)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: InfillServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -152,7 +134,8 @@ def build_server(base: Settings | None = None) -> InfillServer:
     @server.feature(STATS_REQUEST)
     def stats(ls: InfillServer, params: Any) -> dict[str, Any]:
         report = stats_report(ls.host.loaded_engines())
-        report["ahead"] = ls.ahead.status()
+        if ls.inline.speculator is not None:
+            report["ahead"] = ls.inline.speculator.status()
         return report
 
     @server.feature(types.SHUTDOWN)

@@ -62,7 +62,7 @@ RESOLVE = types.CODE_ACTION_RESOLVE
 EXECUTE = types.WORKSPACE_EXECUTE_COMMAND
 EXPLAIN_CHUNK = "infill/explainChunk"
 INVALID_PARAMS = -32602
-CHAT_MAX_TOKENS = 512  # the seed `000` chat default
+CHAT_MAX_TOKENS = 512  # the chat default (engine.types.CHAT_SAMPLING)
 
 #: An engine job's log line (`window/logMessage`): role, generated tokens, finish reason.
 ENGINE_JOB = re.compile(

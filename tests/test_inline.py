@@ -16,15 +16,12 @@ from engine.types import FinishReason
 from engine.worker import JobPhase
 from lsp_server import rerank
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.host import CompletionModel
-from lsp_server.inline import (
-    InlineResult,
-    LatestWins,
-    Speculator,
-    TypeAheadCache,
-    complete_latest,
-    suggest,
-)
+from engine.completion import CompletionModel
+from lsp_server.inline.completer import InlineCompleter
+from lsp_server.inline.result import InlineResult
+from lsp_server.inline.speculator import Speculator
+from lsp_server.inline.suggest import suggest
+from lsp_server.inline.type_ahead import TypeAheadCache
 from lsp_server.postprocess import CompletionMode, Fitted
 from lsp_server.settings import Settings
 
@@ -126,27 +123,22 @@ async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) 
 
 async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) -> None:
     model, backend = make_model(["a + b"])
-    slots, cache = LatestWins(), TypeAheadCache()
 
     async def get_model() -> CompletionModel:
         return model
 
-    first = await complete_latest(
-        slots, cache, snap_at("return |\n"), SETTINGS, get_model, invoked=False
-    )
+    completer = InlineCompleter(get_model, speculator=None)
+
+    first = await completer.complete(snap_at("return |\n"), SETTINGS, invoked=False)
     assert first is not None
     assert [s.text for s in first.suggestions] == ["a + b"]
-    typed = await complete_latest(
-        slots, cache, snap_at("return a +|\n"), SETTINGS, get_model, invoked=False
-    )
+    typed = await completer.complete(snap_at("return a +|\n"), SETTINGS, invoked=False)
     assert typed is not None
     assert typed.cached
     assert [s.text for s in typed.suggestions] == [" b"]
     assert len(backend.calls) == 1  # no second model call
     # Typing something else goes back to the model.
-    other = await complete_latest(
-        slots, cache, snap_at("return x|\n"), SETTINGS, get_model, invoked=False
-    )
+    other = await completer.complete(snap_at("return x|\n"), SETTINGS, invoked=False)
     assert other is not None
     assert not other.cached
     assert len(backend.calls) == 2
@@ -157,20 +149,19 @@ async def test_a_newer_request_for_the_document_supersedes_the_older(make_model)
     is answered None at once, and its job stops with that one token after the cancel."""
     gate = TokenGate(at=5, until_cancelled=True)
     model, backend = make_model(["x" * 500, "new"], repeat_last=False, on_step=gate)
-    slots, cache = LatestWins(), TypeAheadCache()
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
     async def get_model() -> CompletionModel:
         return model
 
+    completer = InlineCompleter(get_model, speculator=None)
+
     with JobWatch(model.engine.job_record) as watch:
         older = asyncio.create_task(
-            complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+            completer.complete(snap_at("a = |"), settings, invoked=False)
         )
         await gate.wait()
-        newer = await complete_latest(
-            slots, cache, snap_at("a = 1|"), settings, get_model, invoked=False
-        )
+        newer = await completer.complete(snap_at("a = 1|"), settings, invoked=False)
         assert await older is None  # answered at once, as superseded
         first = (await watch.reached(JobPhase.SUBMITTED)).request_id
         stats = await watch.ended(first)
@@ -187,20 +178,17 @@ async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request
     """The first request waits out its debounce (a minute: longer than any test machine can
     stall); the second keystroke comes within it, and only the second reaches the model."""
     model, backend = make_model(["first", "second"], repeat_last=False)
-    slots, cache = LatestWins(), TypeAheadCache()
 
     async def get_model() -> CompletionModel:
         return model
 
+    completer = InlineCompleter(get_model, speculator=None)
+
     older = asyncio.create_task(
-        complete_latest(
-            slots, cache, snap_at("a = |"), Settings(debounce_ms=60_000), get_model, invoked=False
-        )
+        completer.complete(snap_at("a = |"), Settings(debounce_ms=60_000), invoked=False)
     )
-    await wait_until(lambda: len(slots) == 1, "the first request waiting out its debounce")
-    newer = await complete_latest(
-        slots, cache, snap_at("b = |"), Settings(debounce_ms=0), get_model, invoked=False
-    )
+    await wait_until(lambda: completer.live_requests == 1, "the first request waiting out its debounce")
+    newer = await completer.complete(snap_at("b = |"), Settings(debounce_ms=0), invoked=False)
     assert await older is None
     assert newer is not None
     assert [s.text for s in newer.suggestions] == ["first"]  # the model's first answer
@@ -220,21 +208,22 @@ async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinish
 async def test_closing_a_document_supersedes_its_live_request(make_model) -> None:
     gate = TokenGate(at=3, until_cancelled=True)
     model, backend = make_model(["x" * 500], repeat_last=False, on_step=gate)
-    slots, cache = LatestWins(), TypeAheadCache()
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
     async def get_model() -> CompletionModel:
         return model
 
+    completer = InlineCompleter(get_model, speculator=None)
+
     with JobWatch(model.engine.job_record) as watch:
         live = asyncio.create_task(
-            complete_latest(slots, cache, snap_at("a = |"), settings, get_model, invoked=False)
+            completer.complete(snap_at("a = |"), settings, invoked=False)
         )
         await gate.wait()  # the model at work
-        slots.forget("file:///t.py")
+        completer.forget("file:///t.py")
         assert await live is None  # answered at once, as superseded
         stats = await watch.ended((await watch.reached(JobPhase.SUBMITTED)).request_id)
-    assert len(slots) == 0
+    assert completer.live_requests == 0
     assert stats.tokens_after_cancel == 1  # its job was stopped within one token
     assert backend.calls[0].yielded == 3
 
@@ -268,23 +257,21 @@ async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_wri
     # next line once the line ending is typed after it.
     model, backend = make_model(["2", "", "c = 3"], repeat_last=False)
     settings = Settings(debounce_ms=0, speculative_suggestions=2)
-    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    speculator = Speculator()
 
     async def get_model() -> CompletionModel:
         return model
 
-    shown = await complete_latest(
-        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
-    )
+    completer = InlineCompleter(get_model, speculator=speculator)
+
+    shown = await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     assert shown is not None
     assert [s.text for s in shown.suggestions] == ["2"]
-    await ahead.idle()
+    await speculator.idle()
     assert len(backend.calls) == 3  # the shown one, then the two ahead
-    going_on = await complete_latest(
-        slots, cache, snap_at("a = 1\nb = 2\n|\n"), settings, get_model, invoked=False, ahead=ahead
-    )
+    going_on = await completer.complete(snap_at("a = 1\nb = 2\n|\n"), settings, invoked=False)
     assert going_on is not None
-    assert going_on.ahead
+    assert going_on.written_ahead
     assert [s.text for s in going_on.suggestions] == ["c = 3"]
     assert len(backend.calls) == 3  # no model call for it
 
@@ -294,30 +281,30 @@ async def test_one_suggestion_ahead_writes_only_the_accepted_document(make_model
     accepted is written ahead, and only it: the next line after it needs the model."""
     model, backend = make_model(["2", " + 1", " * 2", "c = 3"], repeat_last=False)
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
-    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    speculator = Speculator()
 
     async def get_model() -> CompletionModel:
         return model
 
+    completer = InlineCompleter(get_model, speculator=speculator)
+
     async def at(doc: str) -> InlineResult | None:
-        return await complete_latest(
-            slots, cache, snap_at(doc), settings, get_model, invoked=False, ahead=ahead
-        )
+        return await completer.complete(snap_at(doc), settings, invoked=False)
 
     shown = await at("a = 1\nb = |\n")
     assert shown is not None
     assert [s.text for s in shown.suggestions] == ["2"]
-    await ahead.idle()
+    await speculator.idle()
     assert len(backend.calls) == 2  # the shown one, and the accepted document's
     accepted = await at("a = 1\nb = 2|\n")
     assert accepted is not None
-    assert accepted.ahead
+    assert accepted.written_ahead
     assert [s.text for s in accepted.suggestions] == [" + 1"]
-    await ahead.idle()  # that answer, shown, is written ahead in its turn: " * 2"
+    await speculator.idle()  # that answer, shown, is written ahead in its turn: " * 2"
     assert len(backend.calls) == 3
     going_on = await at("a = 1\nb = 2\n|\n")
     assert going_on is not None
-    assert not going_on.ahead
+    assert not going_on.written_ahead
     assert [s.text for s in going_on.suggestions] == ["c = 3"]
     assert len(backend.calls) == 4
 
@@ -327,21 +314,19 @@ async def test_work_ahead_answers_only_its_own_prompt(make_model) -> None:
     user typed something else than the suggestion, and the model is asked."""
     model, backend = make_model(["2", " + 1", "0"], repeat_last=False)
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
-    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    speculator = Speculator()
 
     async def get_model() -> CompletionModel:
         return model
 
-    await complete_latest(
-        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
-    )
-    await ahead.idle()
+    completer = InlineCompleter(get_model, speculator=speculator)
+
+    await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
+    await speculator.idle()
     assert len(backend.calls) == 2
-    other = await complete_latest(
-        slots, cache, snap_at("a = 1\nb = 3|\n"), settings, get_model, invoked=False, ahead=ahead
-    )
+    other = await completer.complete(snap_at("a = 1\nb = 3|\n"), settings, invoked=False)
     assert other is not None
-    assert not other.ahead
+    assert not other.written_ahead
     assert [s.text for s in other.suggestions] == ["0"]
     assert len(backend.calls) == 3
 
@@ -352,36 +337,34 @@ async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) 
     gate = TokenGate(at=3, until_cancelled=True)
     model, backend = make_model(["2", "y" * 400, "z"], repeat_last=False, on_step=gate)
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
-    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    speculator = Speculator()
 
     async def get_model() -> CompletionModel:
         return model
 
-    await complete_latest(
-        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
-    )
+    completer = InlineCompleter(get_model, speculator=speculator)
+
+    await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     await gate.wait()
-    other = await complete_latest(
-        slots, cache, snap_at("q = |\n"), settings, get_model, invoked=False, ahead=ahead
-    )
+    other = await completer.complete(snap_at("q = |\n"), settings, invoked=False)
     assert other is not None
-    assert not other.ahead
+    assert not other.written_ahead
     assert [s.text for s in other.suggestions] == ["z"]
     assert backend.calls[1].yielded == 3  # the work ahead stopped at the token it was on
 
 
 async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> None:
     model, backend = make_model(["2"])
-    slots, cache, ahead = LatestWins(), TypeAheadCache(), Speculator()
+    speculator = Speculator()
     settings = Settings(debounce_ms=0, speculative_suggestions=0)
 
     async def get_model() -> CompletionModel:
         return model
 
-    await complete_latest(
-        slots, cache, snap_at("a = 1\nb = |\n"), settings, get_model, invoked=False, ahead=ahead
-    )
-    await ahead.idle()
+    completer = InlineCompleter(get_model, speculator=speculator)
+
+    await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
+    await speculator.idle()
     assert len(backend.calls) == 1
 
 

@@ -150,3 +150,42 @@ def test_the_editor_side_never_imports_a_backend() -> None:
         if name.startswith("lsp_server")
     }
     assert {name: found for name, found in reaching.items() if found} == {}
+
+
+def _engine_names(tree: ast.AST) -> set[str]:
+    """The names a module imports from engine/."""
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine")
+        for alias in node.names
+    }
+
+
+def _isinstance_on(tree: ast.AST, names: set[str]) -> list[str]:
+    """The names of `names` that an isinstance() or issubclass() call in `tree` checks."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+        ):
+            for name in ast.walk(node.args[1]):
+                if isinstance(name, ast.Name) and name.id in names:
+                    found.append(name.id)
+    return found
+
+
+def test_the_editor_side_never_branches_on_an_engine_type() -> None:
+    # The check itself: a made-up module that does.
+    probe = ast.parse("from engine.engine import Engine\nisinstance(x, (int, Engine))\n")
+    assert _isinstance_on(probe, _engine_names(probe)) == ["Engine"]
+    found = {}
+    for name, path in _modules().items():
+        if name.startswith("lsp_server"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if hits := _isinstance_on(tree, _engine_names(tree)):
+                found[name] = hits
+    assert found == {}

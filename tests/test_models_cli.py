@@ -450,8 +450,8 @@ def test_a_lock_held_too_long_by_another_assembly_is_a_load_error_naming_it(
 def test_generate_samples_with_the_readmes_defaults(
     flags: list[str], expected: dict[str, object]
 ) -> None:
-    """README "generate": completion is greedy with 64 tokens; chat follows seed `000` (512
-    tokens, repetition penalty 1.1, temperature 0.2, top-p 0.95, top-k 40)."""
+    """README "generate": completion is greedy with 64 tokens; chat samples 512 tokens,
+    repetition penalty 1.1, temperature 0.2, top-p 0.95, top-k 40."""
     args = build_parser().parse_args(["generate", "--prompt", "x", *flags])
     sampling = dataclasses.asdict(_sampling(args))
     assert sampling | expected == sampling, sampling

@@ -9,8 +9,8 @@ from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.engine import Engine
 from engine.prompts import FIM_FAMILIES, RepoFile, build_fim_prompt, render_fim_text
 from lsp_server.documents import DocumentSnapshot, lines_at
-from lsp_server.host import CompletionModel
-from lsp_server.inline import build_prompt
+from engine.completion import CompletionModel
+from lsp_server.inline.prompt import build_prompt
 from lsp_server.neighbors import (
     MAX_DOCUMENTS,
     REGION_LINES,
@@ -326,7 +326,7 @@ def test_typing_a_few_characters_keeps_the_prompts_leading_context_byte_identica
     for typed in ("", "c", "co", "com"):
         snap = snap_at(CART.replace("|", typed + "|"))
         context = neighbors.context_for(
-            snap, docs, budget=512, count_tokens=model.count_tokens, roots=[ROOT]
+            snap, docs, budget=512, count_tokens=model.format.count_tokens, roots=[ROOT]
         )
         prompts.append(build_prompt(model, snap, settings, context))
     lead = render_plain(

@@ -1,4 +1,4 @@
-"""How a request's streams end: flush, errors, several choices (seed `001`'s backend tests)."""
+"""How a request's streams end: flush, errors, several choices."""
 
 from __future__ import annotations
 

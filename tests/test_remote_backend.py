@@ -40,8 +40,12 @@ from engine.types import (
     TextDelta,
 )
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.host import CompletionModel, LoadState, ModelHost
-from lsp_server.inline import build_prompt, ranks_lines, suggest
+from engine.completion import CompletionModel
+from engine.types import LoadState
+from lsp_server.host import ModelHost
+from lsp_server.inline.plan import ranks_lines
+from lsp_server.inline.prompt import build_prompt
+from lsp_server.inline.suggest import suggest
 from lsp_server.settings import Settings
 
 TEXT = "def area(r):\n    return 3.14 * r * r\n\nprint(area(2))\n"
@@ -436,8 +440,8 @@ def test_a_remote_fim_prompt_is_text_in_the_familys_format_without_bos(
     make_server: Callable[..., Server],
 ) -> None:
     model = CompletionModel.of(remote(make_server().url), None)
-    assert model.fim is not None
-    assert model.fim.family == "starcoder"
+    assert model.format.fim is not None
+    assert model.format.fim.family == "starcoder"
     cursor = TEXT.index("3.14")
     prompt = build_prompt(model, snapshot(TEXT, cursor), Settings())
     assert prompt.token_ids is None
@@ -468,7 +472,7 @@ async def test_an_inline_suggestion_through_the_remote_backend(
     # 1 is the scripted tokenizer's <eos>: the server stops there.
     server = make_server({"script": [["3.14 * r * r", 1, "ignored"]]}, no_fim=True)
     model = CompletionModel.of(remote(server.url), None)
-    assert model.fim is None  # the prefix alone is continued
+    assert model.format.fim is None  # the prefix alone is continued
     text = "def area(r):\n    return \n"
     result = await suggest(model, snapshot(text, text.index("\n", 13)), Settings(), invoked=False)
     assert [s.text for s in result.suggestions] == ["3.14 * r * r"]

@@ -502,8 +502,8 @@ async def test_one_model_serves_a_completion_first_while_an_explanation_runs(
 
 async def test_each_job_is_sampled_as_the_readme_says(tmp_path: Path) -> None:
     """README "Settings" and "Code actions": an automatic suggestion is greedy, one choice, at
-    most 48 tokens on one line and 96 for several; Explain and Rewrite sample as seed `000`
-    does (512 tokens, temperature 0.2, top-p 0.95, top-k 40, repetition penalty 1.1), with one
+    most 48 tokens on one line and 96 for several; Explain and Rewrite sample with the chat
+    defaults (512 tokens, temperature 0.2, top-p 0.95, top-k 40, repetition penalty 1.1), with one
     fixed seed, so that the same question gets the same answer."""
     coder, chat = models(
         tmp_path,

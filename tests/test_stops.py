@@ -1,4 +1,4 @@
-"""The stop processor, case by case (DESIGN §3, seed `001`)."""
+"""The stop processor, case by case (DESIGN §3)."""
 
 from __future__ import annotations
 

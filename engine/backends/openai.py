@@ -39,7 +39,7 @@ from engine.engine import BaseEngine, JobTable
 from engine.errors import EngineError, ModelLoadError
 from engine.models import REMOTE_BACKEND, RemoteSpec
 from engine.output import OutputProcessor
-from engine.prompts import FIM_FAMILIES
+from engine.prompts import FIM_FAMILIES, PromptFormat
 from engine.types import FinishReason, GenerationRequest, TextDelta
 from engine.worker import JobRecord, JobStats
 
@@ -288,6 +288,13 @@ class RemoteEngine(BaseEngine):
     @property
     def job_record(self) -> JobRecord:
         return self._record
+
+    def prompt_format(self, fim_family: str | None) -> PromptFormat:
+        # The family was settled when it connected (the setting, else what the server says):
+        # the server tokenizes the prompt text, so tokens are estimated.
+        return PromptFormat(
+            fim=FIM_FAMILIES.get(self.discovery.fim_family or ""), count_tokens=estimate_tokens
+        )
 
     # --- requests ----------------------------------------------------------------------------
 

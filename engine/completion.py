@@ -1,0 +1,53 @@
+"""A completion model: the engine that completes code, with what building its prompts needs.
+
+This is the one answer to "what is a completion model, and who builds its prompt?": each
+engine makes its own prompt format (`BaseEngine.prompt_format`: a local model renders token
+ids with its tokenizer, a remote server gets text and its tokens are estimated), and this
+object adds what ranking needs where the model can score text. The language server, the
+engine server's routes and `doctor` all use it; none of them asks which backend runs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine.engine import BaseEngine
+from engine.prompts import PromptFormat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scorer:
+    """What ranking candidate lines needs of a local model: its engine and its plain-text
+    tokenizer (no BOS, special-token text kept as text)."""
+
+    engine: BaseEngine
+    tokenize: Callable[[str], list[int]]
+    detokenize: Callable[[Sequence[int]], str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionModel:
+    """The completion engine and its prompt format; `scorer` where the model can score text
+    (a local one whose backend scores; None for a remote server)."""
+
+    engine: BaseEngine
+    format: PromptFormat
+    scorer: Scorer | None = None
+
+    @classmethod
+    def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
+        """`engine` with its FIM format: the configured family (`fim_family`, "none" for
+        none), else the one its tokenizer's special tokens (or the remote server) name.
+        Raises ModelLoadError when the model lacks the named family's tokens."""
+        prompt_format = engine.prompt_format(fim_family)
+        backend = prompt_format.backend
+        scorer = None
+        if backend is not None and engine.can_score:
+            scorer = Scorer(
+                engine=engine,
+                tokenize=functools.partial(backend.tokenize, add_bos=False, special=False),
+                detokenize=backend.detokenize,
+            )
+        return cls(engine=engine, format=prompt_format, scorer=scorer)

@@ -1,0 +1,125 @@
+"""What a request for a snapshot asks of the model, before it is asked: the mode, the prompt,
+the greedy request and the sampled ones, and whether candidate lines are ranked by the code
+after the cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from engine.completion import CompletionModel
+from engine.types import (
+    FinishReason,
+    GenerationRequest,
+    Role,
+    SamplingParams,
+    StopConditions,
+)
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.inline.prompt import Prompt, build_prompt, cursor_context
+from lsp_server.neighbors import PromptContext
+from lsp_server.postprocess import CompletionMode, CursorContext, decide_mode
+from lsp_server.rerank import Ranking, following_code, hint_prompt
+from lsp_server.settings import Settings
+
+#: Sampled choices for invoked completions need some spread to differ from the greedy one.
+INVOKED_TEMPERATURE = 0.7
+
+
+
+def _sampling(
+    settings: Settings, mode: CompletionMode, *, n: int, temperature: float
+) -> SamplingParams:
+    max_tokens = (
+        settings.max_tokens_single_line
+        if mode is CompletionMode.SINGLE_LINE
+        else settings.max_tokens_multi_line
+    )
+    return SamplingParams(
+        max_tokens=max_tokens, temperature=temperature, top_p=0.95 if temperature else 1.0, n=n
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What a request for a snapshot asks of the model, before it is asked."""
+
+    ctx: CursorContext
+    mode: CompletionMode
+    prompt: Prompt
+    requests: tuple[GenerationRequest, ...]  # the greedy one, then the sampled ones
+    #: Set when the first request's answer is candidate lines ranked by the code after them.
+    ranking: Ranking | None = None
+
+
+#: What identifies a model answer: the same prompt, sampling and stops get the same raw texts
+#: (and the same indentation taken back, which decides where a multi-line one was stopped;
+#: and the same ranking, which decides which lines come first).
+AnswerKey = tuple[str, SamplingParams, StopConditions, str, Ranking | None]
+#: The raw text of each choice and how it ended.
+RawTexts = list[tuple[str, FinishReason | None]]
+
+
+def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
+    ranking = plan.ranking if request is plan.requests[0] else None
+    return (plan.prompt.text, request.sampling, request.stops, plan.prompt.healed_indent, ranking)
+
+
+def ranks_lines(model: CompletionModel, settings: Settings) -> bool:
+    """Whether single-line suggestions are chosen by the code after the cursor (rerank.py):
+    for a model without FIM tokens that can score text, where the setting allows."""
+    if model.format.fim is not None or model.scorer is None or settings.suffix_ranking == "off":
+        return False
+    return settings.suffix_ranking == "on" or not model.engine.info.device.startswith("cpu")
+
+
+def _ranking(
+    model: CompletionModel, snap: DocumentSnapshot, ctx: CursorContext, prompt: Prompt
+) -> Ranking | None:
+    following = following_code(ctx.prefix, ctx.suffix)
+    if following is None or prompt.token_ids is None:
+        return None
+    hint = hint_prompt(prompt.prefix, following, snap.language_id)
+    return Ranking(
+        following=following,
+        # After the other files' snippets too, so that its candidates know what they know.
+        hint_ids=None if hint is None else model.format.render(prompt.lead + hint, "").token_ids,
+        language_id=snap.language_id,
+    )
+
+
+def plan_for(
+    model: CompletionModel,
+    snap: DocumentSnapshot,
+    settings: Settings,
+    *,
+    invoked: bool,
+    context: PromptContext | None = None,
+) -> Plan | None:
+    """The mode, prompt and requests for the cursor in `snap`; None: nothing to suggest."""
+    ctx = cursor_context(snap)
+    mode = decide_mode(ctx)
+    if mode is None:
+        return None
+    prompt = build_prompt(model, snap, settings, context)
+    stops = StopConditions(
+        stop=("\n",) if mode is CompletionMode.SINGLE_LINE else (),
+        stop_token_ids=prompt.stop_token_ids,
+    )
+    wanted = settings.invoked_suggestions if invoked else 1
+    base = prompt.request(
+        role=Role.COMPLETION,
+        # The user's temperature as it is (0: greedy); only the extra choices of an invoked
+        # request are given a spread of at least INVOKED_TEMPERATURE.
+        sampling=_sampling(settings, mode, n=1, temperature=settings.temperature),
+        stops=stops,
+        cache_key=snap.uri,  # the document's KV state is kept when the user goes elsewhere
+    )
+    requests = [base]
+    if wanted > 1:
+        spread = max(settings.temperature, INVOKED_TEMPERATURE)
+        sampled = _sampling(settings, mode, n=wanted, temperature=spread)
+        requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
+    ranking = None
+    if mode is CompletionMode.SINGLE_LINE and ranks_lines(model, settings):
+        ranking = _ranking(model, snap, ctx, prompt)
+    return Plan(ctx=ctx, mode=mode, prompt=prompt, requests=tuple(requests), ranking=ranking)
