@@ -30,12 +30,12 @@ from _common import RESULTS, write_json
 from _lsp import JobLine, ServerClient, mode_at
 from _raw import RawLlama, RawRun
 
+from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.models import load_backend
 from engine.types import Role, SamplingParams
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
-from engine.completion import CompletionModel
 from lsp_server.host import model_specs
 from lsp_server.inline.prompt import Prompt, build_prompt
 from lsp_server.settings import Settings, parse_settings

@@ -43,11 +43,11 @@ from typing import Any
 from _common import RESULTS, humaneval_rows, write_json
 from humaneval import full_program, score_all
 
+from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.models import ModelOptions, load_backend, model_spec
 from engine.prompts import build_fim_prompt
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
-from engine.completion import CompletionModel
 from lsp_server.rerank import candidate_lines, following_code, hint_prompt, holds_code, rank_lines
 
 log = logging.getLogger("bench.suffix")

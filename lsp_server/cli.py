@@ -24,6 +24,7 @@ from dataclasses import asdict, fields, replace
 from typing import Any, BinaryIO
 
 from engine.accelerators import gib, llama_cpp_view, torch_view
+from engine.completion import CompletionModel
 from engine.errors import EngineError
 from engine.models import (
     API_KEY_ENV,
@@ -49,7 +50,6 @@ from engine.types import (
     SamplingParams,
     StopConditions,
 )
-from engine.completion import CompletionModel
 from lsp_server.settings import Settings
 
 log = logging.getLogger("infill_lsp")

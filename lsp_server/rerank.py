@@ -21,7 +21,7 @@ so `Settings.suffix_ranking` turns it on by default only where the model runs on
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.completion import Scorer

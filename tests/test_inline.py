@@ -11,12 +11,12 @@ from job_events import JobWatch, TokenGate
 from lsp_helpers import wait_until
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
+from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.types import FinishReason
 from engine.worker import JobPhase
 from lsp_server import rerank
 from lsp_server.documents import DocumentSnapshot
-from engine.completion import CompletionModel
 from lsp_server.inline.completer import InlineCompleter
 from lsp_server.inline.result import InlineResult
 from lsp_server.inline.speculator import Speculator
@@ -157,9 +157,7 @@ async def test_a_newer_request_for_the_document_supersedes_the_older(make_model)
     completer = InlineCompleter(get_model, speculator=None)
 
     with JobWatch(model.engine.job_record) as watch:
-        older = asyncio.create_task(
-            completer.complete(snap_at("a = |"), settings, invoked=False)
-        )
+        older = asyncio.create_task(completer.complete(snap_at("a = |"), settings, invoked=False))
         await gate.wait()
         newer = await completer.complete(snap_at("a = 1|"), settings, invoked=False)
         assert await older is None  # answered at once, as superseded
@@ -187,7 +185,9 @@ async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request
     older = asyncio.create_task(
         completer.complete(snap_at("a = |"), Settings(debounce_ms=60_000), invoked=False)
     )
-    await wait_until(lambda: completer.live_requests == 1, "the first request waiting out its debounce")
+    await wait_until(
+        lambda: completer.live_requests == 1, "the first request waiting out its debounce"
+    )
     newer = await completer.complete(snap_at("b = |"), Settings(debounce_ms=0), invoked=False)
     assert await older is None
     assert newer is not None
@@ -216,9 +216,7 @@ async def test_closing_a_document_supersedes_its_live_request(make_model) -> Non
     completer = InlineCompleter(get_model, speculator=None)
 
     with JobWatch(model.engine.job_record) as watch:
-        live = asyncio.create_task(
-            completer.complete(snap_at("a = |"), settings, invoked=False)
-        )
+        live = asyncio.create_task(completer.complete(snap_at("a = |"), settings, invoked=False))
         await gate.wait()  # the model at work
         completer.forget("file:///t.py")
         assert await live is None  # answered at once, as superseded

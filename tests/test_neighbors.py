@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
+from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.prompts import FIM_FAMILIES, RepoFile, build_fim_prompt, render_fim_text
 from lsp_server.documents import DocumentSnapshot, lines_at
-from engine.completion import CompletionModel
 from lsp_server.inline.prompt import build_prompt
 from lsp_server.neighbors import (
     MAX_DOCUMENTS,
@@ -417,9 +417,9 @@ def test_the_repository_format_puts_the_markers_in_as_special_token_ids(monkeypa
 
 
 def test_a_family_without_file_markers_is_told_apart(monkeypatch, fake_model) -> None:
-    assert not fake_model(fim=True).repo_files  # the fake tokenizer has no <file_sep>
+    assert not fake_model(fim=True).format.repo_files  # the fake tokenizer has no <file_sep>
     monkeypatch.setitem(SPECIAL_TOKENS, "<file_sep>", 7)
-    assert fake_model(fim=True).repo_files
+    assert fake_model(fim=True).format.repo_files
 
 
 def test_lines_at_takes_whole_lines_and_stops_at_the_end() -> None:

@@ -27,6 +27,7 @@ from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend
 from engine.backends.openai import RemoteEngine, estimate_tokens
+from engine.completion import CompletionModel
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import ModelOptions, RemoteSpec, model_spec, remote_base_url
@@ -34,14 +35,13 @@ from engine.types import (
     ChatMessage,
     FinishReason,
     GenerationRequest,
+    LoadState,
     Role,
     SamplingParams,
     StopConditions,
     TextDelta,
 )
 from lsp_server.documents import DocumentSnapshot
-from engine.completion import CompletionModel
-from engine.types import LoadState
 from lsp_server.host import ModelHost
 from lsp_server.inline.plan import ranks_lines
 from lsp_server.inline.prompt import build_prompt

@@ -25,7 +25,6 @@ from lsp_server.settings import Settings
 INVOKED_TEMPERATURE = 0.7
 
 
-
 def _sampling(
     settings: Settings, mode: CompletionMode, *, n: int, temperature: float
 ) -> SamplingParams:
