@@ -3,8 +3,9 @@ plain functions (STYLE 1).
 
 Each handler takes what it needs out of the protocol objects, freezes a document snapshot
 before its first `await`, calls into `inline.completer`, `action_handlers`, `host` or
-`settings`, and wraps the answer in lsprotocol types. Model work runs on the engine's worker thread, never in pygls's
-pool. The server object itself, its protocol and its log handler live in `protocol.py`.
+`settings`, and wraps the answer in lsprotocol types. Model work runs on the engine's worker
+thread, never in pygls's pool. The server object itself, its protocol and its log handler
+live in `protocol.py`.
 """
 
 from __future__ import annotations
