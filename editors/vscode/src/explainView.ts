@@ -78,10 +78,12 @@ pre { background: var(--vscode-textCodeBlock-background); padding: 8px 12px; ove
 code { font-family: var(--vscode-editor-font-family); font-size: var(--vscode-editor-font-size); }
 :not(pre) > code { background: var(--vscode-textCodeBlock-background); padding: 1px 4px; border-radius: 3px; }
 blockquote { margin: 0; padding-left: 12px; border-left: 3px solid var(--vscode-textBlockQuote-border); }
+table { border-collapse: collapse; }
+th, td { border: 1px solid var(--vscode-panel-border, currentColor); padding: 2px 8px; }
 `;
 
-// The page's only script: it renders what the extension sends (HTML the extension built by
-// escaping every piece of the model's text) and reports the Stop button.
+// The page's only script: it renders what the extension sends (HTML that markdown-it built
+// with raw HTML off, so the model's text holds no markup of its own) and reports the Stop button.
 const SCRIPT = `
 const vscode = acquireVsCodeApi();
 const title = document.getElementById("title");

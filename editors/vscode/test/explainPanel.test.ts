@@ -59,7 +59,7 @@ describe("the Explain panel", () => {
     await flush();
     expect(page.lastView).toMatchObject({
       label: "generating",
-      html: "<p>It computes <strong>Fibonacci</strong></p>",
+      html: "<p>It computes <strong>Fibonacci</strong></p>\n",
     });
     panel.onChunk({ token: "tok", text: " numbers.", done: false });
     panel.onChunk({ token: "tok", text: "", done: true });
@@ -68,7 +68,7 @@ describe("the Explain panel", () => {
     expect(page.lastView).toMatchObject({
       label: "done",
       canStop: false,
-      html: "<p>It computes <strong>Fibonacci</strong> numbers.</p>",
+      html: "<p>It computes <strong>Fibonacci</strong> numbers.</p>\n",
     });
   });
 
@@ -84,7 +84,7 @@ describe("the Explain panel", () => {
     expect(server.tokens[0]?.isCancellationRequested).toBe(false); // the stream stops, the request answers
     server.answers[0]!.resolve("It adds");
     await done;
-    expect(page.lastView).toMatchObject({ label: "stopped", html: "<p>It adds</p>", canStop: false });
+    expect(page.lastView).toMatchObject({ label: "stopped", html: "<p>It adds</p>\n", canStop: false });
   });
 
   it("Stop before the first chunk cancels the request itself", async () => {
@@ -135,7 +135,7 @@ describe("the Explain panel", () => {
     expect(page.lastView).toMatchObject({
       title: "Explain fib.py:1-2",
       label: "done",
-      html: "<p>Second</p>",
+      html: "<p>Second</p>\n",
     });
   });
 
@@ -160,7 +160,7 @@ describe("the Explain panel", () => {
     const before = page.posted.length;
     page.sendFromPage({ type: "ready" });
     expect(page.posted.length).toBe(before + 1);
-    expect(page.lastView).toMatchObject({ html: "<p>Text</p>" });
+    expect(page.lastView).toMatchObject({ html: "<p>Text</p>\n" });
   });
 
   it("tells the user when there is no server", async () => {

@@ -99,7 +99,7 @@ describe("the panel's view", () => {
     expect(explainView(session)).toMatchObject({
       state: "generating",
       label: "generating",
-      html: "<p>It uses <code>memo</code>.</p>",
+      html: "<p>It uses <code>memo</code>.</p>\n",
     });
   });
 
@@ -131,7 +131,7 @@ describe("the panel's page", () => {
     expect(page).toContain('<span id="state" class="state">generating</span>');
     expect(page).toContain('<button id="stop" type="button">Stop</button>');
     expect(page).toContain(
-      '<main id="content" class="markdown"><h1>Title</h1>\n<p>&lt;script&gt;bad()&lt;/script&gt;</p></main>',
+      '<main id="content" class="markdown"><h1>Title</h1>\n<p>&lt;script&gt;bad()&lt;/script&gt;</p>\n</main>',
     );
     expect(page).toContain('<body data-state="generating">');
   });
