@@ -28,10 +28,11 @@ from typing import Generic, TypeVar
 
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
+from engine.jobs import JobRecord, JobStats
 from engine.prefix_cache import CacheStatus
 from engine.prompts import PromptFormat
 from engine.types import FinishReason, GenerationRequest, ScoreRequest, Scores, TextDelta
-from engine.worker import END, Job, JobRecord, JobStats, Worker
+from engine.worker import END, Job, Worker
 
 log = logging.getLogger(__name__)
 

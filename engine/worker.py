@@ -4,14 +4,13 @@ Jobs queue up and run one at a time, completion jobs first; a chat job yields to
 completion job between two tokens and resumes afterwards (see `Worker`). Each job has a cancel
 event that the backend checks before every token, and hands its results to the caller's event
 loop through a thread-safe `emit` callback. Prompt preparation (chat rendering, tokenizing)
-happens here too, so nothing touches the model from another thread.
+happens here too, so nothing touches the model from another thread. What it records of each
+job (its phases, its figures) is `engine.jobs`.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
-import enum
 import logging
 import queue
 import threading
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.backend import Backend
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
+from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 from engine.output import OutputProcessor
 from engine.prompts import render_chat
 from engine.types import FinishReason, GenerationRequest, Role, ScoreRequest, TextDelta
@@ -49,137 +49,6 @@ class Job:
         """Stop the job within one token; it ends with `error`."""
         self.aborted = error
         self.cancelled.set()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobStats:
-    """Timings of one finished job, for logs and benchmarks."""
-
-    request_id: str
-    prompt_tokens: int
-    #: Prompt tokens the model evaluated; the rest came from its KV cache or a kept state
-    #: (None for a backend that does not say).
-    prompt_evaluated: int | None
-    generated_tokens: int
-    queued_seconds: float
-    first_token_seconds: float | None
-    total_seconds: float
-    finish_reasons: tuple[FinishReason | None, ...]
-    #: Tokens the model handed over after the job's cancel was requested: the README's "stops
-    #: within one token" as a figure (0 or 1). None: the job was not cancelled while it ran.
-    tokens_after_cancel: int | None = None
-    #: The document the prompt came from (the request's `cache_key`), so that a reader can
-    #: pick out the jobs of one document.
-    cache_key: str | None = None
-
-
-class JobPhase(enum.StrEnum):
-    """Where a job is: what a test or a tool waits for instead of sleeping."""
-
-    #: Handed to the worker (announced on the submitting thread); queued, or its prompt being
-    #: evaluated.
-    SUBMITTED = "submitted"
-    GENERATING = "generating"  # its first token is out (announced on the worker thread)
-    ENDED = "ended"  # over, its figures recorded if it ran (announced on the worker thread)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobEvent:
-    """One step of one job, as `JobRecord.watch` listeners get it."""
-
-    phase: JobPhase
-    request_id: str
-    cache_key: str | None
-    #: The job's figures, for ENDED; None before, and for a job that ended without running
-    #: (refused, cancelled while queued, or failed before its first step).
-    stats: JobStats | None = None
-
-
-JobListener = Callable[[JobEvent], None]
-
-
-class JobRecord:
-    """The figures of the last `size` finished jobs, how many jobs finished in all, the jobs
-    under way, and listeners told of each job's phases.
-
-    The worker thread adds; any thread reads (the `infill/stats` request, benchmarks). A lock
-    keeps a reader from iterating the deque while the worker appends to it. Listeners run on
-    the thread that announces the phase, outside the lock: they must be quick, and hand work
-    to their own thread or event loop (`loop.call_soon_threadsafe`).
-    """
-
-    def __init__(self, size: int = 256) -> None:
-        self._jobs: collections.deque[JobStats] = collections.deque(maxlen=size)
-        self._total = 0
-        self._running: dict[str, JobEvent] = {}
-        self._listeners: list[JobListener] = []
-        self._lock = threading.Lock()
-
-    def add(self, stats: JobStats) -> None:
-        """Record a finished job's figures (and announce its end)."""
-        with self._lock:
-            self._jobs.append(stats)
-            self._total += 1
-        self.note(
-            JobEvent(
-                phase=JobPhase.ENDED,
-                request_id=stats.request_id,
-                cache_key=stats.cache_key,
-                stats=stats,
-            )
-        )
-
-    def enter(self, event: JobEvent) -> None:
-        """List a job as under way in `event`'s phase without telling the listeners (yet):
-        a submitted job is listed before the worker can see it, and announced after."""
-        with self._lock:
-            if event.phase is JobPhase.ENDED:
-                self._running.pop(event.request_id, None)
-            else:
-                self._running[event.request_id] = event
-
-    def note(self, event: JobEvent) -> None:
-        """List `event` (`enter`) and tell the listeners."""
-        self.enter(event)
-        self.announce(event)
-
-    def announce(self, event: JobEvent) -> None:
-        """Tell the listeners of `event`; one that raises is logged and the others still run."""
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(event)
-            except Exception:
-                log.exception("a job listener failed on %s", event)
-
-    def close_unrecorded(self, request_id: str) -> None:
-        """A job is over: if it ended without figures (it never ran), announce its end."""
-        with self._lock:
-            event = self._running.get(request_id)
-        if event is not None:
-            self.note(replace(event, phase=JobPhase.ENDED, stats=None))
-
-    def watch(self, listener: JobListener) -> Callable[[], None]:
-        """Call `listener` with each job's phases from now on; returns what stops it."""
-        with self._lock:
-            self._listeners.append(listener)
-
-        def unwatch() -> None:
-            with self._lock, contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return unwatch
-
-    def running(self) -> tuple[JobEvent, ...]:
-        """The jobs submitted and not yet over, each in its latest phase, oldest first."""
-        with self._lock:
-            return tuple(self._running.values())
-
-    def snapshot(self) -> tuple[int, tuple[JobStats, ...]]:
-        """(jobs finished since the engine started, the most recent ones, oldest first)."""
-        with self._lock:
-            return self._total, tuple(self._jobs)
 
 
 def prepare_prompt_ids(backend: Backend, request: GenerationRequest) -> list[int]:

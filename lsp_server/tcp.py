@@ -17,27 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import threading
 from typing import Any
 
 from pygls.io_ import run_async
 
+from engine.net import bare_host, host_port, is_loopback
 from lsp_server.protocol import InfillServer
 
 log = logging.getLogger(__name__)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` names this machine only: `localhost`, or a loopback address (127.0.0.0/8,
-    ::1). Any other name may resolve to an address others can reach."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def listen_problem(host: str, *, allow_remote: bool) -> str | None:
@@ -92,8 +81,9 @@ async def _serve(server: InfillServer, host: str, port: int) -> int:
             log.info("client disconnected: the server ends")
             ended.set()
 
-    listener = await asyncio.start_server(connection, host, port)
-    addresses = ", ".join(_address(s.getsockname()) for s in listener.sockets)
+    # `[::1]` passes the loopback check as the engine server's does, so it binds as there.
+    listener = await asyncio.start_server(connection, bare_host(host), port)
+    addresses = ", ".join(host_port(*s.getsockname()[:2]) for s in listener.sockets)
     log.info("listening on %s (one client at a time)", addresses)
     async with listener:
         await ended.wait()
@@ -118,8 +108,3 @@ async def _cancel_the_rest() -> None:
 def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     if not isinstance(context.get("exception"), asyncio.CancelledError):
         loop.default_exception_handler(context)
-
-
-def _address(sockname: tuple[object, ...]) -> str:
-    host, port = sockname[0], sockname[1]
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

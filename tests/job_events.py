@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from engine.backends.fake import FakeCall
-from engine.worker import JobEvent, JobPhase, JobRecord, JobStats
+from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 
 #: Only keeps a broken engine from hanging the suite; nothing is asserted about how long.
 GIVE_UP_AFTER = 60.0

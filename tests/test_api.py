@@ -4,6 +4,7 @@ errors in OpenAI's shape, the key, loading, disconnects and the completion-first
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -15,7 +16,8 @@ import pytest
 from scripted_servers import CHAT_TEMPLATE, KEY, Server, wait_until
 
 from engine.api.loader import ModelLoader
-from engine.api.serve import run_server
+from engine.api.serve import open_to_others, run_server
+from engine.api.streaming import ClientGone, until_disconnect
 from engine.backends.fake import FakeBackend, byte_ids
 from engine.engine import Engine
 from engine.models import ModelOptions
@@ -457,6 +459,28 @@ def test_a_remote_backend_is_refused(capsys: pytest.CaptureFixture[str]) -> None
     assert "serves local models" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("host", "api_key", "warned"),
+    [
+        ("127.0.0.1", None, False),
+        ("LOCALHOST", None, False),  # a host name in any case, as `serve --tcp` reads it
+        ("[::1]", None, False),
+        ("::1", None, False),
+        ("0.0.0.0", None, True),
+        ("192.168.1.20", None, True),
+        ("0.0.0.0", KEY, False),
+    ],
+)
+def test_a_server_others_can_reach_without_a_key_is_warned_about(
+    host: str, api_key: str | None, warned: bool
+) -> None:
+    warning = open_to_others(host, api_key)
+    assert (warning is not None) is warned
+    if warning is not None:
+        assert host in warning
+        assert "--api-key" in warning
+
+
 def test_a_foreign_host_header_is_refused_and_cors_is_off_by_default(
     make_server: Callable[..., Server],
 ) -> None:
@@ -667,6 +691,39 @@ def test_stats_lists_a_job_under_way_with_its_document_until_it_ends(
         assert running() == []
 
 
+def test_stats_gives_each_finished_job_the_figures_of_infill_stats(
+    make_server: Callable[..., Server],
+) -> None:
+    """`/stats` and the language server's `infill/stats` write a job in one form
+    (`engine.jobs.record_json`): the same figures, times in milliseconds; only the document's
+    name (`cache_key`, the field this API's clients send) and the two list names differ."""
+    server = make_server({"script": ["ok"]})
+    answer = server.client().completions.create(
+        model="completion", prompt="x", max_tokens=5, extra_body={"cache_key": "file:///a.py"}
+    )
+    job = wait_until(lambda: server.job(answer.id), "the job's record")
+    assert set(job) == {
+        "request_id",
+        "prompt_tokens",
+        "prompt_evaluated",
+        "generated_tokens",
+        "queued_ms",
+        "first_token_ms",
+        "total_ms",
+        "finish_reasons",
+        "tokens_after_cancel",
+        "cache_key",
+    }
+    assert (job["cache_key"], job["generated_tokens"], job["finish_reasons"]) == (
+        "file:///a.py",
+        2,
+        ["stop"],
+    )
+    assert job["total_ms"] >= job["first_token_ms"] > 0
+    (model,) = [m for m in server.stats()["models"] if "completion" in m["roles"]]
+    assert model["jobs_finished"] >= len(model["recent"]) >= 1
+
+
 def test_a_dropped_request_cancels_its_job(make_server: Callable[..., Server]) -> None:
     server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
     with httpx.Client(base_url=server.url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
@@ -681,6 +738,41 @@ def test_a_dropped_request_cancels_its_job(make_server: Callable[..., Server]) -
     assert job["generated_tokens"] < 2000
     answer = server.client().completions.create(model="completion", prompt="q", max_tokens=2)
     assert answer.choices[0].text == "xx"
+
+
+async def test_a_client_that_goes_stops_the_work_and_a_cancelled_caller_stays_cancelled() -> None:
+    """`until_disconnect`: the work is cancelled either way; a disconnect is `ClientGone`, and
+    the caller's own cancellation goes on as a cancellation (never swallowed)."""
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def work() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            stopped.set()
+
+    async def gone() -> dict[str, Any]:
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    with pytest.raises(ClientGone):
+        await until_disconnect(gone, work())
+    assert stopped.is_set()
+
+    started.clear()
+    stopped.clear()
+
+    async def stays() -> dict[str, Any]:
+        await asyncio.sleep(60)
+        return {"type": "http.disconnect"}
+
+    caller = asyncio.create_task(until_disconnect(stays, work()))
+    await started.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert stopped.is_set()
 
 
 def test_a_completion_goes_ahead_of_a_running_chat(make_server: Callable[..., Server]) -> None:

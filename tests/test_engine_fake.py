@@ -12,6 +12,7 @@ from job_events import JobWatch, TokenGate
 from engine.backends.fake import FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
 from engine.errors import EngineClosedError, PromptTooLongError
+from engine.jobs import JobPhase
 from engine.types import (
     ChatMessage,
     FinishReason,
@@ -22,7 +23,6 @@ from engine.types import (
     StopConditions,
     TextDelta,
 )
-from engine.worker import JobPhase
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from lsp_helpers import wait_until
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.completion import CompletionModel
 from engine.engine import Engine
+from engine.jobs import JobPhase
 from engine.types import FinishReason
-from engine.worker import JobPhase
 from lsp_server import rerank
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.inline.completer import InlineCompleter

@@ -11,9 +11,9 @@ from job_events import JobWatch, TokenGate
 
 from engine.backends.fake import FakeBackend
 from engine.engine import Engine
+from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats, job_json
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams
-from engine.worker import JobEvent, JobPhase, JobRecord, JobStats
-from lsp_server.stats import job_json, stats_report
+from lsp_server.stats import WORDS, stats_report
 
 
 def figures(number: int, *finishes: FinishReason | None) -> JobStats:
@@ -40,7 +40,7 @@ def test_the_record_keeps_the_last_jobs_oldest_first_and_counts_them_all() -> No
 
 
 def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish() -> None:
-    assert job_json(figures(0, FinishReason.CANCELLED, None)) == {
+    assert job_json(figures(0, FinishReason.CANCELLED, None), WORDS) == {
         "request_id": "req-0",
         "prompt_tokens": 10,
         "prompt_evaluated": None,
@@ -52,7 +52,7 @@ def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish()
         "tokens_after_cancel": None,
         "document": None,
     }
-    assert job_json(figures(4))["first_token_ms"] == 19.5
+    assert job_json(figures(4), WORDS)["first_token_ms"] == 19.5
 
 
 @pytest.fixture

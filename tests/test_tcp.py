@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 from scripted_lsp import scripted_command, write_script
 
-from lsp_server.tcp import is_loopback, listen_problem
+from engine.net import is_loopback
+from lsp_server.tcp import listen_problem
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 #: A line in the server's log format (`cli.LOG_FORMAT`): time, level, logger.
@@ -32,6 +34,7 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ \S+: ")
         ("127.0.0.2", True),
         ("::1", True),
         ("[::1]", True),
+        ("[::1", False),  # only a whole bracketed address is one
         ("localhost", True),
         ("LOCALHOST", True),
         ("0.0.0.0", False),
@@ -176,6 +179,24 @@ async def test_allow_remote_lets_the_server_listen_on_every_address() -> None:
     async with tcp_server("--host", "0.0.0.0", "--allow-remote") as server:
         assert server.host == "0.0.0.0"
         _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.close()  # connected, then gone: the server ends
+        assert await answer(server.process.wait()) == 0
+
+
+def _ipv6_loopback() -> bool:
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET6) as probe:
+        probe.bind(("::1", 0))
+        return True
+    return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback")
+async def test_a_bracketed_ipv6_loopback_host_is_listened_on() -> None:
+    """`--host [::1]` passes the loopback check, and the server listens there (as the engine
+    server does: both take the address with or without its brackets)."""
+    async with tcp_server("--host", "[::1]") as server:
+        assert server.host == "[::1]"
+        _, writer = await asyncio.open_connection("::1", server.port)
         writer.close()  # connected, then gone: the server ends
         assert await answer(server.process.wait()) == 0
 

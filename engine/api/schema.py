@@ -1,10 +1,10 @@
-"""OpenAI's wire format: request bodies parsed into our types, responses and chunks built.
+"""OpenAI's wire format, the asking half: request bodies parsed into our types, and errors.
 
 Plain functions, no web framework: a route parses the body with `parse_completion` or
 `parse_chat` (which raise `ApiError` naming the field), runs the engine, and builds its answer
-with the `*_response` / `*_chunk` functions. Field names and defaults follow OpenAI's API, with
-vLLM's extensions (`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`,
-`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice).
+with `responses`. Field names and defaults follow OpenAI's API, with vLLM's extensions
+(`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`, `include_stop_str_in_output`,
+`ignore_eos`, and a `stop_reason` per choice).
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from __future__ import annotations
 import enum
 import json
 import math
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.types import ChatMessage, FinishReason, SamplingParams, StopConditions
+from engine.types import ChatMessage, SamplingParams, StopConditions
 
 #: OpenAI's default for /v1/completions (chat defaults to as many tokens as the context holds).
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -137,14 +135,25 @@ def parse_completion(body: Mapping[str, Any]) -> CompletionParams:
     if "prompt" not in body or body["prompt"] is None:
         raise invalid("prompt", "prompt is required")
     suffix = _optional(body, "suffix", str, "a string")
-    common = _common(body, default_max_tokens=DEFAULT_COMPLETION_MAX_TOKENS, chat=False)
+    common = _common(
+        body, max_tokens_fields=("max_tokens",), default_max_tokens=DEFAULT_COMPLETION_MAX_TOKENS
+    )
+    # A completions field (chat has none): refused rather than ignored, as `_unsupported` does.
+    best_of = body.get("best_of")
+    if best_of is not None and best_of != body.get("n", 1):
+        raise invalid("best_of", "best_of is not supported (only equal to n)")
     return CompletionParams(common=common, prompt=_prompt(body["prompt"]), suffix=suffix or None)
 
 
 def parse_chat(body: Mapping[str, Any], *, default_max_tokens: int) -> ChatParams:
     """A /v1/chat/completions body, validated; ApiError (400, naming the field) when it is not.
     `default_max_tokens`: what an unset max_tokens means (the worker caps it at the room left)."""
-    common = _common(body, default_max_tokens=default_max_tokens, chat=True)
+    common = _common(
+        body,
+        # OpenAI's newer name, taken when max_tokens is unset.
+        max_tokens_fields=("max_tokens", "max_completion_tokens"),
+        default_max_tokens=default_max_tokens,
+    )
     return ChatParams(common=common, messages=_messages(body.get("messages")))
 
 
@@ -201,16 +210,12 @@ def _content(value: object, where: str) -> str:
     raise invalid(f"{where}.content", f"{where}.content must be a string or a list of text parts")
 
 
-def _common(body: Mapping[str, Any], *, default_max_tokens: int, chat: bool) -> Common:
+def _common(
+    body: Mapping[str, Any], *, max_tokens_fields: Sequence[str], default_max_tokens: int
+) -> Common:
     model = _optional(body, "model", str, "a string")
-    _unsupported(body, chat=chat)
-    max_tokens = _optional(body, "max_tokens", int, "an integer")
-    if chat and max_tokens is None:
-        max_tokens = _optional(body, "max_completion_tokens", int, "an integer")
-    max_tokens = default_max_tokens if max_tokens is None else max_tokens
-    field = "max_tokens" if "max_tokens" in body or not chat else "max_completion_tokens"
-    if max_tokens < 1:
-        raise invalid(field, f"{field} must be at least 1, got {max_tokens}")
+    _unsupported(body)
+    max_tokens = _max_tokens(body, max_tokens_fields, default_max_tokens)
     temperature = _number(body, "temperature", 1.0)
     if temperature < 0:
         raise invalid("temperature", f"temperature must not be negative, got {temperature}")
@@ -267,7 +272,22 @@ def _common(body: Mapping[str, Any], *, default_max_tokens: int, chat: bool) -> 
     )
 
 
-def _unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
+def _max_tokens(body: Mapping[str, Any], fields: Sequence[str], default: int) -> int:
+    """The first of `fields` the body sets, else `default`; at least 1. An error names the
+    first field the body has, else the last one."""
+    value = None
+    for name in fields:
+        value = _optional(body, name, int, "an integer")
+        if value is not None:
+            break
+    value = default if value is None else value
+    field = next((name for name in fields if name in body), fields[-1])
+    if value < 1:
+        raise invalid(field, f"{field} must be at least 1, got {value}")
+    return int(value)
+
+
+def _unsupported(body: Mapping[str, Any]) -> None:
     """Fields whose other values we cannot honour: refused rather than silently ignored."""
     if body.get("echo") not in (None, False):
         raise invalid("echo", "echo is not supported")
@@ -281,9 +301,6 @@ def _unsupported(body: Mapping[str, Any], *, chat: bool) -> None:
         value = body.get(name)
         if value is not None and (not _is_number(value) or value != 0):
             raise invalid(name, f"{name} is not supported (only 0); use repetition_penalty")
-    best_of = body.get("best_of")
-    if not chat and best_of is not None and best_of != body.get("n", 1):
-        raise invalid("best_of", "best_of is not supported (only equal to n)")
 
 
 def _is_number(value: object) -> bool:
@@ -333,159 +350,3 @@ def _token_ids(value: object, name: str) -> tuple[int, ...]:
     ):
         raise invalid(name, f"{name} must be a list of token ids (non-negative integers)")
     return tuple(value)
-
-
-# --- responses --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Usage:
-    """Token counts of one request, all choices together."""
-
-    prompt_tokens: int
-    completion_tokens: int
-
-    def as_json(self) -> dict[str, int]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Header:
-    """What every response and chunk of one request repeats."""
-
-    id: str
-    created: int
-    model: str
-
-
-def new_header(*, chat: bool, model: str) -> Header:
-    """A fresh response id (`cmpl-...` or `chatcmpl-...`) and the creation time."""
-    prefix = "chatcmpl" if chat else "cmpl"
-    return Header(id=f"{prefix}-{uuid.uuid4().hex}", created=int(time.time()), model=model)
-
-
-def finish_name(reason: FinishReason | None) -> str | None:
-    """OpenAI's finish_reason: "stop" or "length" (a choice cut short by us reads "stop")."""
-    if reason is None:
-        return None
-    return "length" if reason is FinishReason.LENGTH else "stop"
-
-
-def _envelope(header: Header, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": header.id,
-        "object": kind,
-        "created": header.created,
-        "model": header.model,
-        "choices": choices,
-    }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Choice:
-    """One choice as the response reports it."""
-
-    index: int
-    text: str
-    finish_reason: FinishReason | None
-    stop_reason: str | int | None
-
-
-def completion_response(header: Header, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
-    """A non-streamed `text_completion`."""
-    body = _envelope(
-        header,
-        "text_completion",
-        [
-            {
-                "index": c.index,
-                "text": c.text,
-                "logprobs": None,
-                "finish_reason": finish_name(c.finish_reason),
-                "stop_reason": c.stop_reason,
-            }
-            for c in choices
-        ],
-    )
-    body["usage"] = usage.as_json()
-    return body
-
-
-def chat_response(header: Header, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
-    """A non-streamed `chat.completion`."""
-    body = _envelope(
-        header,
-        "chat.completion",
-        [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": None,
-                "finish_reason": finish_name(c.finish_reason),
-                "stop_reason": c.stop_reason,
-            }
-            for c in choices
-        ],
-    )
-    body["usage"] = usage.as_json()
-    return body
-
-
-def completion_chunk(
-    header: Header,
-    index: int,
-    text: str,
-    finish_reason: FinishReason | None = None,
-    stop_reason: str | int | None = None,
-) -> dict[str, Any]:
-    """One streamed `text_completion` chunk: new text, and the finish on a choice's last one."""
-    choice = _chunk_choice(index, "text", text, finish_reason, stop_reason)
-    return _envelope(header, "text_completion", [choice])
-
-
-def chat_chunk(
-    header: Header,
-    index: int,
-    delta: dict[str, Any],
-    finish_reason: FinishReason | None = None,
-    stop_reason: str | int | None = None,
-) -> dict[str, Any]:
-    """One streamed `chat.completion.chunk`: a role, new content, or (`{}`) the finish."""
-    choice = _chunk_choice(index, "delta", delta, finish_reason, stop_reason)
-    return _envelope(header, "chat.completion.chunk", [choice])
-
-
-def _chunk_choice(
-    index: int,
-    key: str,
-    value: object,
-    finish_reason: FinishReason | None,
-    stop_reason: str | int | None,
-) -> dict[str, Any]:
-    """A streamed choice: its `key` ("text" or "delta"), and `stop_reason` on its last one."""
-    choice: dict[str, Any] = {
-        "index": index,
-        key: value,
-        "logprobs": None,
-        "finish_reason": finish_name(finish_reason),
-    }
-    if finish_reason is not None:
-        choice["stop_reason"] = stop_reason
-    return choice
-
-
-def usage_chunk(header: Header, *, chat: bool, usage: Usage) -> dict[str, Any]:
-    """The extra last chunk of `stream_options.include_usage`: no choices, the usage."""
-    body = _envelope(header, "chat.completion.chunk" if chat else "text_completion", [])
-    body["usage"] = usage.as_json()
-    return body
-
-
-def sse(data: Mapping[str, Any] | str) -> bytes:
-    """One server-sent event: `data: {json}` and a blank line."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {text}\n\n".encode()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 import socket
@@ -23,6 +22,7 @@ import uvicorn
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.models import REMOTE_BACKEND, ModelOptions, ModelSet, model_spec
+from engine.net import bare_host, host_port, is_loopback
 from engine.types import Role
 
 log = logging.getLogger(__name__)
@@ -33,20 +33,21 @@ DEFAULT_PORT = 8012
 GRACEFUL_SECONDS = 10
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def open_to_others(host: str, api_key: str | None) -> str | None:
+    """The warning for a server on `host` that other machines can reach and no key guards;
+    None when only this machine can reach it, or a key is needed."""
+    if is_loopback(host) or api_key:
+        return None
+    return (
+        f"listening on {host}, which other machines can reach, without an API key: anyone who "
+        "can reach it can use the models (set --api-key or INFILL_API_KEY)"
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on `host`:`port` (0: any free port)."""
     family, kind, proto, _, address = socket.getaddrinfo(
-        host.strip("[]"), port, type=socket.SOCK_STREAM
+        bare_host(host), port, type=socket.SOCK_STREAM
     )[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -62,9 +63,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def url_of(sock: socket.socket) -> str:
     """`http://HOST:PORT` of a bound socket, with the port it really got."""
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"http://{host_port(*sock.getsockname()[:2])}"
 
 
 class _Server(uvicorn.Server):
@@ -116,17 +115,12 @@ def run_server(
             file=sys.stderr,
         )
         return 2
-    loopback = is_loopback(host)
-    if not loopback and not api_key:
-        log.warning(
-            "listening on %s, which other machines can reach, without an API key: anyone who "
-            "can reach it can use the models (set --api-key or INFILL_API_KEY)",
-            host,
-        )
+    if warning := open_to_others(host, api_key):
+        log.warning("%s", warning)
     # Resolving the paths first: a default model that is not installed fails here, clearly.
     specs = {role: model_spec(role, options) for role in (Role.COMPLETION, Role.CHAT)}
     models = ModelLoader.for_model_set(ModelSet(specs))
-    app = build_app(models, api_key=api_key, cors_origins=cors_origins, loopback=loopback)
+    app = build_app(models, api_key=api_key, cors_origins=cors_origins, loopback=is_loopback(host))
     try:
         sock = bind(host, port)
     except OSError as e:

@@ -1,0 +1,249 @@
+"""From a parsed body to its answer: the engine request, the generation, and the answer whole
+or as a server-sent event stream, for either route (its `Endpoint` says what differs).
+
+A client that goes away cancels its generation (`streaming`). An engine failure becomes an
+OpenAI error: the status code when it comes before the first delta, an error event after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine.api.loader import Loaded
+from engine.api.responses import Choice, Endpoint, Header, Usage, sse
+from engine.api.schema import ApiError, ChatParams, Common, CompletionParams
+from engine.api.streaming import ClientGone, EventStream, until_disconnect
+from engine.engine import Engine
+from engine.errors import (
+    ChatTemplateError,
+    EngineClosedError,
+    EngineError,
+    PromptTooLongError,
+)
+from engine.prompts import build_fim_prompt
+from engine.types import FinishReason, GenerationRequest, Role, TextDelta
+
+log = logging.getLogger(__name__)
+
+
+# --- the engine request -----------------------------------------------------------------------
+
+
+async def completion_request(
+    loaded: Loaded, params: CompletionParams, *, request_id: str
+) -> GenerationRequest:
+    """The engine request of a /v1/completions body: a FIM prompt rendered with the model's
+    template when there is a suffix (the user's text is never parsed for special tokens), and
+    the family's fill-ending ids as hidden stops either way (as llama.cpp's server adds its
+    end-of-generation tokens), so a client that renders its own FIM prompt stops as we do."""
+    common = params.common
+    stops = replace(common.stops, stop_token_ids_hidden=loaded.fim_stop_ids)
+    prompt = params.prompt
+    backend = loaded.backend
+    if params.suffix is not None:
+        template = loaded.fim
+        if template is None:
+            raise ApiError(
+                400,
+                f"the model {backend.info.name} has no fill-in-the-middle tokens, so it cannot "
+                "take a suffix; send the prefix alone as the prompt",
+                param="suffix",
+                code="fim_not_supported",
+            )
+        if not isinstance(prompt, str):
+            raise ApiError(400, "a suffix needs a text prompt, not token ids", param="suffix")
+        # Tokenizing a long document is work: off the event loop.
+        fim = await asyncio.to_thread(
+            build_fim_prompt, backend, prompt, params.suffix, template=template
+        )
+        assert fim.token_ids is not None  # built from the model's own tokenizer
+        prompt = fim.token_ids
+    elif isinstance(prompt, tuple) and any(t >= backend.info.vocab_size for t in prompt):
+        raise ApiError(
+            400,
+            f"prompt has token ids outside the vocabulary (size {backend.info.vocab_size})",
+            param="prompt",
+        )
+    return GenerationRequest(
+        prompt=prompt if isinstance(prompt, str) else None,
+        prompt_token_ids=None if isinstance(prompt, str) else prompt,
+        role=Role.COMPLETION,
+        sampling=common.sampling,
+        stops=stops,
+        request_id=request_id,
+        cache_key=common.cache_key,
+    )
+
+
+def chat_request(params: ChatParams, *, request_id: str) -> GenerationRequest:
+    """The engine request of a chat body: the worker renders the messages with the model's own
+    chat template."""
+    common = params.common
+    return GenerationRequest(
+        messages=params.messages,
+        role=Role.CHAT,
+        sampling=common.sampling,
+        stops=common.stops,
+        request_id=request_id,
+        cache_key=common.cache_key,
+    )
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+def engine_error(error: EngineError, endpoint: Endpoint) -> ApiError:
+    """The HTTP error of an engine failure."""
+    if isinstance(error, PromptTooLongError):
+        return ApiError(
+            400, str(error), param=endpoint.prompt_field, code="context_length_exceeded"
+        )
+    if isinstance(error, ChatTemplateError):
+        return ApiError(400, str(error), param="messages", code="chat_template_error")
+    if isinstance(error, EngineClosedError):
+        return ApiError(503, str(error), code="engine_closed")
+    return ApiError(500, str(error), code="generation_failed")
+
+
+def _failure(reason: FinishReason | None, message: str | None) -> ApiError | None:
+    """The error of a choice that ended without an answer."""
+    if reason is FinishReason.ERROR:
+        return ApiError(500, f"generation failed: {message}", code="generation_failed")
+    if reason is FinishReason.CANCELLED:
+        return ApiError(503, "the generation was cancelled", code="cancelled")
+    return None
+
+
+def prompt_tokens(engine: Engine, request_id: str) -> int:
+    """The prompt's length in tokens, from the finished job's record."""
+    _, jobs = engine.job_record.snapshot()
+    return next((j.prompt_tokens for j in reversed(jobs) if j.request_id == request_id), 0)
+
+
+# --- the answer -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One call of a generation route, its body read: the engine that runs it, and how to
+    answer (the route's `Endpoint`, the answer's header, streamed or not)."""
+
+    engine: Engine
+    endpoint: Endpoint
+    header: Header
+    common: Common
+
+    @classmethod
+    def start(cls, endpoint: Endpoint, *, model: str, engine: Engine, common: Common) -> Call:
+        """A call with a fresh answer id, which its engine request takes as its own."""
+        return cls(engine=engine, endpoint=endpoint, header=endpoint.header(model), common=common)
+
+
+async def answer(request: Request, call: Call, generation: GenerationRequest) -> Response:
+    """Generate, and answer whole or as a stream."""
+    engine, endpoint = call.engine, call.endpoint
+    try:
+        if call.common.stream:
+            return await _stream(request, call, generation)
+        results = await until_disconnect(request.receive, engine.collect(generation))
+    except ClientGone:
+        log.info("%s: the client disconnected; generation cancelled", call.header.id)
+        return Response(status_code=499)  # nobody reads it
+    except EngineError as e:
+        raise engine_error(e, endpoint) from e
+    choices = []
+    for result in results:
+        if (error := _failure(result.finish_reason, result.error)) is not None:
+            raise error
+        choices.append(
+            Choice(
+                index=result.index,
+                text=result.text,
+                finish_reason=result.finish_reason,
+                stop_reason=result.stop_reason,
+            )
+        )
+    usage = Usage(
+        prompt_tokens=prompt_tokens(engine, generation.request_id),
+        completion_tokens=sum(len(r.token_ids) for r in results),
+    )
+    return JSONResponse(endpoint.response(call.header, choices, usage))
+
+
+async def _stream(request: Request, call: Call, generation: GenerationRequest) -> Response:
+    """A server-sent event stream. The first delta is awaited before the headers go out, so
+    that a request the engine refuses (a prompt too long) gets its status code."""
+    deltas = call.engine.generate(generation)
+    try:
+        first = await until_disconnect(request.receive, _first(deltas))
+    except BaseException:
+        await deltas.aclose()
+        raise
+    return EventStream(_events(deltas, first, call, generation), on_close=deltas.aclose)
+
+
+async def _first(deltas: AsyncIterator[TextDelta]) -> TextDelta | None:
+    return await anext(deltas, None)
+
+
+async def _events(
+    deltas: AsyncIterator[TextDelta],
+    first: TextDelta | None,
+    call: Call,
+    generation: GenerationRequest,
+) -> AsyncGenerator[bytes, None]:
+    """The stream's events: what opens each choice, new text per chunk, each choice's finish
+    on its last chunk, the usage on the final one, then `[DONE]`. A failure is sent as
+    `data: {"error": ...}` and ends the stream."""
+    header, endpoint = call.header, call.endpoint
+    n = generation.sampling.n
+    open_choices = set(range(n))
+    completion_tokens = 0
+    last: dict[str, Any] | None = None  # held back to carry the usage
+    for chunk in endpoint.opening_chunks(header, n):
+        yield sse(chunk)
+    try:
+        async with contextlib.aclosing(_chain(first, deltas)) as all_deltas:
+            async for delta in all_deltas:
+                if (error := _failure(delta.finish_reason, delta.error)) is not None:
+                    yield sse(error.body())
+                    return
+                completion_tokens += len(delta.token_ids)
+                chunks = endpoint.delta_chunks(header, delta)
+                if delta.finish_reason is not None:
+                    open_choices.discard(delta.index)
+                    if not open_choices:
+                        last = chunks.pop()
+                for chunk in chunks:
+                    yield sse(chunk)
+    except EngineError as e:
+        yield sse(engine_error(e, endpoint).body())
+        return
+    usage = Usage(
+        prompt_tokens=prompt_tokens(call.engine, generation.request_id),
+        completion_tokens=completion_tokens,
+    )
+    if last is not None:
+        last["usage"] = usage.as_json()
+        yield sse(last)
+    if call.common.include_usage:
+        yield sse(endpoint.usage_chunk(header, usage))
+    yield sse("[DONE]")
+
+
+async def _chain(
+    first: TextDelta | None, rest: AsyncIterator[TextDelta]
+) -> AsyncGenerator[TextDelta, None]:
+    if first is None:
+        return
+    yield first
+    async for delta in rest:
+        yield delta

@@ -1,0 +1,173 @@
+"""The engine server's route handlers: thin adapters over the loaded models.
+
+Each reads the body, parses it (`schema`), picks the role's engine (`loader`), and hands the
+generation to `generate` with its route's `Endpoint`; the GET routes describe the models and
+their jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from engine.api.generate import Call, answer, chat_request, completion_request
+from engine.api.loader import Loaded, LoadState, ModelLoader
+from engine.api.responses import CHAT, COMPLETIONS
+from engine.api.schema import ApiError, parse_chat, parse_completion, parse_json
+from engine.backends.openai import OURS
+from engine.jobs import ReportWords, record_json
+from engine.types import Role
+
+#: What a client is told to wait while a model loads.
+RETRY_AFTER_SECONDS = 5
+
+#: /stats's names for the fields the two job reports name their own way: `cache_key` is what
+#: a client of this API sends (the language server's `infill/stats` says `document`).
+STATS_WORDS = ReportWords(finished="jobs_finished", recent="recent", document="cache_key")
+
+
+class Routes:
+    """The route handlers, over one `ModelLoader`."""
+
+    def __init__(self, models: ModelLoader, *, max_body_bytes: int, started: int) -> None:
+        self.models = models
+        self.max_body_bytes = max_body_bytes
+        self.started = started
+
+    async def health(self, request: Request) -> Response:
+        """`{"status", "model_loaded", "backend", "device", "models": [...]}`; never needs
+        the key. `model_loaded` (every role's model is) and the first loaded model's `backend`
+        and `device` are for a client that knows of one model; `models` has each."""
+        models = self.models.describe()
+        first = next((m for m in models if m["backend"] is not None), None)
+        status = self.models.status()
+        return JSONResponse(
+            {
+                "status": status.value,
+                "model_loaded": status is LoadState.READY,
+                "backend": first["backend"] if first else None,
+                "device": first["device"] if first else None,
+                "models": models,
+            }
+        )
+
+    async def model_info(self, request: Request) -> Response:
+        """Each role's model path, backend, device and context: which model answers which role."""
+        return JSONResponse(
+            {
+                role: {
+                    "id": m["id"],
+                    "model_path": m["path"],
+                    "backend": m["backend"],
+                    "device": m["device"],
+                    "context_size": m["context_size"],
+                }
+                for m in self.models.describe()
+                for role in m["roles"]
+            }
+        )
+
+    async def list_models(self, request: Request) -> Response:
+        """OpenAI's model list, with our roles, context size and FIM family."""
+        data = [
+            {
+                "id": m["id"],
+                "object": "model",
+                "created": self.started,
+                "owned_by": OURS,  # how our remote backend knows its own server
+                "roles": m["roles"],
+                "context_size": m["context_size"],
+                "max_model_len": m["context_size"],
+                "fim_family": m["fim_family"],
+            }
+            for m in self.models.describe()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def stats(self, request: Request) -> Response:
+        """The recent finished jobs of each loaded model, oldest first, and the jobs under way
+        (queued or generating): a client waits on these for a job to be at work."""
+        out = [
+            {
+                "id": ident,
+                "roles": [r.value for r in roles],
+                **record_json(loaded.engine.job_record, STATS_WORDS),
+            }
+            for ident, roles, loaded in self.models.loaded_models()
+        ]
+        return JSONResponse({"models": out})
+
+    async def completions(self, request: Request) -> Response:
+        """POST /v1/completions."""
+        params = parse_completion(await read_json(request, self.max_body_bytes))
+        ident, loaded = self._engine(params.common.model, Role.COMPLETION)
+        call = Call.start(COMPLETIONS, model=ident, engine=loaded.engine, common=params.common)
+        generation = await completion_request(loaded, params, request_id=call.header.id)
+        return await answer(request, call, generation)
+
+    async def chat_completions(self, request: Request) -> Response:
+        """POST /v1/chat/completions."""
+        body = await read_json(request, self.max_body_bytes)
+        # Parsed twice at most: the default max_tokens is the model's context, known once
+        # the model is picked, and the model is named in the body.
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        ident, loaded = self._engine(model, Role.CHAT)
+        params = parse_chat(body, default_max_tokens=loaded.backend.context_size)
+        call = Call.start(CHAT, model=ident, engine=loaded.engine, common=params.common)
+        return await answer(request, call, chat_request(params, request_id=call.header.id))
+
+    def _engine(self, name: str | None, role: Role) -> tuple[str, Loaded]:
+        """The model a request names (None: `role`'s), if it is ready to serve."""
+        if name is not None:
+            named = self.models.role_of(name, role)
+            if named is None:
+                raise ApiError(
+                    404,
+                    f"the model {name!r} does not exist here; GET /v1/models lists the models",
+                    param="model",
+                    code="model_not_found",
+                )
+            role = named
+        status = self.models.role(role)
+        if status is None:
+            raise ApiError(404, f"no model serves the {role.value} role", code="model_not_found")
+        if status.state is LoadState.LOADING:
+            raise ApiError(
+                503,
+                f"the {role.value} model {status.model_id} is still loading; retry shortly",
+                code="model_loading",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        if status.loaded is None:
+            raise ApiError(
+                500,
+                f"the {role.value} model {status.model_id} failed to load: {status.error}",
+                code="model_load_failed",
+            )
+        return status.model_id, status.loaded
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object; 415 for another Content-Type (a web page cannot send JSON
+    without a CORS preflight), 413 past `limit` bytes, 400 for bad JSON."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415,
+            f"the body must be application/json, not {media or 'untyped'}",
+            param="Content-Type",
+            code="unsupported_media_type",
+        )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the body is over {limit} bytes", code="request_too_large")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the body is over {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    return parse_json(b"".join(chunks))
