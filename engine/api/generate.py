@@ -28,7 +28,6 @@ from engine.errors import (
     EngineError,
     PromptTooLongError,
 )
-from engine.prompts import build_fim_prompt
 from engine.types import FinishReason, GenerationRequest, Role, TextDelta
 
 log = logging.getLogger(__name__)
@@ -45,15 +44,15 @@ async def completion_request(
     the family's fill-ending ids as hidden stops either way (as llama.cpp's server adds its
     end-of-generation tokens), so a client that renders its own FIM prompt stops as we do."""
     common = params.common
-    stops = replace(common.stops, stop_token_ids_hidden=loaded.fim_stop_ids)
+    prompt_format = loaded.model.format
+    stops = replace(common.stops, stop_token_ids_hidden=prompt_format.stop_token_ids)
     prompt = params.prompt
-    backend = loaded.backend
+    info = loaded.engine.info
     if params.suffix is not None:
-        template = loaded.fim
-        if template is None:
+        if prompt_format.fim is None:
             raise ApiError(
                 400,
-                f"the model {backend.info.name} has no fill-in-the-middle tokens, so it cannot "
+                f"the model {info.name} has no fill-in-the-middle tokens, so it cannot "
                 "take a suffix; send the prefix alone as the prompt",
                 param="suffix",
                 code="fim_not_supported",
@@ -61,15 +60,13 @@ async def completion_request(
         if not isinstance(prompt, str):
             raise ApiError(400, "a suffix needs a text prompt, not token ids", param="suffix")
         # Tokenizing a long document is work: off the event loop.
-        fim = await asyncio.to_thread(
-            build_fim_prompt, backend, prompt, params.suffix, template=template
-        )
+        fim = await asyncio.to_thread(prompt_format.render, prompt, params.suffix)
         assert fim.token_ids is not None  # built from the model's own tokenizer
         prompt = fim.token_ids
-    elif isinstance(prompt, tuple) and any(t >= backend.info.vocab_size for t in prompt):
+    elif isinstance(prompt, tuple) and any(t >= info.vocab_size for t in prompt):
         raise ApiError(
             400,
-            f"prompt has token ids outside the vocabulary (size {backend.info.vocab_size})",
+            f"prompt has token ids outside the vocabulary (size {info.vocab_size})",
             param="prompt",
         )
     return GenerationRequest(

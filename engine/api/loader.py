@@ -8,7 +8,6 @@ both roles loads once), or a dict of ready engines in tests.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -16,35 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.backend import Backend
+from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.models import ModelSet, ModelSpec
-from engine.prompts import FimTemplate, detect_fim_template, fim_stop_token_ids
-from engine.types import Role
+from engine.types import LoadState, Role
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "the engine server is shutting down"
 
 
-class LoadState(enum.StrEnum):
-    """Where a role's model is: what `/health` reports."""
-
-    LOADING = "loading"
-    READY = "ready"
-    ERROR = "error"
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Loaded:
-    """A local engine ready to serve, with what the routes need of its tokenizer."""
+    """A local engine ready to serve, as a completion model: its FIM format renders the
+    prompts of /v1/completions, and the family's fill-ending ids are hidden stops of each."""
 
     engine: Engine
-    backend: Backend
-    fim: FimTemplate | None
-    #: The family's fill-ending ids: hidden stops of every /v1/completions request.
-    fim_stop_ids: tuple[int, ...]
+    model: CompletionModel
 
 
 @dataclass(slots=True)
@@ -88,15 +76,17 @@ def model_id(path: str | Path) -> str:
 def local_engine(engine: object) -> Loaded:
     """`engine` with its backend's FIM facts, if it is a local engine (one whose backend we can
     tokenize with); else ValueError: the engine server serves local models only."""
-    backend = getattr(engine, "backend", None)
-    if not isinstance(engine, Engine) or not isinstance(backend, Backend):
+    if not isinstance(engine, Engine):
         raise ValueError(
             "infill-lsp engine serves local models (llama.cpp or transformers); "
             f"this model is served by {type(engine).__name__}"
         )
-    fim = detect_fim_template(backend.special_token_id)
-    stops = fim_stop_token_ids(fim, backend.special_token_id) if fim is not None else ()
-    return Loaded(engine=engine, backend=backend, fim=fim, fim_stop_ids=stops)
+    return Loaded(engine=engine, model=CompletionModel.of(engine, None))
+
+
+def _fim_family(loaded: Loaded | None) -> str | None:
+    fim = None if loaded is None else loaded.model.format.fim
+    return None if fim is None else fim.family
 
 
 class ModelLoader:
@@ -239,7 +229,7 @@ class ModelLoader:
                         "backend": info.backend if info else None,
                         "device": info.device if info else None,
                         "context_size": info.context_size if info else None,
-                        "fim_family": m.loaded.fim.family if m.loaded and m.loaded.fim else None,
+                        "fim_family": _fim_family(m.loaded),
                         "loads": m.loads,
                     }
                 )

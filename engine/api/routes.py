@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.api.generate import Call, answer, chat_request, completion_request
-from engine.api.loader import Loaded, LoadState, ModelLoader
+from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS
 from engine.api.schema import ApiError, parse_chat, parse_completion, parse_json
 from engine.backends.openai import OURS
 from engine.jobs import ReportWords, record_json
-from engine.types import Role
+from engine.types import LoadState, Role
 
 #: What a client is told to wait while a model loads.
 RETRY_AFTER_SECONDS = 5
@@ -114,7 +114,7 @@ class Routes:
         # the model is picked, and the model is named in the body.
         model = body.get("model") if isinstance(body.get("model"), str) else None
         ident, loaded = self._engine(model, Role.CHAT)
-        params = parse_chat(body, default_max_tokens=loaded.backend.context_size)
+        params = parse_chat(body, default_max_tokens=loaded.engine.info.context_size)
         call = Call.start(CHAT, model=ident, engine=loaded.engine, common=params.common)
         return await answer(request, call, chat_request(params, request_id=call.header.id))
 
