@@ -18,6 +18,7 @@ from pygls.workspace.position_codec import PositionCodec
 
 from lsp_server import documents
 from lsp_server.documents import (
+    DocumentSnapshot,
     InvalidPosition,
     exceeds_bytes,
     find_document,
@@ -250,6 +251,23 @@ def test_a_lone_cr_ends_a_line(encoding: str) -> None:
     assert snapshot(document, at(2, 1)).offset == len("a = 1\rb = 2\rc")
     with pytest.raises(InvalidPosition):
         snapshot(document, at(1, 6))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a = 1\nb = 2\nc", "a = 1\r\nb = 2\r\nc", "a = 1\rb = 2\rc", "a = 1\u2028x\nb = 2\x0cy\rc"],
+)
+def test_a_snapshot_at_an_offset_counts_lines_as_the_editor_does(text: str) -> None:
+    """The document an accepted suggestion leaves is snapshot at an offset: its line and
+    column are those `snapshot` gives for the same place (LSP's three line ends, and nothing
+    else ends a line)."""
+    _, document = open_document(text, UTF32)
+    for offset in range(len(text) + 1):
+        if text[offset - 1 : offset + 1] == "\r\n":
+            continue  # between the two characters of one line end: no position
+        made = DocumentSnapshot.at(text, offset, uri=URI)
+        seen = snapshot(document, at(made.line, made.character))
+        assert (seen.offset, seen.line, seen.character) == (offset, made.line, made.character)
 
 
 def test_a_snapshot_does_not_follow_later_edits() -> None:
