@@ -97,7 +97,7 @@ class GenerateArgs:
     def read_prompt(self) -> str:
         """`--prompt`, else the text of `--prompt-file`, else all of stdin."""
         if self.prompt is not None:
-            return str(self.prompt)
+            return self.prompt
         if self.prompt_file is not None:
             try:
                 with open(self.prompt_file, encoding="utf-8") as f:

@@ -21,7 +21,7 @@ from scripted_lsp import scripted_command, write_script
 from lsp_server.tcp import is_loopback, listen_problem
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
-#: A line in the server's log format (`cli.LOG_FORMAT`): time, level, logger.
+#: A line in the server's log format (`serve.LOG_FORMAT`): time, level, logger.
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ \S+: ")
 
 
