@@ -34,7 +34,7 @@ from engine.models import (
     resolve_model_path,
 )
 from engine.types import Role
-from lsp_server.cli import _sampling, build_parser
+from lsp_server.cli import _generate_args, build_parser
 
 CLI = [sys.executable, "-m", "lsp_server.cli"]
 
@@ -453,7 +453,7 @@ def test_generate_samples_with_the_readmes_defaults(
     """README "generate": completion is greedy with 64 tokens; chat samples 512 tokens,
     repetition penalty 1.1, temperature 0.2, top-p 0.95, top-k 40."""
     args = build_parser().parse_args(["generate", "--prompt", "x", *flags])
-    sampling = dataclasses.asdict(_sampling(args))
+    sampling = dataclasses.asdict(_generate_args(args).sampling())
     assert sampling | expected == sampling, sampling
     assert sampling["n"] == 1
 
@@ -528,12 +528,13 @@ def fake_model_set(backend_for: Callable[[Role], FakeBackend]) -> type:
 def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """Run `main(["generate", ...])` in this process on a FakeBackend playing `script`: the
     command's own parsing, request and printing, with the model replaced (DESIGN §6)."""
+    from engine import generate
     from lsp_server import cli
 
     backends: list[FakeBackend] = []
 
-    monkeypatch.setattr(cli, "model_spec", lambda role, options: None)
-    monkeypatch.setattr(cli, "ModelSet", fake_model_set(lambda role: backends[-1]))
+    monkeypatch.setattr(generate, "model_spec", lambda role, options: None)
+    monkeypatch.setattr(generate, "ModelSet", fake_model_set(lambda role: backends[-1]))
 
     def run(*args: str, **backend: object) -> tuple[int, list[dict[str, object]], FakeBackend]:
         backends.append(FakeBackend(**backend))  # type: ignore[arg-type]
@@ -629,6 +630,7 @@ def test_doctor_reports_each_role_and_fails_only_when_a_model_cannot_load(
     """README "doctor": per role the backend, path, device, GPU, warnings, context size, FIM
     family, chat template and end tokens; a model that cannot load fails the command (status
     1, with the error in its role), and a warning alone does not."""
+    from engine import doctor
     from lsp_server import cli
 
     coder = FakeBackend(script=["x"], name="coder", context=2048)
@@ -640,7 +642,7 @@ def test_doctor_reports_each_role_and_fails_only_when_a_model_cannot_load(
             raise ModelLoadError(f"model not found: {chat_path}")
         return coder if role is Role.COMPLETION else FakeBackend(template="{{ x }}")
 
-    monkeypatch.setattr(cli, "ModelSet", fake_model_set(backend_for))
+    monkeypatch.setattr(doctor, "ModelSet", fake_model_set(backend_for))
     status = cli.main(
         [
             "doctor",

@@ -23,7 +23,7 @@ from engine.net import is_loopback
 from lsp_server.tcp import listen_problem
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
-#: A line in the server's log format (`cli.LOG_FORMAT`): time, level, logger.
+#: A line in the server's log format (`serve.LOG_FORMAT`): time, level, logger.
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ \S+: ")
 
 
