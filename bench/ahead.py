@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 FILES = (
     "engine/worker.py",
-    "engine/prompts.py",
+    "engine/fim.py",
     "lsp_server/inline.py",
     "lsp_server/host.py",
     "engine/backends/llama_cpp.py",

@@ -65,9 +65,9 @@ from typing import Any
 from _common import RESULTS, write_json
 from _lsp import ServerClient
 
+from engine.context_window import context_window
 from engine.engine import Engine
 from engine.models import load_backend
-from engine.prompts import context_window
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot

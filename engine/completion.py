@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.engine import BaseEngine
-from engine.prompts import PromptFormat
+from engine.fim import PromptFormat
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

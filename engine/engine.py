@@ -28,9 +28,9 @@ from typing import Generic, TypeVar
 
 from engine.backend import Backend, ModelInfo
 from engine.errors import EngineClosedError
+from engine.fim import PromptFormat
 from engine.jobs import JobRecord, JobStats
 from engine.prefix_cache import CacheStatus
-from engine.prompts import PromptFormat
 from engine.types import FinishReason, GenerationRequest, ScoreRequest, Scores, TextDelta
 from engine.worker import END, Job, Worker
 

@@ -28,6 +28,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from engine.backend import Backend
+from engine.chat_template import check_chat_template
 from engine.engine import BaseEngine, Engine
 from engine.errors import (
     BackendUnavailableError,
@@ -35,7 +36,7 @@ from engine.errors import (
     EngineError,
     ModelLoadError,
 )
-from engine.prompts import FIM_FAMILIES, check_chat_template
+from engine.fim import FIM_FAMILIES
 from engine.types import Role
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from engine.backend import Backend
+from engine.chat_template import render_chat
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 from engine.output import OutputProcessor
-from engine.prompts import render_chat
 from engine.types import FinishReason, GenerationRequest, Role, ScoreRequest, TextDelta
 
 log = logging.getLogger(__name__)

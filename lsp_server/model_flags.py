@@ -11,6 +11,7 @@ import argparse
 from dataclasses import fields
 from typing import Any
 
+from engine.fim import FIM_FAMILIES
 from engine.models import (
     API_KEY_ENV,
     BACKENDS,
@@ -21,7 +22,6 @@ from engine.models import (
     ModelOptions,
     check_fim_family,
 )
-from engine.prompts import FIM_FAMILIES
 
 #: The numeric model flags, each setting the `LoadOptions` field of its name: (flag, metavar,
 #: help).

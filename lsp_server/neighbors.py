@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from engine.prompts import RepoFile
+from engine.fim import RepoFile
 from engine.text import split_lines
 from lsp_server.documents import DocumentSnapshot, lines_at
 

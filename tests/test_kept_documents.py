@@ -71,7 +71,7 @@ def test_back_in_a_document_evaluates_one_token_and_answers_as_a_cold_cache(
     backend: LlamaCppBackend,
 ) -> None:
     a = document(backend, "engine/worker.py")
-    b = document(backend, "engine/prompts.py")
+    b = document(backend, "engine/fim.py")
     first = greedy(backend, a, "file:///a.py")
     assert backend.last_prefill_tokens == len(a)
     greedy(backend, b, "file:///b.py")
@@ -99,8 +99,7 @@ def test_back_in_a_document_evaluates_one_token_and_answers_as_a_cold_cache(
 def test_every_kept_document_comes_back_and_the_budget_evicts_the_oldest() -> None:
     probe = make_backend()
     docs = [
-        document(probe, path)
-        for path in ("engine/worker.py", "engine/prompts.py", "engine/stops.py")
+        document(probe, path) for path in ("engine/worker.py", "engine/fim.py", "engine/stops.py")
     ]
     greedy(probe, docs[0], "file:///0.py")
     greedy(probe, docs[1], "file:///1.py")
@@ -130,7 +129,7 @@ def test_a_zero_budget_keeps_only_the_live_cache() -> None:
     backend = make_backend(kv_cache_mb=0)
     try:
         a = document(backend, "engine/worker.py")
-        b = document(backend, "engine/prompts.py")
+        b = document(backend, "engine/fim.py")
         greedy(backend, a, "file:///a.py")
         greedy(backend, b, "file:///b.py")
         greedy(backend, a, "file:///a.py")

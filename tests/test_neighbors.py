@@ -8,7 +8,7 @@ import pytest
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.completion import CompletionModel
 from engine.engine import Engine
-from engine.prompts import FIM_FAMILIES, RepoFile, build_fim_prompt, render_fim_text
+from engine.fim import FIM_FAMILIES, RepoFile, build_fim_prompt, render_fim_text
 from lsp_server.documents import DocumentSnapshot, lines_at
 from lsp_server.inline.prompt import build_prompt
 from lsp_server.neighbors import (

@@ -18,19 +18,10 @@ import pytest
 from hf_tokenizer import HFTokenizerBackend
 
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
+from engine.chat_template import render_chat, render_chat_template
+from engine.context_window import MAX_CHARS_PER_TOKEN, ContextWindow, context_window
 from engine.errors import ChatTemplateError
-from engine.prompts import (
-    FIM_FAMILIES,
-    FIM_TEMPLATES,
-    MAX_CHARS_PER_TOKEN,
-    ContextWindow,
-    FimOrder,
-    build_fim_prompt,
-    context_window,
-    detect_fim_template,
-    render_chat,
-    render_chat_template,
-)
+from engine.fim import FIM_FAMILIES, FIM_TEMPLATES, FimOrder, build_fim_prompt, detect_fim_template
 from engine.types import ChatMessage
 
 # --- FIM families -----------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import pytest
 
 from engine import models
 from engine.backends.fake import FakeBackend
+from engine.chat_template import render_chat_template
 from engine.errors import ChatTemplateError, ModelLoadError
 from engine.models import ModelSet, ModelSpec
-from engine.prompts import render_chat_template
 from engine.template_sandbox import TemplateLimitError, TemplateLimits
 from engine.types import ChatMessage, Role
 

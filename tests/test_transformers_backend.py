@@ -35,10 +35,10 @@ from engine.backends.transformers import (  # noqa: E402
     wanted_decode_path,
     weights_bytes,
 )
+from engine.chat_template import render_chat  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.models import ModelSpec, load_backend  # noqa: E402
-from engine.prompts import render_chat  # noqa: E402
 from engine.sampling import apply_repetition_penalty, filter_top_k_top_p  # noqa: E402
 from engine.types import (  # noqa: E402
     ChatMessage,

@@ -37,10 +37,10 @@ import httpx
 from engine.backend import ModelInfo
 from engine.engine import BaseEngine, JobTable
 from engine.errors import EngineError, ModelLoadError
+from engine.fim import FIM_FAMILIES, PromptFormat
 from engine.jobs import JobRecord, JobStats
 from engine.models import REMOTE_BACKEND, RemoteSpec
 from engine.output import OutputProcessor
-from engine.prompts import FIM_FAMILIES, PromptFormat
 from engine.types import FinishReason, GenerationRequest, TextDelta
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.completion import CompletionModel
-from engine.prompts import context_window
+from engine.context_window import context_window
 from engine.text import line_start
 from engine.types import GenerationRequest
 from lsp_server.documents import DocumentSnapshot

@@ -1,4 +1,5 @@
-"""Prompts: fill-in-the-middle templates, token-budgeted context windows, chat rendering (§4).
+"""Fill-in-the-middle prompts (DESIGN §4): each model family's template and repository format,
+and a model's prompt format (`PromptFormat`: what building a completion prompt needs).
 
 FIM templates are data: one entry per model family, chosen from the special tokens the
 tokenizer actually has (never from the model's name); configuration may name a family.
@@ -11,18 +12,13 @@ prompt by far (37 against 2 of 100 tasks with the default models, shared/data/RE
 
 from __future__ import annotations
 
-import datetime
 import enum
 import functools
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from engine.errors import ChatTemplateError, ModelLoadError
-from engine.template_sandbox import DEFAULT_LIMITS, TemplateLimits, render_bounded
-from engine.text import split_lines
-from engine.types import ChatMessage
+from engine.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from engine.backend import Backend
@@ -166,113 +162,6 @@ def fim_stop_token_ids(
     """Ids of the family's fill-ending tokens that this tokenizer has."""
     ids = (special_token_id(token) for token in template.stop_tokens)
     return tuple(dict.fromkeys(i for i in ids if i is not None))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContextWindow:
-    """The part of the document around the cursor that fits the token budget.
-
-    `prefix` ends at the cursor and starts at a line boundary (`first_line`, 0-based, counted
-    in the text given); `suffix` starts at the cursor and ends at a line boundary.
-    """
-
-    prefix: str
-    suffix: str
-    first_line: int
-    prefix_tokens: int
-    suffix_tokens: int
-
-
-def context_window(
-    prefix: str,
-    suffix: str,
-    count_tokens: Callable[[str], int],
-    *,
-    prefix_budget: int,
-    suffix_budget: int,
-    align_lines: int = 32,
-) -> ContextWindow:
-    """Cut the text before and after the cursor to token budgets, at line boundaries.
-
-    The cursor's own line (its part before and after the cursor) is kept, clipped to the
-    budgets where it alone is over them (a minified file's one long line would otherwise make
-    every prompt too long for the model, keystroke after keystroke). The prefix
-    window's first line is moved forward to a multiple of `align_lines`: while the user types
-    on one line the window then starts at the same place request after request, so the
-    prompts share their token prefix and the model's KV cache is reused.
-    """
-    # 1. Prefix: whole lines backwards from the cursor's line while they fit.
-    lines = split_lines(prefix)
-    if prefix.endswith(("\n", "\r")):
-        lines.append("")  # the cursor starts a new, empty line
-    last = len(lines) - 1
-    if lines:
-        lines[last] = _clip(lines[last], count_tokens, prefix_budget, keep_end=True)
-    used = count_tokens(lines[last]) if lines else 0
-    start = max(last, 0)
-    while start > 0:
-        cost = count_tokens(lines[start - 1])
-        if used + cost > prefix_budget:
-            break
-        used += cost
-        start -= 1
-    # 2. Align the start for KV reuse. The grid is at most `align_lines`, and at most half the
-    #    window's lines (a power of two, so it changes rarely), so a small window never loses
-    #    more than half its lines to alignment.
-    if start > 0 and align_lines > 1:
-        grid = min(align_lines, 1 << max(0, ((last - start) // 2).bit_length() - 1))
-        aligned = -(-start // grid) * grid
-        if aligned < last:
-            used -= sum(count_tokens(line) for line in lines[start:aligned])
-            start = aligned
-    prefix_text = "".join(lines[start:])
-
-    # 3. Suffix: the rest of the cursor's line, then whole lines while they fit.
-    suffix_lines = split_lines(suffix)
-    kept: list[str] = []
-    suffix_used = 0
-    for i, line in enumerate(suffix_lines):
-        if i == 0:
-            line = _clip(line, count_tokens, suffix_budget, keep_end=False)
-        cost = count_tokens(line)
-        if i > 0 and suffix_used + cost > suffix_budget:
-            break
-        kept.append(line)
-        suffix_used += cost
-    return ContextWindow(
-        prefix=prefix_text,
-        suffix="".join(kept),
-        first_line=start,
-        prefix_tokens=used,
-        suffix_tokens=suffix_used,
-    )
-
-
-#: More characters than any token holds: a line is cut to this many per token of its budget
-#: before tokens are counted, so that a megabyte-long line costs no more than a short one.
-MAX_CHARS_PER_TOKEN = 32
-
-
-def _clip(text: str, count_tokens: Callable[[str], int], budget: int, *, keep_end: bool) -> str:
-    """`text` if it fits `budget` tokens; else its longest end (`keep_end`) or start that does,
-    found by bisection over the cut (fewer characters never take more tokens)."""
-    text = (
-        text[-budget * MAX_CHARS_PER_TOKEN :] if keep_end else text[: budget * MAX_CHARS_PER_TOKEN]
-    )
-    if count_tokens(text) <= budget:
-        return text
-
-    def part(kept: int) -> str:
-        return text[len(text) - kept :] if keep_end else text[:kept]
-
-    fits, over = 0, len(text)  # characters kept: `over` is known not to fit
-    while over - fits > 1:
-        middle = (fits + over) // 2
-        if count_tokens(part(middle)) <= budget:
-            fits = middle
-        else:
-            over = middle
-    return part(fits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -579,104 +468,3 @@ def _token_counter(backend: Backend) -> Callable[[str], int]:
         return len(backend.tokenize(text, add_bos=False, special=False))
 
     return count
-
-
-# --- chat -------------------------------------------------------------------------------------
-
-
-def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(f"the chat template refused the messages: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
-def _tojson(
-    value: Any,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    # Templates expect non-ASCII kept as is (Jinja's own filter escapes it for HTML).
-    return json.dumps(
-        value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _compile(source: str) -> Any:
-    from jinja2 import TemplateError
-    from jinja2.ext import loopcontrols
-
-    from engine.template_sandbox import BoundedSandbox
-
-    env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.filters["tojson"] = _tojson
-    try:
-        return env.from_string(source)
-    except TemplateError as e:
-        raise ChatTemplateError(f"the model's chat template does not compile: {e}") from e
-
-
-def render_chat_template(
-    source: str,
-    messages: Sequence[ChatMessage],
-    *,
-    bos_token: str | None,
-    eos_token: str | None,
-    add_generation_prompt: bool = True,
-    limits: TemplateLimits = DEFAULT_LIMITS,
-) -> str:
-    """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does,
-    within `limits` of time and size (engine/template_sandbox.py)."""
-    template = _compile(source)
-    variables = {
-        "messages": [{"role": m.role, "content": m.content} for m in messages],
-        "bos_token": bos_token or "",
-        "eos_token": eos_token or "",
-        "add_generation_prompt": add_generation_prompt,
-    }
-    input_chars = sum(len(m.content) + len(m.role) for m in messages)
-    try:
-        return render_bounded(template, variables, input_chars=input_chars, limits=limits)
-    except ChatTemplateError:
-        raise  # raise_exception(): the template's own refusal; or a limit
-    except Exception as e:
-        # The template is the model's code, run in the sandbox: besides Jinja's own errors
-        # (unsafe access, undefined names) it fails with plain Python ones (`1/0`, `'a' + 1`,
-        # a `range` over the sandbox's limit), and callers catch only the engine's errors.
-        raise ChatTemplateError(f"the model's chat template failed: {e}") from e
-
-
-def render_chat(backend: Backend, messages: Sequence[ChatMessage]) -> str:
-    """The chat prompt for `messages`, with the model's own template."""
-    source = backend.vocab.chat_template
-    if not source:
-        raise ChatTemplateError(
-            f"model {backend.info.name} has no chat template; use it for completion, or pick a "
-            "chat model (--chat-model)"
-        )
-    return render_chat_template(
-        source, messages, bos_token=backend.vocab.bos_token, eos_token=backend.vocab.eos_token
-    )
-
-
-#: The conversation a chat template is tried on when its model loads.
-PROBE_MESSAGES = ("Explain this code.",)
-
-
-def check_chat_template(backend: Backend) -> None:
-    """Render the model's chat template (if it has one) on a probe conversation, so that a
-    template that fails or runs past its limits is refused when the model loads rather than
-    at the first Explain. Raises ChatTemplateError naming the cause."""
-    source = backend.vocab.chat_template
-    if source:
-        render_chat_template(
-            source,
-            [ChatMessage(role="user", content=text) for text in PROBE_MESSAGES],
-            bos_token=backend.vocab.bos_token,
-            eos_token=backend.vocab.eos_token,
-        )
