@@ -44,8 +44,9 @@ from _common import RESULTS, humaneval_rows, write_json
 from humaneval import full_program, score_all
 
 from engine.engine import Engine
-from engine.models import ModelOptions, load_backend, model_spec
+from engine.models import load_backend, model_spec
 from engine.prompts import build_fim_prompt
+from engine.specs import ModelOptions
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.host import CompletionModel
 from lsp_server.rerank import candidate_lines, following_code, hint_prompt, holds_code, rank_lines

@@ -25,7 +25,9 @@ from typing import Any, BinaryIO
 
 from engine.accelerators import gib, llama_cpp_view, torch_view
 from engine.errors import EngineError
-from engine.models import (
+from engine.models import ModelSet, model_spec
+from engine.prompts import FIM_FAMILIES
+from engine.specs import (
     API_KEY_ENV,
     BACKENDS,
     DECODE_PATHS,
@@ -33,13 +35,10 @@ from engine.models import (
     SCRIPTED_BACKEND,
     LoadOptions,
     ModelOptions,
-    ModelSet,
     ModelSpec,
     RemoteSpec,
     check_fim_family,
-    model_spec,
 )
-from engine.prompts import FIM_FAMILIES
 from engine.types import (
     CHAT_SAMPLING,
     COMPLETION_SAMPLING,

@@ -19,14 +19,7 @@ from engine.backend import Backend
 from engine.backends.openai import RemoteEngine, estimate_tokens
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
-from engine.models import (
-    REMOTE_BACKEND,
-    ModelOptions,
-    ModelSet,
-    ModelSpec,
-    RemoteSpec,
-    model_spec,
-)
+from engine.models import ModelSet, model_spec
 from engine.prefix_cache import CacheStatus
 from engine.prompts import (
     FIM_FAMILIES,
@@ -37,6 +30,7 @@ from engine.prompts import (
     render_fim_text,
     repo_section,
 )
+from engine.specs import REMOTE_BACKEND, ModelOptions, ModelSpec, RemoteSpec
 from engine.types import Role
 from lsp_server.rerank import Scorer
 from lsp_server.settings import Settings

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from engine import engine, models
 from engine.backends.fake import FakeBackend
+from engine.specs import ModelSpec
 from engine.types import SamplingParams
 from lsp_server import cli
 
@@ -61,7 +62,7 @@ class ScriptedBackend(FakeBackend):
         )
 
 
-def scripted_backend(spec: models.ModelSpec) -> FakeBackend:
+def scripted_backend(spec: ModelSpec) -> FakeBackend:
     """What `engine.models.load_backend` returns in this server, whatever the spec names."""
     fail_after = os.environ.get("INFILL_TEST_FAIL_AFTER", "3")
     return ScriptedBackend(

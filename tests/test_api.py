@@ -18,7 +18,7 @@ from engine.api.loader import ModelLoader
 from engine.api.serve import run_server
 from engine.backends.fake import FakeBackend, byte_ids
 from engine.engine import Engine
-from engine.models import ModelOptions
+from engine.specs import ModelOptions
 from engine.types import Role
 
 

@@ -29,7 +29,8 @@ from engine.backends.fake import SPECIAL_TOKENS, FakeBackend
 from engine.backends.openai import RemoteEngine, estimate_tokens
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
-from engine.models import ModelOptions, RemoteSpec, model_spec, remote_base_url
+from engine.models import model_spec
+from engine.specs import ModelOptions, RemoteSpec, remote_base_url
 from engine.types import (
     ChatMessage,
     FinishReason,

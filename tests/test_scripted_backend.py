@@ -13,7 +13,8 @@ import pytest
 from engine.backends.scripted import ScriptedBackend, load_script
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.models import ModelOptions, ModelSpec, load_backend, model_spec
+from engine.models import load_backend, model_spec
+from engine.specs import ModelOptions, ModelSpec
 from engine.types import ChatMessage, GenerationRequest, Role, SamplingParams
 from lsp_server import cli
 from lsp_server.settings import parse_settings

@@ -13,8 +13,9 @@ import pytest
 from engine import models
 from engine.backends.fake import FakeBackend
 from engine.errors import ChatTemplateError, ModelLoadError
-from engine.models import ModelSet, ModelSpec
+from engine.models import ModelSet
 from engine.prompts import render_chat_template
+from engine.specs import ModelSpec
 from engine.template_sandbox import TemplateLimitError, TemplateLimits
 from engine.types import ChatMessage, Role
 

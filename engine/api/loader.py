@@ -19,8 +19,9 @@ from typing import Any
 from engine.backend import Backend
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.models import ModelSet, ModelSpec
+from engine.models import ModelSet
 from engine.prompts import FimTemplate, detect_fim_template, fim_stop_token_ids
+from engine.specs import ModelSpec
 from engine.types import Role
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ import uvicorn
 
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
-from engine.models import REMOTE_BACKEND, ModelOptions, ModelSet, model_spec
+from engine.models import ModelSet, model_spec
+from engine.specs import REMOTE_BACKEND, ModelOptions
 from engine.types import Role
 
 log = logging.getLogger(__name__)

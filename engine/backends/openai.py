@@ -37,9 +37,9 @@ import httpx
 from engine.backend import ModelInfo
 from engine.engine import BaseEngine, JobTable
 from engine.errors import EngineError, ModelLoadError
-from engine.models import REMOTE_BACKEND, RemoteSpec
 from engine.output import OutputProcessor
 from engine.prompts import FIM_FAMILIES
+from engine.specs import REMOTE_BACKEND, RemoteSpec
 from engine.types import FinishReason, GenerationRequest, TextDelta
 from engine.worker import JobRecord, JobStats
 

@@ -51,7 +51,7 @@ from typing import Any
 from engine.backend import Backend
 from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
 from engine.errors import ModelLoadError
-from engine.models import DEFAULT_CONTEXT_SIZE, SCRIPTED_BACKEND
+from engine.specs import DEFAULT_CONTEXT_SIZE, SCRIPTED_BACKEND
 from engine.types import SamplingParams
 
 #: The chat template a script has unless it names its own (or null): role markers, one line
