@@ -32,7 +32,6 @@ from engine.specs import (
     API_KEY_ENV,
     BACKENDS,
     REMOTE_BACKEND,
-    SCRIPTED_BACKEND,
     LoadOptions,
     ModelOptions,
     ModelSpec,
@@ -103,12 +102,6 @@ def _load_transformers(spec: ModelSpec) -> Backend:
     return TransformersBackend(spec)
 
 
-def _load_script(spec: ModelSpec) -> Backend:
-    from engine.backends.scripted import load_script
-
-    return load_script(spec.path)
-
-
 #: What loads a local model: the backend's constructor, in effect.
 Loader = Callable[[ModelSpec], Backend]
 #: The local backends by name: the product's two, and whatever `register_backend` adds. Each
@@ -116,7 +109,6 @@ Loader = Callable[[ModelSpec], Backend]
 LOADERS: dict[str, Loader] = {
     "llama.cpp": _load_llama_cpp,
     "transformers": _load_transformers,
-    SCRIPTED_BACKEND: _load_script,
 }
 
 

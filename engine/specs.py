@@ -20,9 +20,6 @@ from engine.types import Role
 #: backend on its own command line (engine/models.py `register_backend`), never here.
 BACKENDS = ("auto", "llama.cpp", "transformers", "openai")
 REMOTE_BACKEND = "openai"
-#: A scripted model read from a JSON file (engine/backends/scripted.py), for tests: chosen on
-#: the command line only, never offered in the settings (not one of BACKENDS).
-SCRIPTED_BACKEND = "scripted"
 #: The API key of a remote server (the remote backend) or of our own engine server, when
 #: neither the command line nor the settings give one.
 API_KEY_ENV = "INFILL_API_KEY"

@@ -25,14 +25,12 @@ from typing import Any, BinaryIO
 
 from engine.accelerators import gib, llama_cpp_view, torch_view
 from engine.errors import EngineError
-from engine.models import ModelSet, model_spec
+from engine.models import ModelSet, backend_choices, model_spec
 from engine.prompts import FIM_FAMILIES
 from engine.specs import (
     API_KEY_ENV,
-    BACKENDS,
     DECODE_PATHS,
     DEVICES,
-    SCRIPTED_BACKEND,
     LoadOptions,
     ModelOptions,
     ModelSpec,
@@ -62,7 +60,7 @@ def _model_options(*, remote: bool = True) -> argparse.ArgumentParser:
     group = parent.add_argument_group("model")
     group.add_argument(
         "--backend",
-        choices=BACKENDS,
+        choices=backend_choices(),
         default=defaults.backend,
         help="auto: llama.cpp for a .gguf file, transformers for a folder",
     )
@@ -109,11 +107,9 @@ def _remote_options(group: Any, *, with_backend: bool) -> None:
     if with_backend:
         group.add_argument(
             "--backend",
-            choices=(*BACKENDS, SCRIPTED_BACKEND),
+            choices=backend_choices(),
             default=None,
-            help="openai: use the OpenAI-compatible server at --endpoint instead of a local "
-            "model; scripted (for tests only): --model and --chat-model name JSON scripts "
-            "that play a model's answers (engine/backends/scripted.py)",
+            help="openai: use the OpenAI-compatible server at --endpoint instead of a local model",
         )
     group.add_argument(
         "--fim-family",
@@ -594,8 +590,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_fim_family(args.fim_family)
         except ValueError as e:
             parser.error(f"--fim-family must be {e}")
-        if args.backend == SCRIPTED_BACKEND and not (args.model and args.chat_model):
-            parser.error("--backend scripted needs --model and --chat-model (script files)")
         if args.tcp:
             from lsp_server.tcp import listen_problem
 

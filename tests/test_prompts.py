@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
 from hf_tokenizer import HFTokenizerBackend
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.errors import ChatTemplateError
 from engine.prompts import (
     FIM_FAMILIES,

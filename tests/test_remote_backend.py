@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend
 from scripted_servers import KEY, Server, serve_in_thread, wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,7 +26,6 @@ from starlette.routing import Route
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend
 from engine.backends.openai import RemoteEngine, estimate_tokens
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_backend import FakeBackend
 
 from engine import models
-from engine.backends.fake import FakeBackend
 from engine.errors import ChatTemplateError, ModelLoadError
 from engine.models import ModelSet
 from engine.prompts import render_chat_template
