@@ -105,7 +105,8 @@ def _load_transformers(spec: ModelSpec) -> Backend:
 #: What loads a local model: the backend's constructor, in effect.
 Loader = Callable[[ModelSpec], Backend]
 #: The local backends by name: the product's two, and whatever `register_backend` adds. Each
-#: imports its library only when it loads a model (torch alone takes seconds).
+#: imports its backend module only when it loads a model: a server that never runs transformers
+#: never imports torch.
 LOADERS: dict[str, Loader] = {
     "llama.cpp": _load_llama_cpp,
     "transformers": _load_transformers,
