@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.llama_cpp import llama_params
-from engine.models import ModelSpec
+from engine.specs import ModelSpec
 
 #: What `LlamaCppBackend.iter_token_ids` passes to `Llama.generate()` for greedy decoding
 #: (`SamplingParams` defaults, temperature 0), so that both sides build the same sampler chain.

@@ -51,7 +51,9 @@ from typing import Any
 from _common import RESULTS, ROOT, write_json
 
 from engine.backend import Backend
-from engine.models import ModelSpec, default_chat_model, default_completion_model, load_backend
+from engine.default_models import default_chat_model, default_completion_model
+from engine.models import load_backend
+from engine.specs import ModelSpec
 from engine.types import SamplingParams
 
 log = logging.getLogger("bench.backends")

@@ -44,7 +44,8 @@ from _raw import RawLlama
 
 from engine.backend import Backend
 from engine.engine import Engine
-from engine.models import ModelSpec, load_backend, resolve_model_path
+from engine.models import load_backend, resolve_model_path
+from engine.specs import ModelSpec
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 
 log = logging.getLogger("bench.engine")

@@ -69,7 +69,7 @@ import transformers
 
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
-from engine.models import ModelSpec
+from engine.specs import ModelSpec
 from engine.types import SamplingParams
 
 log = logging.getLogger("bench.gpu")

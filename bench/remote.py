@@ -71,7 +71,8 @@ from _compare import bust_cache, median, ok, ours_once
 from _lsp import Pending, ServerClient, Timer
 from _spots import TypingDoc, typing_doc
 
-from engine.models import default_completion_model, load_backend, model_spec
+from engine.default_models import default_completion_model
+from engine.models import load_backend, model_spec
 from engine.threads import usable_cores
 from engine.types import Role
 from lsp_server.settings import parse_settings

@@ -36,8 +36,9 @@ from _common import RESULTS, humaneval_rows, write_json
 from _raw import RawLlama
 
 from engine.backends.llama_cpp import LlamaCppBackend
-from engine.models import ModelSpec, load_backend, resolve_model_path
+from engine.models import load_backend, resolve_model_path
 from engine.output import OutputProcessor
+from engine.specs import ModelSpec
 from engine.stops import StopChecker
 from engine.types import Role, StopConditions
 

@@ -46,7 +46,8 @@ from humaneval import full_program, score_all
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.fim import build_fim_prompt
-from engine.models import ModelOptions, load_backend, model_spec
+from engine.models import load_backend, model_spec
+from engine.specs import ModelOptions
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.rerank import candidate_lines, following_code, hint_prompt, holds_code, rank_lines
 

@@ -15,7 +15,8 @@ from typing import Any
 from engine.accelerators import gib, llama_cpp_view, torch_view
 from engine.completion import CompletionModel
 from engine.errors import EngineError
-from engine.models import ModelOptions, ModelSet, ModelSpec, RemoteSpec, model_spec
+from engine.models import ModelSet, model_spec
+from engine.specs import ModelOptions, ModelSpec, RemoteSpec
 from engine.types import Role
 
 #: The report's key for the machine section; every other key is a role's.

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.models import ModelOptions, ModelSet, model_spec
+from engine.models import ModelSet, model_spec
+from engine.specs import ModelOptions
 from engine.types import (
     CHAT_SAMPLING,
     COMPLETION_SAMPLING,

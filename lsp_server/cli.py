@@ -25,7 +25,7 @@ from dataclasses import fields, replace
 from engine.doctor import doctor_report, failed, print_report
 from engine.errors import EngineError
 from engine.generate import GenerateArgs, UsageError, stream_json_lines
-from engine.models import API_KEY_ENV, SCRIPTED_BACKEND, check_fim_family
+from engine.specs import API_KEY_ENV, check_fim_family
 from lsp_server.model_flags import model_flags, model_options, remote_flags
 from lsp_server.serve import LOG_FORMAT, run_serve
 from lsp_server.settings import Settings
@@ -188,8 +188,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_fim_family(args.fim_family)
         except ValueError as e:
             parser.error(f"--fim-family must be {e}")
-        if args.backend == SCRIPTED_BACKEND and not (args.model and args.chat_model):
-            parser.error("--backend scripted needs --model and --chat-model (script files)")
         if args.tcp:
             from lsp_server.tcp import listen_problem
 

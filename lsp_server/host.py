@@ -16,15 +16,9 @@ from typing import Any, TypeVar
 from engine.completion import CompletionModel
 from engine.engine import BaseEngine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
-from engine.models import (
-    REMOTE_BACKEND,
-    ModelOptions,
-    ModelSet,
-    ModelSpec,
-    RemoteSpec,
-    model_spec,
-)
+from engine.models import ModelSet, model_spec
 from engine.prefix_cache import CacheStatus
+from engine.specs import REMOTE_BACKEND, ModelOptions, ModelSpec, RemoteSpec
 from engine.types import LoadState, Role
 from lsp_server.settings import Settings
 

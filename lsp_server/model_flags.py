@@ -12,16 +12,17 @@ from dataclasses import fields
 from typing import Any
 
 from engine.fim import FIM_FAMILIES
-from engine.models import (
+from engine.models import backend_choices
+from engine.specs import (
     API_KEY_ENV,
-    BACKENDS,
     DECODE_PATHS,
     DEVICES,
-    SCRIPTED_BACKEND,
     LoadOptions,
     ModelOptions,
     check_fim_family,
 )
+
+#: The numeric model flags, each setting the `LoadOptions` field of its name: (flag, metavar,
 
 #: The numeric model flags, each setting the `LoadOptions` field of its name: (flag, metavar,
 #: help).
@@ -50,7 +51,7 @@ def model_flags(*, remote: bool = True) -> argparse.ArgumentParser:
     group = parent.add_argument_group("model")
     group.add_argument(
         "--backend",
-        choices=BACKENDS,
+        choices=backend_choices(),
         default=defaults.backend,
         help="auto: llama.cpp for a .gguf file, transformers for a folder",
     )
@@ -77,11 +78,9 @@ def remote_flags(group: Any, *, with_backend: bool) -> None:
     if with_backend:
         group.add_argument(
             "--backend",
-            choices=(*BACKENDS, SCRIPTED_BACKEND),
+            choices=backend_choices(),
             default=None,
-            help="openai: use the OpenAI-compatible server at --endpoint instead of a local "
-            "model; scripted (for tests only): --model and --chat-model name JSON scripts "
-            "that play a model's answers (engine/backends/scripted.py)",
+            help="openai: use the OpenAI-compatible server at --endpoint instead of a local model",
         )
     group.add_argument(
         "--fim-family",

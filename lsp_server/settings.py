@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine.models import BACKENDS, DECODE_PATHS, ModelOptions, check_device, check_fim_family
+from engine.specs import BACKENDS, DECODE_PATHS, ModelOptions, check_device, check_fim_family
 
 T = TypeVar("T")
 

@@ -14,7 +14,8 @@ from scripted_servers import make_server, serve  # noqa: F401
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import ModelOptions, load_backend, model_spec
+from engine.models import load_backend, model_spec
+from engine.specs import ModelOptions
 from engine.types import Role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -17,8 +17,10 @@ import threading
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
+from fake_backend import FakeBackend
+
 from engine import engine, models
-from engine.backends.fake import FakeBackend
+from engine.specs import ModelSpec
 from engine.types import SamplingParams
 from lsp_server import cli
 
@@ -29,14 +31,14 @@ CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 def fault_server_command(**environ: str) -> list[str]:
     """The command that starts this server with `environ` (`fail_after="3"` sets
     INFILL_TEST_FAIL_AFTER), run from the repository root (the tests' working directory),
-    which `-c` puts on sys.path."""
+    which `-c` puts on sys.path; tests/ goes there too, for the fake backend."""
     variables = {f"INFILL_TEST_{name.upper()}": value for name, value in environ.items()}
-    script = str(Path(__file__).resolve())
+    script = Path(__file__).resolve()
     return [
         sys.executable,
         "-c",
-        f"import os, runpy; os.environ.update({variables!r}); "
-        f"runpy.run_path({script!r}, run_name='__main__')",
+        f"import os, runpy, sys; sys.path.insert(1, {str(script.parent)!r}); "
+        f"os.environ.update({variables!r}); runpy.run_path({str(script)!r}, run_name='__main__')",
     ]
 
 
@@ -61,7 +63,7 @@ class ScriptedBackend(FakeBackend):
         )
 
 
-def scripted_backend(spec: models.ModelSpec) -> FakeBackend:
+def scripted_backend(spec: ModelSpec) -> FakeBackend:
     """What `engine.models.load_backend` returns in this server, whatever the spec names."""
     fail_after = os.environ.get("INFILL_TEST_FAIL_AFTER", "3")
     return ScriptedBackend(

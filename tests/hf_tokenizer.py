@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
-from engine.models import DEFAULT_CONTEXT_SIZE
+from engine.specs import DEFAULT_CONTEXT_SIZE
 from engine.types import SamplingParams
 
 #: Words that get their own BPE token, so that plain text is not all single bytes.

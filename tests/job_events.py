@@ -15,7 +15,8 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-from engine.backends.fake import FakeCall
+from fake_backend import FakeCall
+
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 
 #: Only keeps a broken engine from hanging the suite; nothing is asserted about how long.

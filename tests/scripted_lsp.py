@@ -1,16 +1,27 @@
 """The real server with the scripted model (`serve --backend scripted`, see
-engine/backends/scripted.py): script files written for one test, the command that starts the
-server on them, and what the scripted model recorded of each call it served."""
+tests/scripted_backend.py): script files written for one test, the command that starts the
+server on them (through tests/scripted_cli.py, which offers the scripted backend), and what the
+scripted model recorded of each call it served."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lsp_helpers import SERVER_COMMAND, wait_until
+from lsp_helpers import wait_until
+
+#: `infill-lsp serve` with the scripted backend offered. Run as a script, not with `-P -m` as
+#: the shipped server is (lsp_server/client.py): Python puts the script's own folder, tests/,
+#: first on sys.path, where the launcher finds the scripted backend.
+SCRIPTED_SERVER_COMMAND = (
+    sys.executable,
+    str(Path(__file__).with_name("scripted_cli.py")),
+    "serve",
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +56,7 @@ class ScriptedModel:
 
 
 def write_script(folder: Path, name: str, entries: Sequence[Any], **options: Any) -> ScriptedModel:
-    """A script file `name`.json in `folder` that plays `entries` (engine/backends/scripted.py
+    """A script file `name`.json in `folder` that plays `entries` (tests/scripted_backend.py
     says what an entry and each option may be) and records its calls beside it."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
@@ -62,7 +73,7 @@ def scripted_command(completion: ScriptedModel, chat: ScriptedModel | None = Non
     chat: one model serving both roles)."""
     chat = chat or completion
     return [
-        *SERVER_COMMAND,
+        *SCRIPTED_SERVER_COMMAND,
         "--backend",
         "scripted",
         "--model",

@@ -14,11 +14,11 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from fake_backend import FakeBackend
 
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
-from engine.backends.fake import FakeBackend
 from engine.engine import Engine
 from engine.types import Role
 

@@ -26,7 +26,8 @@ from engine.accelerators import (
     torch_view,
 )
 from engine.backends.llama_cpp import LlamaCppBackend, llama_params
-from engine.models import ModelOptions, ModelSpec, model_spec
+from engine.models import model_spec
+from engine.specs import ModelOptions, ModelSpec
 from engine.types import Role, SamplingParams
 
 #: What this machine's llama-cpp-python can do: CI's is a CPU build.

@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from fake_backend import FakeBackend, byte_ids
 from scripted_servers import CHAT_TEMPLATE, KEY, Server, wait_until
 
 from engine.api.loader import ModelLoader
 from engine.api.serve import open_to_others, run_server
 from engine.api.streaming import ClientGone, until_disconnect
-from engine.backends.fake import FakeBackend, byte_ids
 from engine.engine import Engine
-from engine.models import ModelOptions
+from engine.specs import ModelOptions
 from engine.types import Role
 
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 from api_helpers import EngineProcess, start_engine, stop_engine
 
-from engine.models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
+from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
 
 pytestmark = pytest.mark.slow
 

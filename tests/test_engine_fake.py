@@ -7,9 +7,9 @@ import contextlib
 import threading
 
 import pytest
+from fake_backend import FakeBackend, FakeCall, byte_ids
 from job_events import JobWatch, TokenGate
 
-from engine.backends.fake import FakeBackend, FakeCall, byte_ids
 from engine.engine import Engine
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.jobs import JobPhase

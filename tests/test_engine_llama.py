@@ -210,7 +210,8 @@ def reference_log_probs(
     import numpy as np
 
     from engine.backends.llama_cpp import llama_params
-    from engine.models import ModelOptions, ModelSpec, model_spec
+    from engine.models import model_spec
+    from engine.specs import ModelOptions, ModelSpec
 
     spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
     assert isinstance(spec, ModelSpec)

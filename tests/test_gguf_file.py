@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.default_models import default_chat_model
 from engine.errors import ModelLoadError
 from engine.gguf_file import diagnose
-from engine.models import ModelSpec, default_chat_model, load_backend
+from engine.models import load_backend
+from engine.specs import ModelSpec
 
 SMOLLM2_BYTES = 98_362_432
 

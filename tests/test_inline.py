@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
 from job_events import JobWatch, TokenGate
 from lsp_helpers import wait_until
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.jobs import JobPhase

@@ -39,7 +39,7 @@ from lsp_helpers import (
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 
-from engine.models import default_chat_model, default_completion_model
+from engine.default_models import default_chat_model, default_completion_model
 from engine.text import indent_width
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]

@@ -17,8 +17,9 @@ import pytest
 from busy import busy_core
 
 from engine.backends.llama_cpp import EVAL_CHUNK, LlamaCppBackend
-from engine.models import ModelOptions, ModelSpec, model_spec
+from engine.models import model_spec
 from engine.prefix_cache import common_prefix
+from engine.specs import ModelOptions, ModelSpec
 from engine.threads import read_cpu_sample, usable_cores
 from engine.types import Role, SamplingParams
 

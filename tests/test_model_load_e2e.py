@@ -22,7 +22,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
 
-from engine.models import GEMMA_FILE, default_chat_model
+from engine.default_models import GEMMA_FILE, default_chat_model
 
 REPO = Path(__file__).resolve().parents[1]
 REQUEST_FAILED = -32803

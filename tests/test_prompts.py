@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
 from hf_tokenizer import HFTokenizerBackend
 
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, byte_ids
 from engine.chat_template import render_chat, render_chat_template
 from engine.context_window import MAX_CHARS_PER_TOKEN, ContextWindow, context_window
 from engine.errors import ChatTemplateError

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fake_backend import SPECIAL_TOKENS, FakeBackend
 from scripted_servers import KEY, Server, serve_in_thread, wait_until
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,12 +26,12 @@ from starlette.routing import Route
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend
 from engine.backends.openai import RemoteEngine, estimate_tokens
 from engine.completion import CompletionModel
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
-from engine.models import ModelOptions, RemoteSpec, model_spec, remote_base_url
+from engine.models import model_spec
+from engine.specs import ModelOptions, RemoteSpec, remote_base_url
 from engine.types import (
     ChatMessage,
     FinishReason,

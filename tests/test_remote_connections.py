@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from engine.backends.openai import Discovery, RemoteEngine
-from engine.models import RemoteSpec
+from engine.specs import RemoteSpec
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 
 REQUESTS = 120  # more than httpx's 100 connections

@@ -56,8 +56,9 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 
 from engine.backends.openai import RemoteEngine
+from engine.default_models import default_chat_model, default_completion_model
 from engine.engine import BaseEngine, Engine
-from engine.models import RemoteSpec, default_chat_model, default_completion_model
+from engine.specs import RemoteSpec
 from engine.types import (
     FinishReason,
     GenerationRequest,

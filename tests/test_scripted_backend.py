@@ -1,5 +1,6 @@
-"""The scripted model of `serve --backend scripted` (engine/backends/scripted.py): its file,
-how it chooses and records answers, and that only the command line can choose it."""
+"""The scripted model of `serve --backend scripted` (tests/scripted_backend.py): its file,
+how it chooses and records answers, and that only the tests' command line (tests/scripted_cli.py)
+can choose it: neither the shipped `infill-lsp` nor a client's settings offer it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import scripted_cli
+from scripted_backend import SCRIPTED_BACKEND, ScriptedBackend, load_script, load_scripted_model
 
-from engine.backends.scripted import ScriptedBackend, load_script
+from engine import models
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.models import ModelOptions, ModelSpec, load_backend, model_spec
+from engine.models import load_backend, model_spec
+from engine.specs import ModelOptions, ModelSpec
 from engine.types import ChatMessage, GenerationRequest, Role, SamplingParams
 from lsp_server import cli
 from lsp_server.settings import parse_settings
@@ -25,6 +29,13 @@ def script(tmp_path: Path, **content: Any) -> Path:
     return path
 
 
+@pytest.fixture
+def scripted_offered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted backend registered for this test only, as tests/scripted_cli.py does."""
+    monkeypatch.setitem(models.LOADERS, SCRIPTED_BACKEND, load_scripted_model)
+
+
+@pytest.mark.usefixtures("scripted_offered")
 def test_the_command_line_loads_a_script_for_each_role(tmp_path: Path) -> None:
     path = script(tmp_path, name="coder", script=["x"])
     options = ModelOptions(backend="scripted", model=str(path), chat_model=str(path))
@@ -118,22 +129,37 @@ def test_a_bad_script_is_a_load_error_naming_the_file(
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.usefixtures("scripted_offered")
 def test_the_scripted_backend_needs_both_scripts_on_the_command_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as caught:
-        cli.main(["serve", "--backend", "scripted", "--model", "a.json"])
+        scripted_cli.main(["serve", "--backend", "scripted", "--model", "a.json"])
     assert caught.value.code == 2
     assert "--backend scripted needs --model and --chat-model" in capsys.readouterr().err
 
 
-def test_the_help_says_the_scripted_backend_is_for_tests(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def serve_help(capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
-    help_text = " ".join(capsys.readouterr().out.split())
-    assert "scripted (for tests only)" in help_text
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_the_shipped_command_never_offers_the_scripted_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "scripted" not in serve_help(capsys)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["serve", "--backend", "scripted", "--model", "a.json", "--chat-model", "b.json"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'scripted'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("scripted_offered")
+def test_the_tests_command_line_offers_the_scripted_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "{auto,llama.cpp,transformers,openai,scripted}" in serve_help(capsys)
 
 
 def test_a_client_cannot_choose_the_scripted_backend() -> None:

@@ -1,6 +1,6 @@
 """The README's claims proved exactly: the real server process (host, worker, scheduler, stops,
 post-processing, the protocol) with only the model replaced by a script (`serve --backend
-scripted`, engine/backends/scripted.py), so that each answer, and each prompt the model saw,
+scripted`, tests/scripted_backend.py), so that each answer, and each prompt the model saw,
 is known (DESIGN §6; issue 14). tests/test_code_actions_e2e.py and tests/test_server_e2e.py
 hold the same claims to properties any answer of the real default models must have.
 

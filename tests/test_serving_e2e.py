@@ -17,7 +17,7 @@ from lsprotocol import types
 from pytest_lsp import client_capabilities
 from scripted_lsp import scripted_command, write_script
 
-from engine.models import default_chat_model, default_completion_model
+from engine.default_models import default_chat_model, default_completion_model
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from engine.models import ModelOptions
+from engine.specs import ModelOptions
 from lsp_server.settings import Settings, parse_settings
 
 DEFAULTS = Settings()

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from fake_backend import FakeBackend
 from job_events import JobWatch, TokenGate
 
-from engine.backends.fake import FakeBackend
 from engine.engine import Engine
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats, job_json
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams

@@ -9,7 +9,7 @@ import contextlib
 import re
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,10 +75,13 @@ class TcpServer:
 
 
 @contextlib.asynccontextmanager
-async def tcp_server(*args: str) -> AsyncIterator[TcpServer]:
-    """`serve --tcp --port 0` (any free port), its port read from its log."""
+async def tcp_server(
+    *args: str, command: Sequence[str] = SERVER_COMMAND
+) -> AsyncIterator[TcpServer]:
+    """`serve --tcp --port 0` (any free port; `command` for `serve`), its port read from its
+    log."""
     process = await asyncio.create_subprocess_exec(
-        *SERVER_COMMAND,
+        *command,
         "--tcp",
         "--port",
         "0",
@@ -131,19 +134,19 @@ async def initialized_client(port: int) -> LanguageClient:
     return client
 
 
-def model_args(models: str, folder: Path) -> list[str]:
-    """The server's model flags: none (the real default models), or scripted models."""
+def server_command(models: str, folder: Path) -> Sequence[str]:
+    """The server on the real default models, or on scripted models."""
     if models == "real":
-        return []
+        return SERVER_COMMAND
     coder, chat = write_script(folder, "coder", ["x\n"]), write_script(folder, "chat", ["-"])
-    return scripted_command(coder, chat)[len(SERVER_COMMAND) :]
+    return scripted_command(coder, chat)
 
 
 @pytest.mark.parametrize("models", [pytest.param("real", marks=pytest.mark.slow), "scripted"])
 async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly(
     models: str, tmp_path: Path
 ) -> None:
-    async with tcp_server(*model_args(models, tmp_path)) as server:
+    async with tcp_server(command=server_command(models, tmp_path)) as server:
         assert server.host == "127.0.0.1"
         client = await initialized_client(server.port)
         assert "status" in await status(client)

@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_backend import FakeBackend
 
 from engine import models
-from engine.backends.fake import FakeBackend
 from engine.chat_template import render_chat_template
 from engine.errors import ChatTemplateError, ModelLoadError
-from engine.models import ModelSet, ModelSpec
+from engine.models import ModelSet
+from engine.specs import ModelSpec
 from engine.template_sandbox import TemplateLimitError, TemplateLimits
 from engine.types import ChatMessage, Role
 

@@ -38,8 +38,9 @@ from engine.backends.transformers import (  # noqa: E402
 from engine.chat_template import render_chat  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
-from engine.models import ModelSpec, load_backend  # noqa: E402
+from engine.models import load_backend  # noqa: E402
 from engine.sampling import apply_repetition_penalty, filter_top_k_top_p  # noqa: E402
+from engine.specs import ModelSpec  # noqa: E402
 from engine.types import (  # noqa: E402
     ChatMessage,
     GenerationRequest,
@@ -807,7 +808,7 @@ def test_the_chat_gguf_through_transformers_decodes_as_llama_cpp_does(
     """The same GGUF file in both backends: transformers dequantizes it, llama.cpp runs it
     quantized, and on a code prompt their greedy tokens agree. Loading prints no progress bar
     (stderr is the server's log)."""
-    from engine.models import default_chat_model
+    from engine.default_models import default_chat_model
 
     path = default_chat_model()
     if not path.is_file():

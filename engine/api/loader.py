@@ -18,7 +18,8 @@ from typing import Any
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.errors import ModelLoadError
-from engine.models import ModelSet, ModelSpec
+from engine.models import ModelSet
+from engine.specs import ModelSpec
 from engine.types import LoadState, Role
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,9 @@ import uvicorn
 
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
-from engine.models import REMOTE_BACKEND, ModelOptions, ModelSet, model_spec
+from engine.models import ModelSet, model_spec
 from engine.net import bare_host, host_port, is_loopback
+from engine.specs import REMOTE_BACKEND, ModelOptions
 from engine.types import Role
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from engine.threads import ThreadPolicy, default_max_threads
 from engine.types import SamplingParams, Scores
 
 if TYPE_CHECKING:
-    from engine.models import ModelSpec
+    from engine.specs import ModelSpec
 
 log = logging.getLogger(__name__)
 

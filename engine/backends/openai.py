@@ -39,8 +39,8 @@ from engine.engine import BaseEngine, JobTable
 from engine.errors import EngineError, ModelLoadError
 from engine.fim import FIM_FAMILIES, PromptFormat
 from engine.jobs import JobRecord, JobStats
-from engine.models import REMOTE_BACKEND, RemoteSpec
 from engine.output import OutputProcessor
+from engine.specs import REMOTE_BACKEND, RemoteSpec
 from engine.types import FinishReason, GenerationRequest, TextDelta
 
 log = logging.getLogger(__name__)

@@ -50,10 +50,10 @@ from engine.accelerators import torch_model_gpu
 from engine.backend import Backend, ModelInfo, Vocabulary, scoring_prompt
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError, PromptTooLongError
-from engine.models import ModelSpec, check_device
 from engine.prefix_cache import CacheStatus, PrefixCache
 from engine.prefix_cache import common_prefix as _common_prefix
 from engine.sampling import Sampler
+from engine.specs import ModelSpec, check_device
 from engine.types import SamplingParams, Scores
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_helpers import SERVER_COMMAND
 from nvim_helpers import (
     PLUGIN_DIR,
     Session,
@@ -80,8 +79,8 @@ def nv_scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     folder = tmp_path_factory.mktemp("nvim-scripted")
     coder = write_script(folder, "coder", ["x\n"])
     chat = write_script(folder, "chat", [{"text": SCRIPTED_EXPLANATION, "step_seconds": 0.02}])
-    args = scripted_command(coder, chat)[len(SERVER_COMMAND) :]
-    with start_session(NVIM, SERVER, folder, server_args=["serve", *args]) as session:
+    python, *args = scripted_command(coder, chat)  # the launcher that offers the scripted backend
+    with start_session(NVIM, python, folder, server_args=args) as session:
         yield session
 
 
@@ -112,8 +111,8 @@ def nv_paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session
         *[{"text": PACED_ANSWER + "\n", "step_seconds": 0.15}] * 50,
     ]
     coder = write_script(folder, "coder", entries)
-    args = scripted_command(coder)[len(SERVER_COMMAND) :]
-    with start_session(NVIM, SERVER, folder, PACED_OPTIONS, ["serve", *args]) as session:
+    python, *args = scripted_command(coder)
+    with start_session(NVIM, python, folder, PACED_OPTIONS, args) as session:
         yield session, coder
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
-from engine.models import DEFAULT_CONTEXT_SIZE
+from engine.specs import DEFAULT_CONTEXT_SIZE
 from engine.types import SamplingParams, Scores
 
 SPECIAL_TOKENS: dict[str, int] = {

@@ -1,11 +1,13 @@
-"""The scripted model, selectable in the real server for tests: `infill-lsp serve --backend
-scripted --model completion.json --chat-model chat.json` (DESIGN §6).
+"""The scripted model, a test double the tests plug into the real server: `python
+tests/scripted_cli.py serve --backend scripted --model completion.json --chat-model chat.json`
+(DESIGN §6).
 
 The whole server runs as it does with a real model (host, worker, scheduler, stops,
 post-processing); only the model is replaced, by `FakeBackend`'s byte-level tokenizer and a
 script read from a JSON file. Naming the same file for both roles gives one model serving
-both, as with a real model. It is for tests: the editors' settings do not offer it, and it is
-chosen only with `--backend scripted` on the command line.
+both, as with a real model. It is for tests: the shipped `infill-lsp` does not offer it, nor
+do the editors' settings; tests/scripted_cli.py registers it (engine/models.py
+`register_backend`) and then runs the real command line.
 
 The file holds one object (every key optional):
 
@@ -48,12 +50,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fake_backend import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
+
 from engine.backend import Backend
-from engine.backends.fake import SPECIAL_TOKENS, FakeBackend, FakeCall, byte_ids
 from engine.errors import ModelLoadError
-from engine.models import DEFAULT_CONTEXT_SIZE, SCRIPTED_BACKEND
+from engine.specs import DEFAULT_CONTEXT_SIZE, ModelSpec
 from engine.types import SamplingParams
 
+#: The backend's name on the command line (`--backend scripted`) and in status and doctor.
+SCRIPTED_BACKEND = "scripted"
 #: The chat template a script has unless it names its own (or null): role markers, one line
 #: per message, so that a test reads each message back from the recorded prompt.
 DEFAULT_TEMPLATE = (
@@ -223,6 +228,12 @@ def _entry(raw: object, base: Path, where: str) -> ScriptedEntry:
         step_seconds=None if step is None else float(step),
         hold=None if hold is None else base / hold,
     )
+
+
+def load_scripted_model(spec: ModelSpec) -> Backend:
+    """The loader of `--backend scripted` (engine/models.py `LOADERS`): the script the spec's
+    path names."""
+    return load_script(spec.path)
 
 
 def load_script(path: Path) -> Backend:

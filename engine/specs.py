@@ -1,0 +1,126 @@
+"""What a model is asked to be: the options a user sets and the spec of each role's model.
+
+A leaf of the engine (it imports only errors, types and the FIM family names): the backends,
+the model loader (engine/models.py) and the language server's settings all read these, and
+nothing here loads anything. `engine.models.model_spec` is the one place a spec is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from engine.errors import ModelLoadError
+from engine.fim import FIM_FAMILIES
+from engine.types import Role
+
+#: What the settings and the command line offer. "openai": no local model; a remote
+#: OpenAI-compatible server (engine/backends/openai.py). A test may offer one more local
+#: backend on its own command line (engine/models.py `register_backend`), never here.
+BACKENDS = ("auto", "llama.cpp", "transformers", "openai")
+REMOTE_BACKEND = "openai"
+#: The API key of a remote server (the remote backend) or of our own engine server, when
+#: neither the command line nor the settings give one.
+API_KEY_ENV = "INFILL_API_KEY"
+DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
+#: The transformers backend's decode loop (engine/backends/transformers.py `DecodePath`):
+#: "auto" is "compiled" on CUDA and "dynamic" on the CPU.
+DECODE_PATHS = ("auto", "dynamic", "static", "compiled")
+DEFAULT_CONTEXT_SIZE = 4096
+
+
+def check_device(value: object) -> str:
+    """`value` if it names a device the transformers backend knows; else ValueError."""
+    if not isinstance(value, str) or not (
+        value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())
+    ):
+        raise ValueError(DEVICES)
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadOptions:
+    """How a model is loaded, whichever it is: the `--backend`, `--context-size`, ... flags."""
+
+    backend: str = "auto"
+    context_size: int = DEFAULT_CONTEXT_SIZE
+    threads: int | None = None  # llama.cpp; None: as many as the machine has free (threads.py)
+    #: Memory for the KV states of recently used documents, in MiB (prefix_cache.py). None:
+    #: sized from the model and the machine; 0: one live cache only.
+    kv_cache_mb: int | None = None
+    gpu_layers: int = 0  # llama.cpp: layers offloaded to the GPU, -1 for all
+    device: str = "auto"  # transformers: see check_device
+    decode: str = "auto"  # transformers: one of DECODE_PATHS
+    #: The FIM family to build prompts for (a key of FIM_FAMILIES, or "none"); None: found
+    #: from the tokenizer's special tokens (or from our engine server's model list).
+    fim_family: str | None = None
+    # The remote backend: the server's URL and its API key (never shown: repr=False keeps it
+    # out of logs and error messages).
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelOptions(LoadOptions):
+    """What the user sets about the models (command line or LSP settings): a model per role,
+    None for the environment's or the default one, and how both are loaded."""
+
+    model: str | None = None
+    chat_model: str | None = None
+    # The remote backend's models: the names to ask the server for (None: the one it lists).
+    remote_model: str | None = None
+    remote_chat_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec(LoadOptions):
+    """Everything that decides how a model is loaded. Equal specs share one loaded model."""
+
+    path: Path
+
+    @property
+    def cache_bytes(self) -> int | None:
+        return None if self.kv_cache_mb is None else self.kv_cache_mb << 20
+
+    def resolved_backend(self) -> str:
+        """The backend's name: the one set, else found from the path (a folder is a
+        transformers model, a file a GGUF for llama.cpp). Whether a backend of that name
+        exists is the loader's to say (engine/models.py `load_backend`)."""
+        if self.backend != "auto":
+            return self.backend
+        return "transformers" if self.path.is_dir() else "llama.cpp"
+
+
+def check_fim_family(value: object) -> str | None:
+    """`value` if it names a FIM family (or "none"); None (or "") for the detected one."""
+    if value is None or value == "":
+        return None
+    if value != "none" and value not in FIM_FAMILIES:
+        raise ValueError("one of " + ", ".join(("none", *FIM_FAMILIES)))
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteSpec:
+    """A role served by a remote OpenAI-compatible server (engine/backends/openai.py)."""
+
+    role: Role
+    endpoint: str  # the API's base URL, ending in /v1 (`remote_base_url`)
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None  # None: the one the server lists for the role (or first)
+    context_size: int = DEFAULT_CONTEXT_SIZE  # unless the server says
+    fim_family: str | None = None
+
+
+def remote_base_url(endpoint: str) -> str:
+    """The API's base URL from what a user writes: `http://host:8012`, `.../v1` or `.../v1/`
+    all give `http://host:8012/v1`. ModelLoadError for anything but an http(s) URL."""
+    url = endpoint.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ModelLoadError(
+            f"the endpoint must be an http:// or https:// URL, such as "
+            f"http://127.0.0.1:8012/v1; got {endpoint!r}"
+        )
+    return url if parts.path.endswith("/v1") else url + "/v1"
