@@ -1,5 +1,6 @@
-"""What the server benchmarks (latency, warm_cold, replay) share: the raw side, one measured
-server request, and the run around them.
+"""What the server benchmarks (latency, warm_cold, replay, documents) share: the raw side, one
+measured server request, and the run around them; and the raw engine baseline that humaneval
+and crossfile run beside the server.
 
 The server is the real one: `python -P -m lsp_server.cli serve` as a subprocess, spoken to over
 stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
@@ -14,25 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
 import os
 import platform
-import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, write_json
+from _common import RESULTS, setup_logging, token_counter, write_json
 from _lsp import JobLine, ServerClient, mode_at
 from _raw import RawLlama, RawRun
 
 from engine.engine import Engine
 from engine.models import load_backend
-from engine.types import Role, SamplingParams
+from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import CompletionModel, model_specs
@@ -40,6 +38,10 @@ from lsp_server.inline import Prompt, build_prompt
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench")
+
+#: A pause after each side's turn: llama.cpp's OpenMP threads spin for a while after their
+#: work, and one side's spinning threads would compete with the next side's start.
+SETTLE_S = 0.5
 
 
 class Raw:
@@ -53,12 +55,7 @@ class Raw:
         backend = load_backend(spec)
         self.info = backend.info
         self.engine = Engine(backend, name="raw")
-
-        @functools.lru_cache(maxsize=16384)
-        def count(text: str) -> int:
-            return len(backend.tokenize(text, add_bos=False, special=False))
-
-        self.count = count
+        self.count = token_counter(backend)
         self.model = CompletionModel.of(self.engine, None)
         # What `lsp_server.inline` passes for an automatic (greedy) request.
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
@@ -108,12 +105,23 @@ def bust_cache(client: ServerClient, uri: str) -> None:
     client.edit_many(uri, [client.toggle_tail_edit(uri)])
 
 
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+def raw_engine(settings: Settings) -> Engine:
+    """Our engine in this process on the server's completion model, for a raw baseline that
+    runs through the engine (HumanEval, cross-file context)."""
+    return Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
 
 
-def ok(good: bool) -> str:
-    return "yes" if good else "NO"
+def raw_line_request(prompt: str, settings: Settings) -> GenerationRequest:
+    """The raw baseline's request: the prompt alone, greedy, one line (stop at "\\n"), at most
+    the server's single-line limit (`maxTokensSingleLine`)."""
+    return GenerationRequest(
+        prompt=prompt,
+        role=Role.COMPLETION,
+        sampling=SamplingParams(
+            max_tokens=settings.max_tokens_single_line, temperature=0.0, top_p=1.0
+        ),
+        stops=StopConditions(stop=("\n",)),
+    )
 
 
 #: A benchmark's body: the server and the raw side, ready; returns its part of the JSON.
@@ -136,8 +144,7 @@ def main(
     parser.add_argument("--model", help="completion model for both sides (default: the default)")
     parser.add_argument("--json", type=Path, default=RESULTS / f"{name}.json", help="output file")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
     result = asyncio.run(_run(name, args, body, settings or {}))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
