@@ -1,6 +1,6 @@
-"""What the server benchmarks (latency, warm_cold, replay, documents) share: the raw side, one
-measured server request, and the run around them; and the raw engine baseline that humaneval
-and crossfile run beside the server.
+"""What the benchmarks that set the server beside a baseline share: the server's options, the
+raw side, one measured server request, the pause between sides, and the run around them
+(latency, warm_cold, replay, documents); the raw engine baseline of humaneval and crossfile.
 
 The server is the real one: `python -P -m lsp_server.cli serve` as a subprocess, spoken to over
 stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
@@ -105,10 +105,29 @@ def bust_cache(client: ServerClient, uri: str) -> None:
     client.edit_many(uri, [client.toggle_tail_edit(uri)])
 
 
-def raw_engine(settings: Settings) -> Engine:
-    """Our engine in this process on the server's completion model, for a raw baseline that
-    runs through the engine (HumanEval, cross-file context)."""
-    return Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
+def server_options(
+    model: str | None, extra: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Settings]:
+    """A benchmark's language server options (`debounceMs` 0: each request goes out at once;
+    then `extra`, and the model where one was named) and the settings they parse to; a bad
+    option ends the run."""
+    options: dict[str, Any] = {"debounceMs": 0, **(extra or {})}
+    if model:
+        options["model"] = model
+    settings, problems = parse_settings({"infill": options})
+    if problems:
+        raise SystemExit("; ".join(problems))
+    return options, settings
+
+
+def run_on_raw_engine(settings: Settings, body: Callable[[Engine], Awaitable[None]]) -> None:
+    """`body` on our engine in this process, on the server's completion model: a raw baseline
+    that runs through the engine (HumanEval, cross-file context). The engine is closed after."""
+    engine = Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
+    try:
+        asyncio.run(body(engine))
+    finally:
+        engine.close()
 
 
 def raw_line_request(prompt: str, settings: Settings) -> GenerationRequest:
@@ -162,13 +181,9 @@ def main(
 
 
 async def _run(
-    name: str, args: argparse.Namespace, body: Body, settings: dict[str, Any]
+    name: str, args: argparse.Namespace, body: Body, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {"debounceMs": 0, **settings}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    assert not problems
+    options, settings = server_options(args.model, extra)
     log.info("loading the raw side's model")
     raw = Raw(settings)
     client = ServerClient(options)

@@ -63,14 +63,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from _common import RESULTS, Column, Table, median, setup_logging, token_counter, write_json
-from _compare import raw_engine, raw_line_request
+from _compare import raw_line_request, run_on_raw_engine, server_options
 from _lsp import ServerClient
 
+from engine.engine import Engine
 from engine.prompts import context_window
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.neighbors import NeighborContext, OtherDocument, PlainStyle, render_plain
-from lsp_server.settings import Settings, parse_settings
+from lsp_server.settings import Settings
 
 log = logging.getLogger("bench.crossfile")
 
@@ -187,15 +188,15 @@ def similarity(a: str, b: str) -> float:
 
 def raw_phase(root: Path, cases: Sequence[Case], settings: Settings) -> dict[str, list[str]]:
     """raw, raw+code, raw+comments: our engine in this process, greedy, stop at "\\n"."""
-    engine = raw_engine(settings)
-    count = token_counter(engine.backend)
     out: dict[str, list[str]] = {"raw": [], "raw+code": [], "raw+comments": []}
 
-    async def generate(prompt: str) -> str:
-        (choice,) = await engine.collect(raw_line_request(prompt, settings))
-        return choice.text
+    async def run_all(engine: Engine) -> None:
+        count = token_counter(engine.backend)
 
-    async def run_all() -> None:
+        async def generate(prompt: str) -> str:
+            (choice,) = await engine.collect(raw_line_request(prompt, settings))
+            return choice.text
+
         for number, case in enumerate(cases):
             text, cursor = document_of(root, case)
             window = context_window(
@@ -220,10 +221,7 @@ def raw_phase(root: Path, cases: Sequence[Case], settings: Settings) -> dict[str
             if (number + 1) % 10 == 0:
                 log.info("raw: %d/%d", number + 1, len(cases))
 
-    try:
-        asyncio.run(run_all())
-    finally:
-        engine.close()
+    run_on_raw_engine(settings, run_all)
     return out
 
 
@@ -292,12 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = [everything[i * len(everything) // limit] for i in range(limit)]
     log.info("%d qualifying lines, %d cases", len(everything), len(cases))
 
-    options: dict[str, Any] = {"debounceMs": 0}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    if problems:
-        raise SystemExit("; ".join(problems))
+    options, settings = server_options(args.model)
     texts: dict[str, list[str]] = dict(raw_phase(root, cases, settings))
     ours = asyncio.run(ours_phase(root, cases, options))
     for variant, rows in ours.items():

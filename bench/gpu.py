@@ -677,33 +677,21 @@ def _empty_cache(device: str) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The run's settings: the real shape on the GPU, or `--tiny`'s on the CPU (each value
+    reads tiny first)."""
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    on_gpu = device.startswith("cuda")
-    if args.tiny:
-        return Settings(
-            device=device,
-            shape=TINY,
-            shape_name="tiny Qwen2",
-            tokenizer_vocab=512,
-            prompt_tokens=args.prompt_tokens or 300,
-            decode_tokens=args.decode_tokens or 16,
-            decode_prompt_tokens=16,
-            repeats=args.repeats or 1,
-            context_size=1024,
-            copy_bytes=64 << 20,
-            paths=tuple(args.paths),
-        )
+    tiny = bool(args.tiny)
     return Settings(
         device=device,
-        shape=QWEN_CODER_1_5B,
-        shape_name="Qwen2.5-Coder-1.5B",
-        tokenizer_vocab=4096,
-        prompt_tokens=args.prompt_tokens or 2000,
-        decode_tokens=args.decode_tokens or 256,
-        decode_prompt_tokens=32,
-        repeats=args.repeats or 3,
-        context_size=4096,
-        copy_bytes=(4 << 30) if on_gpu else (512 << 20),
+        shape=TINY if tiny else QWEN_CODER_1_5B,
+        shape_name="tiny Qwen2" if tiny else "Qwen2.5-Coder-1.5B",
+        tokenizer_vocab=512 if tiny else 4096,
+        prompt_tokens=args.prompt_tokens or (300 if tiny else 2000),
+        decode_tokens=args.decode_tokens or (16 if tiny else 256),
+        decode_prompt_tokens=16 if tiny else 32,
+        repeats=args.repeats or (1 if tiny else 3),
+        context_size=1024 if tiny else 4096,
+        copy_bytes=(64 << 20) if tiny else (4 << 30) if device.startswith("cuda") else (512 << 20),
         paths=tuple(args.paths),
     )
 

@@ -83,13 +83,14 @@ from _common import (
     setup_logging,
     write_json,
 )
-from _compare import raw_engine, raw_line_request
+from _compare import raw_line_request, run_on_raw_engine, server_options
 from _lsp import ServerClient, apply_item, mode_at
 
+from engine.engine import Engine
 from engine.types import Role
 from lsp_server.client import insert_text_of
 from lsp_server.host import model_specs
-from lsp_server.settings import Settings, parse_settings
+from lsp_server.settings import Settings
 
 log = logging.getLogger("bench.humaneval")
 
@@ -164,10 +165,9 @@ def raw_phase(
 ) -> dict[str, dict[str, Any]]:
     """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"
     (one line, for either set: the raw model has no other way to know where a span ends)."""
-    engine = raw_engine(settings)
     out: dict[str, dict[str, Any]] = {}
 
-    async def run_all() -> None:
+    async def run_all(engine: Engine) -> None:
         for number, (_, row) in enumerate(tasks):
             request = raw_line_request(row["prompt"], settings)
             (choice,) = await engine.collect(request)
@@ -184,10 +184,7 @@ def raw_phase(
             if (number + 1) % 25 == 0:
                 log.info("raw: %d/%d", number + 1, len(tasks))
 
-    try:
-        asyncio.run(run_all())
-    finally:
-        engine.close()
+    run_on_raw_engine(settings, run_all)
     return out
 
 
@@ -603,12 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--layouts takes some of {', '.join(LAYOUTS)}")
     variants = variants_of(layouts, args.changes, single_line=args.set == "single-line")
     tasks, total, how = load_tasks(args)
-    options: dict[str, Any] = {"debounceMs": 0}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    if problems:
-        raise SystemExit("; ".join(problems))
+    options, settings = server_options(args.model)
     spec = model_specs(settings)[Role.COMPLETION]
 
     log.info("raw: %d tasks through the engine", len(tasks))

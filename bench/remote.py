@@ -69,7 +69,7 @@ from _common import (
     token_counter,
     write_json,
 )
-from _compare import SETTLE_S, bust_cache, ours_once
+from _compare import SETTLE_S, bust_cache, ours_once, server_options
 from _lsp import KEYSTROKE_S, ServerClient
 from _servers import (
     LLAMA_CPP_SERVER,
@@ -84,7 +84,6 @@ from _spots import TypingDoc, typing_doc
 from engine.models import default_completion_model, load_backend, model_spec
 from engine.threads import usable_cores
 from engine.types import Role
-from lsp_server.settings import parse_settings
 
 log = logging.getLogger("bench.remote")
 
@@ -424,8 +423,7 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "threads": args.threads,
         "contextSize": args.context_size,
     }
-    parsed, problems = parse_settings({"infill": {**settings, "model": model}})
-    assert not problems, problems
+    _, parsed = server_options(model, settings)
     spec = model_spec(Role.COMPLETION, parsed.model_options())
     # Only to count tokens when cutting the documents (the vocabulary is enough).
     backend = load_backend(spec)
