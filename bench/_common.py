@@ -1,11 +1,27 @@
-"""What the benchmarks share: where things are, the HumanEval data, and writing results."""
+"""What every benchmark shares: where things are, the HumanEval data, logging, the statistics
+(median, shared prefix), the table printer and writing results.
+
+The tables go to stdout and the logs to stderr, so that a table can be piped or pasted alone.
+"""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
+import logging
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from engine.backend import Backend
+from engine.types import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -40,6 +56,130 @@ def humaneval_task(task_id: str) -> dict[str, Any]:
     return row
 
 
+def setup_logging(*, quiet_engine: bool) -> None:
+    """Logs to stderr, `name: message`, from INFO up. `quiet_engine`: the engine's own line per
+    job is left out (it logs WARNING and up only), where a benchmark runs hundreds of jobs."""
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    if quiet_engine:
+        logging.getLogger("engine").setLevel(logging.WARNING)
+
+
 def write_json(path: Path, result: Any) -> None:
+    """`result` as indented JSON (values JSON cannot hold, such as a path, as their text)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def median(values: Iterable[float]) -> float:
+    """The median of `values`; NaN when there are none, so that a table shows "nan" for a
+    measurement that never happened instead of the whole run failing."""
+    values = list(values)
+    return statistics.median(values) if values else math.nan
+
+
+def shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many items two sequences (token ids) share from their start."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def ok(good: bool) -> str:
+    """A target's verdict, as the tables print it."""
+    return "yes" if good else "NO"
+
+
+# --- measuring a backend --------------------------------------------------------------------
+
+
+def token_counter(backend: Backend) -> Callable[[str], int]:
+    """How many tokens a text is to `backend` (no BOS, no special tokens), remembered: cutting
+    documents and choosing context count the same lines again and again."""
+
+    @functools.lru_cache(maxsize=16384)
+    def count(text: str) -> int:
+        return len(backend.tokenize(text, add_bos=False, special=False))
+
+    return count
+
+
+def timed_tokens(
+    backend: Backend, prompt: Sequence[int], n: int
+) -> tuple[float, list[float], list[int]]:
+    """Greedy tokens from `backend.iter_token_ids` until `n` came out: when the request
+    started, the moment each token arrived, and the token ids."""
+    started = time.perf_counter()
+    stamps: list[float] = []
+    ids: list[int] = []
+    tokens = backend.iter_token_ids(prompt, SamplingParams(max_tokens=n), threading.Event())
+    try:
+        for token in tokens:
+            stamps.append(time.perf_counter())
+            ids.append(token)
+            if len(ids) >= n:
+                break
+    finally:
+        tokens.close()
+    return started, stamps, ids
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory (VmRSS), in KiB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a text table: its title, its width and alignment (the title's too), the
+    format of its numbers (`spec`, such as ".1f"), and the text before it (`gap`)."""
+
+    title: str
+    width: int
+    align: str = ">"
+    spec: str = ""
+    gap: str = " "
+
+
+class Table:
+    """A fixed-width text table, the one every benchmark prints. A cell is a number (formatted
+    with its column's `spec`), a text, or None (shown as "-"); a text wider than its column
+    pushes the rest of its row to the right. A row may stop before the last column."""
+
+    def __init__(self, *columns: Column) -> None:
+        self.columns = columns
+
+    def titles(self) -> str:
+        return self.row(*(column.title for column in self.columns))
+
+    def header(self, *, rule_extra: int = 0) -> str:
+        """The titles and a rule of dashes under them (`rule_extra` dashes longer)."""
+        titles = self.titles()
+        return titles + "\n" + "-" * (len(titles) + rule_extra)
+
+    def row(self, *cells: Any) -> str:
+        if len(cells) > len(self.columns):
+            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
+        parts = []
+        for index, (column, cell) in enumerate(zip(self.columns, cells, strict=False)):
+            spec = "" if cell is None or isinstance(cell, str) else column.spec
+            text = format("-" if cell is None else cell, f"{column.align}{column.width}{spec}")
+            parts.append(text if index == 0 else column.gap + text)
+        return "".join(parts)
+
+    def print(self, rows: Iterable[Sequence[Any]]) -> None:
+        """The header, then one line per row."""
+        print(self.header())
+        for cells in rows:
+            print(self.row(*cells))

@@ -1,5 +1,6 @@
-"""What the server benchmarks (latency, warm_cold, replay) share: the raw side, one measured
-server request, and the run around them.
+"""What the benchmarks that set the server beside a baseline share: the server's options, the
+raw side, one measured server request, the pause between sides, and the run around them
+(latency, warm_cold, replay, documents); the raw engine baseline of humaneval and crossfile.
 
 The server is the real one: `python -P -m lsp_server.cli serve` as a subprocess, spoken to over
 stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
@@ -14,26 +15,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
 import os
 import platform
-import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, write_json
+from _common import RESULTS, setup_logging, token_counter, write_json
 from _lsp import JobLine, ServerClient, mode_at
 from _raw import RawLlama, RawRun
 
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.models import load_backend
-from engine.types import Role, SamplingParams
+from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import model_specs
@@ -41,6 +39,10 @@ from lsp_server.inline.prompt import Prompt, build_prompt
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench")
+
+#: A pause after each side's turn: llama.cpp's OpenMP threads spin for a while after their
+#: work, and one side's spinning threads would compete with the next side's start.
+SETTLE_S = 0.5
 
 
 class Raw:
@@ -54,12 +56,7 @@ class Raw:
         backend = load_backend(spec)
         self.info = backend.info
         self.engine = Engine(backend, name="raw")
-
-        @functools.lru_cache(maxsize=16384)
-        def count(text: str) -> int:
-            return len(backend.tokenize(text, add_bos=False, special=False))
-
-        self.count = count
+        self.count = token_counter(backend)
         self.model = CompletionModel.of(self.engine, None)
         # What `lsp_server.inline` passes for an automatic (greedy) request.
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
@@ -109,12 +106,42 @@ def bust_cache(client: ServerClient, uri: str) -> None:
     client.edit_many(uri, [client.toggle_tail_edit(uri)])
 
 
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+def server_options(
+    model: str | None, extra: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], Settings]:
+    """A benchmark's language server options (`debounceMs` 0: each request goes out at once;
+    then `extra`, and the model where one was named) and the settings they parse to; a bad
+    option ends the run."""
+    options: dict[str, Any] = {"debounceMs": 0, **(extra or {})}
+    if model:
+        options["model"] = model
+    settings, problems = parse_settings({"infill": options})
+    if problems:
+        raise SystemExit("; ".join(problems))
+    return options, settings
 
 
-def ok(good: bool) -> str:
-    return "yes" if good else "NO"
+def run_on_raw_engine(settings: Settings, body: Callable[[Engine], Awaitable[None]]) -> None:
+    """`body` on our engine in this process, on the server's completion model: a raw baseline
+    that runs through the engine (HumanEval, cross-file context). The engine is closed after."""
+    engine = Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
+    try:
+        asyncio.run(body(engine))
+    finally:
+        engine.close()
+
+
+def raw_line_request(prompt: str, settings: Settings) -> GenerationRequest:
+    """The raw baseline's request: the prompt alone, greedy, one line (stop at "\\n"), at most
+    the server's single-line limit (`maxTokensSingleLine`)."""
+    return GenerationRequest(
+        prompt=prompt,
+        role=Role.COMPLETION,
+        sampling=SamplingParams(
+            max_tokens=settings.max_tokens_single_line, temperature=0.0, top_p=1.0
+        ),
+        stops=StopConditions(stop=("\n",)),
+    )
 
 
 #: A benchmark's body: the server and the raw side, ready; returns its part of the JSON.
@@ -137,8 +164,7 @@ def main(
     parser.add_argument("--model", help="completion model for both sides (default: the default)")
     parser.add_argument("--json", type=Path, default=RESULTS / f"{name}.json", help="output file")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
     result = asyncio.run(_run(name, args, body, settings or {}))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
@@ -156,13 +182,9 @@ def main(
 
 
 async def _run(
-    name: str, args: argparse.Namespace, body: Body, settings: dict[str, Any]
+    name: str, args: argparse.Namespace, body: Body, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {"debounceMs": 0, **settings}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    assert not problems
+    options, settings = server_options(args.model, extra)
     log.info("loading the raw side's model")
     raw = Raw(settings)
     client = ServerClient(options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import sys
 import tempfile
@@ -21,13 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import ROOT
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
 from lsp_server.client import InfillClient, insert_text_of, items_of
 from lsp_server.postprocess import CursorContext, decide_mode
 
-ROOT = Path(__file__).resolve().parents[1]
+#: A typist's pace in the typing benchmarks: one character every 60 ms.
+KEYSTROKE_S = 0.060
 
 _UTF16 = PositionCodec(encoding=types.PositionEncodingKind.Utf16)
 
@@ -152,6 +155,7 @@ class ServerClient:
         self._docs: dict[str, _Doc] = {}
         self._ids = itertools.count(1)
         self._tmp = tempfile.TemporaryDirectory(prefix="infill-bench-")
+        self._stopped = False
 
     def _show(self, message: str) -> None:
         self.shown.append(message)
@@ -163,23 +167,28 @@ class ServerClient:
 
     async def start(self, wait_s: float = 300.0, *, root: Path = ROOT) -> dict[str, Any]:
         """Start the server, initialize (with `root` as the workspace folder), and wait until
-        the completion model is loaded."""
+        the completion model is loaded; a server that never gets there is stopped."""
         args = ["--log-file", str(self.log_file)]
         if self.model:
             args += ["--model", self.model]
-        await self.client.start(
-            root_uri=root.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
-        )
-        deadline = time.monotonic() + wait_s
-        while True:
-            status = await asyncio.wait_for(self.status(), 30)
-            if status.get("status") == "ready":
-                return status
-            if status.get("status") == "error" or self.shown:
-                raise RuntimeError(f"the server could not load its model: {status}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the server was not ready after {wait_s:.0f} s")
-            await asyncio.sleep(0.05)
+        try:
+            await self.client.start(
+                root_uri=root.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
+            )
+            deadline = time.monotonic() + wait_s
+            while True:
+                status = await asyncio.wait_for(self.status(), 30)
+                if status.get("status") == "ready":
+                    return status
+                if status.get("status") == "error" or self.shown:
+                    raise RuntimeError(f"the server could not load its model: {status}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the server was not ready after {wait_s:.0f} s")
+                await asyncio.sleep(0.05)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
 
     async def status(self) -> dict[str, Any]:
         return await self.client.status()
@@ -191,6 +200,10 @@ class ServerClient:
         self.client.configure(settings)
 
     async def stop(self) -> None:
+        """Shut the server down; once is enough (a later call does nothing)."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.client.stop()
         self._tmp.cleanup()
 
@@ -298,6 +311,38 @@ class ServerClient:
         pending = self.request_inline(uri, offset, invoked=invoked)
         items = await pending.wait()
         return items, pending
+
+    async def type_keys(self, uri: str, start: int, typed: str, *, cancel: bool = False) -> Typed:
+        """Type `typed` into the document at `start`, one character every `KEYSTROKE_S`
+        (`didChange` per character, then an inline request, as VS Code sends them: each
+        supersedes the one before; `cancel`: with `$/cancelRequest` for that one too), and wait
+        for every answer."""
+        timer = Timer()
+        pendings: list[Pending] = []
+        key_at = 0.0
+        for k, char in enumerate(typed):
+            await timer.until(k * KEYSTROKE_S)
+            self.edit(uri, start + k, start + k, char)
+            key_at = time.perf_counter()
+            if cancel and pendings:
+                self.cancel(pendings[-1])
+            pendings.append(self.request_inline(uri, start + k + 1))
+        last = pendings[-1]
+        items = await last.wait()
+        latency = last.seconds + (last.sent_at - key_at)
+        for pending in pendings[:-1]:
+            with contextlib.suppress(Exception):  # RequestCancelled (-32800) when we cancelled
+                await pending.wait()
+        return Typed(pendings=pendings, items=items, last_keystroke_s=latency)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Typed:
+    """A line typed with a request per keystroke: every request, and the last one's answer."""
+
+    pendings: list[Pending]
+    items: list[types.InlineCompletionItem]
+    last_keystroke_s: float  # from the last keystroke to the answer to its request
 
 
 @dataclass(slots=True)

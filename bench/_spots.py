@@ -67,7 +67,7 @@ def humaneval_spot(task_id: str, anchor: str) -> Spot:
 def default_spots() -> list[Spot]:
     return [
         demo_spot(),
-        file_spot("lsp_server/inline.py", "prompt = build_prompt(", "mid-line"),
+        file_spot("lsp_server/inline/plan.py", "prompt = build_prompt(", "mid-line"),
         file_spot("bench/engine.py", "raw_ids = raw.tokenize(", "mid-line, long file"),
         humaneval_spot("SingleLineInfilling/HumanEval/81/L10", "elif "),
     ]

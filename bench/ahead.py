@@ -34,22 +34,19 @@ import argparse
 import asyncio
 import logging
 import re
-import statistics
 import time
 from typing import Any
 
-from _common import write_json
+from _common import RESULTS, ROOT, Column, Table, median, ok, setup_logging, write_json
 from _lsp import ServerClient, apply_item
 
 from engine.text import TAB_WIDTH, leading_whitespace, opens_block
 
 log = logging.getLogger("bench.ahead")
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).resolve().parent / "results"
 FILES = (
     "engine/worker.py",
     "engine/fim.py",
-    "lsp_server/inline.py",
+    "lsp_server/neighbors.py",
     "lsp_server/host.py",
     "engine/backends/llama_cpp.py",
     "lsp_server/action_handlers.py",
@@ -136,7 +133,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await client.stop()
     summary = {
         name: {
-            "median_ms": round(statistics.median(r["seconds"] for r in runs) * 1000, 1),
+            "median_ms": round(median(r["seconds"] for r in runs) * 1000, 1),
             "model_ran": sum(r["model_ran"] for r in runs),
             "requests": len(runs),
         }
@@ -152,18 +149,18 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=len(FILES))
     parser.add_argument("--json", type=Path, default=RESULTS / "ahead.json")
     args = parser.parse_args()
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    setup_logging(quiet_engine=False)
     result = asyncio.run(run(args))
     summary = result["summary"]
     print("accepting a suggestion (and the line ending) to the next one, ms from request")
-    print(f"{'side':10} {'median ms':>10} {'model ran':>10}")
+    table = Table(Column("side", 10, "<"), Column("median ms", 10), Column("model ran", 10))
+    print(table.titles())
     for name, row in summary.items():
-        print(f"{name:10} {row['median_ms']:>10} {row['model_ran']:>5}/{row['requests']}")
+        print(table.row(name, row["median_ms"], f"{row['model_ran']:>5}/{row['requests']}"))
     if "ahead" in summary and "without" in summary:
         ratio = summary["ahead"]["median_ms"] / summary["without"]["median_ms"]
         result["ratio"] = round(ratio, 3)
-        verdict = "yes" if ratio <= 0.1 else "NO"
-        print(f"ahead / without: {ratio:.3f} (target <= 0.1: {verdict})")
+        print(f"ahead / without: {ratio:.3f} (target <= 0.1: {ok(ratio <= 0.1)})")
     write_json(args.json, result)
     return 0
 

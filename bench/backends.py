@@ -39,22 +39,29 @@ import copy
 import logging
 import os
 import platform
-import statistics
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from _common import RESULTS, ROOT, write_json
+from _common import (
+    RESULTS,
+    ROOT,
+    Column,
+    Table,
+    median,
+    setup_logging,
+    shared_prefix,
+    timed_tokens,
+    write_json,
+)
 
 from engine.backend import Backend
 from engine.default_models import default_chat_model, default_completion_model
 from engine.models import load_backend
 from engine.specs import ModelSpec
-from engine.types import SamplingParams
 
 log = logging.getLogger("bench.backends")
 
@@ -87,18 +94,7 @@ class Side:
 def first_token(backend: Backend, prompt: Sequence[int], n: int = 1) -> dict[str, Any]:
     """Time to the first token of `prompt`, the prompt tokens fed, and with `n` > 1 the decode
     rate over the `n` greedy tokens (after the first: the loop alone)."""
-    started = time.perf_counter()
-    stamps: list[float] = []
-    ids: list[int] = []
-    tokens = backend.iter_token_ids(prompt, SamplingParams(max_tokens=n), threading.Event())
-    try:
-        for token in tokens:
-            stamps.append(time.perf_counter())
-            ids.append(token)
-            if len(ids) >= n:
-                break
-    finally:
-        tokens.close()
+    started, stamps, ids = timed_tokens(backend, prompt, n)
     result: dict[str, Any] = {
         "first_token_ms": 1000 * (stamps[0] - started),
         "fed": backend.last_prefill_tokens or 0,
@@ -248,8 +244,8 @@ def summarize(side: Side, lengths: Sequence[int]) -> dict[str, Any]:
         runs = [r for r in side.runs if r["prompt_tokens"] == length]
         if not runs:
             continue
-        cold = statistics.median(r["cold"]["first_token_ms"] for r in runs)
-        warm = statistics.median(r["warm"]["first_token_ms"] for r in runs)
+        cold = median(r["cold"]["first_token_ms"] for r in runs)
+        warm = median(r["warm"]["first_token_ms"] for r in runs)
         out["by_prompt"][str(length)] = {
             "cold_first_token_ms": cold,
             "warm_first_token_ms": warm,
@@ -262,7 +258,7 @@ def summarize(side: Side, lengths: Sequence[int]) -> dict[str, Any]:
         r["cold"]["decode_tokens_per_s"] for r in side.runs if "decode_tokens_per_s" in r["cold"]
     ]
     if rates:
-        out["decode_tokens_per_s"] = statistics.median(rates)
+        out["decode_tokens_per_s"] = median(rates)
     return out
 
 
@@ -282,7 +278,7 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
         text = "\n\n".join((ROOT / s).read_text(encoding="utf-8") for s in SOURCES)
         theirs = others[0].backend.tokenize(text, add_bos=sides[0].backend.vocab.adds_bos)
         result["same_tokenization"] = theirs == ids
-        result["tokenizations_part_at"] = _shared(theirs, ids)
+        result["tokenizations_part_at"] = shared_prefix(theirs, ids)
     try:
         for side in sides:  # untimed: first-call costs (allocations, thread pools)
             first_token(side.backend, ids[:64], 4)
@@ -310,18 +306,9 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str,
     if decoded:
         reference = next(iter(decoded.values()))
         result["same_greedy_prefix"] = {
-            name: _shared(reference, got) for name, got in decoded.items()
+            name: shared_prefix(reference, got) for name, got in decoded.items()
         }
     return result
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -334,25 +321,29 @@ def print_table(result: dict[str, Any]) -> None:
     )
     for model in result["models"]:
         print(f"\n{model['model']}: {model['path']}")
-        cols = "".join(f" {f'cold {n}':>10} {f'warm {n}':>9} {'w/c':>6}" for n in lengths)
-        header = f"{'side':<30} {'load s':>7} {'tok/s':>7}{cols}"
-        print(header + "\n" + "-" * len(header))
-        for name, side in model["sides"].items():
-            cells = ""
-            for n in lengths:
-                row = side["by_prompt"].get(str(n))
-                if row is None:
-                    cells += f" {'-':>10} {'-':>9} {'-':>6}"
-                    continue
-                cells += (
-                    f" {row['cold_first_token_ms']:>10.0f} {row['warm_first_token_ms']:>9.0f} "
-                    f"{row['warm_over_cold']:>6.3f}"
+        rows: list[list[Any]] = []
+        table = Table(
+            Column("side", 30, "<"),
+            Column("load s", 7, spec=".1f"),
+            Column("tok/s", 7, spec=".1f"),
+            *(
+                column
+                for n in lengths
+                for column in (
+                    Column(f"cold {n}", 10, spec=".0f"),
+                    Column(f"warm {n}", 9, spec=".0f"),
+                    Column("w/c", 6, spec=".3f"),
                 )
-            rate = side.get("decode_tokens_per_s")
-            print(
-                f"{name:<30} {side['load_seconds']:>7.1f} "
-                f"{'-' if rate is None else f'{rate:.1f}':>7}{cells}"
-            )
+            ),
+        )
+        for name, side in model["sides"].items():
+            cells = [name, side["load_seconds"], side.get("decode_tokens_per_s")]
+            for n in lengths:
+                row = side["by_prompt"].get(str(n), {})  # none: that prompt failed ("-")
+                keys = ("cold_first_token_ms", "warm_first_token_ms", "warm_over_cold")
+                cells += [row.get(key) for key in keys]
+            rows.append(cells)
+        table.print(rows)
         warm_fed = {
             name: max(max(p["warm_fed"]) for p in side["by_prompt"].values())
             for name, side in model["sides"].items()
@@ -389,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "backends.json", help="output")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    setup_logging(quiet_engine=False)
     if max(args.prompt_tokens) + 3 + args.tokens > CONTEXT_SIZE:
         parser.error(f"prompts and tokens must fit in {CONTEXT_SIZE} tokens")
 

@@ -62,18 +62,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from _common import RESULTS, write_json
+from _common import RESULTS, Column, Table, median, setup_logging, token_counter, write_json
+from _compare import raw_line_request, run_on_raw_engine, server_options
 from _lsp import ServerClient
 
 from engine.context_window import context_window
 from engine.engine import Engine
-from engine.models import load_backend
-from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.host import model_specs
 from lsp_server.neighbors import NeighborContext, OtherDocument, PlainStyle, render_plain
-from lsp_server.settings import Settings, parse_settings
+from lsp_server.settings import Settings
 
 log = logging.getLogger("bench.crossfile")
 
@@ -190,24 +188,15 @@ def similarity(a: str, b: str) -> float:
 
 def raw_phase(root: Path, cases: Sequence[Case], settings: Settings) -> dict[str, list[str]]:
     """raw, raw+code, raw+comments: our engine in this process, greedy, stop at "\\n"."""
-    backend = load_backend(model_specs(settings)[Role.COMPLETION])
-    engine = Engine(backend, name="raw")
-    count = _counter(backend)
     out: dict[str, list[str]] = {"raw": [], "raw+code": [], "raw+comments": []}
 
-    async def generate(prompt: str) -> str:
-        request = GenerationRequest(
-            prompt=prompt,
-            role=Role.COMPLETION,
-            sampling=SamplingParams(
-                max_tokens=settings.max_tokens_single_line, temperature=0.0, top_p=1.0
-            ),
-            stops=StopConditions(stop=("\n",)),
-        )
-        (choice,) = await engine.collect(request)
-        return choice.text
+    async def run_all(engine: Engine) -> None:
+        count = token_counter(engine.backend)
 
-    async def run_all() -> None:
+        async def generate(prompt: str) -> str:
+            (choice,) = await engine.collect(raw_line_request(prompt, settings))
+            return choice.text
+
         for number, case in enumerate(cases):
             text, cursor = document_of(root, case)
             window = context_window(
@@ -232,18 +221,8 @@ def raw_phase(root: Path, cases: Sequence[Case], settings: Settings) -> dict[str
             if (number + 1) % 10 == 0:
                 log.info("raw: %d/%d", number + 1, len(cases))
 
-    try:
-        asyncio.run(run_all())
-    finally:
-        engine.close()
+    run_on_raw_engine(settings, run_all)
     return out
-
-
-def _counter(backend: Any) -> Any:
-    def count(text: str) -> int:
-        return len(backend.tokenize(text, add_bos=False, special=False))
-
-    return count
 
 
 async def ours_phase(
@@ -301,8 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", help="completion model (default: the default one)")
     parser.add_argument("--json", type=Path, default=RESULTS / "crossfile.json", help="output")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
 
     package = args.package.partition("==")[0]
@@ -312,12 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = [everything[i * len(everything) // limit] for i in range(limit)]
     log.info("%d qualifying lines, %d cases", len(everything), len(cases))
 
-    options: dict[str, Any] = {"debounceMs": 0}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    if problems:
-        raise SystemExit("; ".join(problems))
+    options, settings = server_options(args.model)
     texts: dict[str, list[str]] = dict(raw_phase(root, cases, settings))
     ours = asyncio.run(ours_phase(root, cases, options))
     for variant, rows in ours.items():
@@ -344,8 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tokens = [r["prompt_tokens"] for r in rows if r["prompt_tokens"] is not None]
         warm = [r["warm_seconds"] for r in rows if r.get("warm_seconds") is not None]
         latency[variant] = {
-            "warm_median_ms": 1000 * statistics.median(warm) if warm else None,
-            "median_ms": 1000 * statistics.median(seconds) if seconds else None,
+            "warm_median_ms": 1000 * median(warm) if warm else None,
+            "median_ms": 1000 * median(seconds) if seconds else None,
             "mean_ms": 1000 * statistics.fmean(seconds) if seconds else None,
             "mean_prompt_tokens": statistics.fmean(tokens) if tokens else None,
         }
@@ -354,30 +327,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         for off, on in zip(ours["ours-off"], ours["ours-on"], strict=True)
         if off["seconds"] is not None and on["seconds"] is not None
     ]
-    extra_ms = statistics.median(paired) if paired else None
+    extra_ms = median(paired) if paired else None
     paired_warm = [
         (on["warm_seconds"] - off["warm_seconds"]) * 1000
         for off, on in zip(ours["ours-off"], ours["ours-on"], strict=True)
         if off.get("warm_seconds") is not None and on.get("warm_seconds") is not None
     ]
-    extra_warm_ms = statistics.median(paired_warm) if paired_warm else None
+    extra_warm_ms = median(paired_warm) if paired_warm else None
 
     print(f"\ncross-file: {args.package}, {len(cases)} of {len(everything)} qualifying lines")
-    print(f"{'variant':<14} {'exact':>7} {'edit sim':>9} {'uses name':>10}")
+    scores = Table(
+        Column("variant", 14, "<"),
+        Column("exact", 7),
+        Column("edit sim", 9, spec=".3f"),
+        Column("uses name", 10),
+    )
+    print(scores.titles())
     for row in table:
         print(
-            f"{row['variant']:<14} {row['exact']:>3}/{row['cases']:<3} "
-            f"{row['edit_similarity']:>9.3f} {row['uses_name']:>6}/{row['cases']:<3}"
+            scores.row(
+                row["variant"],
+                f"{row['exact']:>3}/{row['cases']:<3}",
+                row["edit_similarity"],
+                f"{row['uses_name']:>6}/{row['cases']:<3}",
+            )
         )
-    print(
-        f"\n{'server':<10} {'cold median ms':>15} {'cold mean ms':>13} {'warm median ms':>15} "
-        f"{'prompt tokens':>14}"
+    times = Table(
+        Column("server", 10, "<"),
+        Column("cold median ms", 15, spec=".0f"),
+        Column("cold mean ms", 13, spec=".0f"),
+        Column("warm median ms", 15, spec=".0f"),
+        Column("prompt tokens", 14, spec=".0f"),
     )
+    print("\n" + times.titles())
     for variant, row in latency.items():
-        print(
-            f"{variant:<10} {row['median_ms'] or 0:>15.0f} {row['mean_ms'] or 0:>13.0f} "
-            f"{row['warm_median_ms'] or 0:>15.0f} {row['mean_prompt_tokens'] or 0:>14.0f}"
-        )
+        keys = ("median_ms", "mean_ms", "warm_median_ms", "mean_prompt_tokens")
+        print(times.row(variant, *(row[key] or 0 for key in keys)))
     if extra_ms is not None and extra_warm_ms is not None:
         print(
             f"extra latency of the context per request (median of paired differences): "

@@ -49,9 +49,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import _compare
-from _compare import Raw, bust_cache, median, ok, ours_once
+from _common import Column, Table, median, ok, rss_kib
+from _compare import SETTLE_S, Raw, bust_cache, ours_once
 from _lsp import ServerClient
-from _peer import LlamaServer, find_binary, rss_mib
+from _servers import LlamaServer, find_binary
 from _spots import TypingDoc, typing_doc
 
 from engine.threads import usable_cores
@@ -61,7 +62,7 @@ log = _compare.log.getChild("documents")
 #: The files documents are cut from (real code of this repository, about 1,400 tokens each).
 FILES = (
     "engine/worker.py",
-    "lsp_server/inline.py",
+    "lsp_server/neighbors.py",
     "lsp_server/action_handlers.py",
     "lsp_server/protocol.py",
 )
@@ -71,7 +72,6 @@ TARGET_COLD = 1.1  # ours / llama-server (every core)
 TARGET_WARM = 1.0
 TARGET_LOADED = 2.0  # loaded / idle, ours
 KEPT = (1, 5, 20)
-SETTLE_SECONDS = 0.5
 
 
 @contextlib.contextmanager
@@ -175,14 +175,12 @@ async def rounds(
         ours = await ours_round(client, rnd)
         counts = {step: ours[step]["generated"] for step in ours}
         sides: dict[str, Any] = {"ours": ours}
-        # A pause between sides: llama.cpp's OpenMP threads spin for a while after their
-        # work, and one side's spinning threads would compete with the next side's start.
-        await asyncio.sleep(SETTLE_SECONDS)
+        await asyncio.sleep(SETTLE_S)  # a pause between sides
         for peer in peers:
             sides[peer.label] = peer_round(peer, rnd, counts)
-            await asyncio.sleep(SETTLE_SECONDS)
+            await asyncio.sleep(SETTLE_S)
         sides["raw llama-cpp-python"] = raw_round(raw, rnd, counts)
-        await asyncio.sleep(SETTLE_SECONDS)
+        await asyncio.sleep(SETTLE_S)
         log.info(
             "%s round %d: %s",
             condition,
@@ -225,7 +223,11 @@ async def memory(client: ServerClient, docs: Sequence[TypingDoc]) -> list[dict[s
         if number in KEPT:
             status = await client.status()
             rows.append(
-                {"documents": number, "rss_mib": rss_mib(pid), "kv_cache": status.get("kv_cache")}
+                {
+                    "documents": number,
+                    "rss_mib": rss_kib(pid) / 1024,
+                    "kv_cache": status.get("kv_cache"),
+                }
             )
             log.info("memory: %d documents, RSS %.0f MiB", number, rows[-1]["rss_mib"])
     return rows
@@ -264,19 +266,14 @@ def print_table(result: dict[str, Any]) -> None:
         f"{max(r['prompt_tokens'] for r in runs)} tokens, debounceMs 0, median of {len(runs)} "
         "rounds; seconds from request to response"
     )
-    header = (
-        f"{'side':<34} {'cold':>7} {'warm':>7} {'back':>7}   "
-        f"{'loaded: cold':>12} {'warm':>7} {'back':>7}"
+    Table(
+        Column("side", 34, "<"),
+        *(Column(step, 7, spec=".3f") for step in STEPS),
+        Column("loaded: cold", 12, spec=".3f", gap="   "),
+        *(Column(step, 7, spec=".3f") for step in ("warm", "back")),
+    ).print(
+        (side, *(idle[side][s] for s in STEPS), *(loaded[side][s] for s in STEPS)) for side in idle
     )
-    print(header + "\n" + "-" * len(header))
-    for side in idle:
-        print(
-            f"{side:<34} "
-            + " ".join(f"{idle[side][s]:>7.3f}" for s in STEPS)
-            + "   "
-            + f"{loaded[side]['cold']:>12.3f} "
-            + " ".join(f"{loaded[side][s]:>7.3f}" for s in ("warm", "back"))
-        )
     ours = idle["ours"]
     best_peer = next(
         (s for s in idle if s.startswith("llama-server -t") and " -t 1 " not in s), None

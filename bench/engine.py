@@ -33,13 +33,12 @@ import contextlib
 import logging
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from _common import RESULTS, humaneval_task, write_json
+from _common import RESULTS, Column, Table, humaneval_task, median, setup_logging, write_json
 from _raw import RawLlama
 
 from engine.backend import Backend
@@ -148,10 +147,6 @@ async def ours_once(
     )
 
 
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
 def summarize(runs: Sequence[Run]) -> dict[str, Any]:
     """Medians per side, ratios of the medians, and the median of the per-repeat ratios (each
     pair ran back to back, so that ratio cancels most of the machine's drift)."""
@@ -189,21 +184,28 @@ def print_table(summary: dict[str, Any], config: dict[str, Any]) -> None:
         f"{config['tokens']} tokens generated x {config['repeats']} repeats, "
         f"threads {config['threads']}/{config['threads_batch']} (decode/prompt)"
     )
-    header = f"{'metric':<24} {'raw':>10} {'ours':>10} {'ours/raw':>9} {'paired':>8}"
-    print(header)
-    print("-" * len(header))
     labels = {
         "first_token_ms": "time to first token, ms",
         "decode_ms_per_token": "decode, ms/token",
         "decode_tokens_per_s": "decode, tokens/s",
         "total_ms": "total, ms",
     }
-    for key, label in labels.items():
-        row = summary[key]
-        print(
-            f"{label:<24} {row['raw']:>10.2f} {row['ours']:>10.2f} "
-            f"{row['ratio_of_medians']:>9.3f} {row['median_paired_ratio']:>8.3f}"
+    Table(
+        Column("metric", 24, "<"),
+        Column("raw", 10, spec=".2f"),
+        Column("ours", 10, spec=".2f"),
+        Column("ours/raw", 9, spec=".3f"),
+        Column("paired", 8, spec=".3f"),
+    ).print(
+        (
+            label,
+            summary[key]["raw"],
+            summary[key]["ours"],
+            summary[key]["ratio_of_medians"],
+            summary[key]["median_paired_ratio"],
         )
+        for key, label in labels.items()
+    )
     print(
         "ours/raw: ratio of the medians; paired: median of the per-repeat ratios. "
         f"Target for time rows: <= {TARGET_RATIO} (tokens/s: >= {1 / TARGET_RATIO:.3f})."
@@ -226,8 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--task", default=DEFAULT_TASK, help="HumanEval single-line task id")
     parser.add_argument("--json", type=Path, default=RESULTS / "engine.json", help="output file")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)  # one line per job is noise here
+    setup_logging(quiet_engine=True)  # one line per job is noise here
 
     prompt = load_prompt(args.task)
     path = resolve_model_path(Role.COMPLETION)

@@ -3,7 +3,6 @@
 Run from the repository root on a CUDA machine, in one call (about 5 minutes on an H200):
 
     PYTHONPATH=. python3 bench/gpu.py --out DIR [--gguf SmolLM2.gguf]
-                                      [--build-llama llama_cpp_python.tar.gz --llama-deps W.whl]
 
 and here, on the CPU, to prove the code paths (a tiny model, a few tokens):
 
@@ -26,7 +25,7 @@ is printed and recorded, and the next section runs):
    (cold), and for the same prompt one keystroke later (one token appended, or the last one
    changed), where only the new token may be fed (checked with `last_prefill_tokens`).
 3. llama.cpp with every layer on the GPU, when llama-cpp-python there was built with GPU
-   offload (`--build-llama SDIST` tries such a build first, in a time limit): the SmolLM2 GGUF
+   offload (the project's way: `make install LLAMA_CUDA=1`, README "GPU"): the SmolLM2 GGUF
    given with `--gguf` (no GGUF of the 1.5B shape exists here), so its limit is its own.
 
 `iter_token_ids` does not stop at an end-of-sequence id (the engine's stop processor does), so
@@ -47,15 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import platform
 import random
 import shutil
-import signal
-import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -66,6 +61,16 @@ from typing import Any
 
 import torch
 import transformers
+from _common import (
+    RESULTS,
+    ROOT,
+    Column,
+    Table,
+    median,
+    setup_logging,
+    timed_tokens,
+    write_json,
+)
 
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
@@ -73,9 +78,6 @@ from engine.specs import ModelSpec
 from engine.types import SamplingParams
 
 log = logging.getLogger("bench.gpu")
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 
 #: Qwen2.5-Coder-1.5B's config.json, the parts that decide its shape and cost.
 QWEN_CODER_1_5B: dict[str, Any] = {
@@ -120,7 +122,6 @@ TARGET_SHARE = 0.5
 #: The one keystroke may cost at most this many fed tokens (the changed or appended one).
 KEYSTROKE_MAX_FED = 3
 DECODE_PATHS = ("dynamic", "compiled", "static")
-LLAMA_CMAKE_ARGS = "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAVA_BUILD=OFF"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,10 +173,8 @@ class Report:
             self.write()
 
     def write(self) -> None:
-        text = json.dumps(self.data, indent=2, default=str) + "\n"
         for path in self.files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_json(path, self.data)
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -287,14 +286,14 @@ def measure_bandwidth(device: str, nbytes: int, repeats: int = 10) -> dict[str, 
         times.append(time.perf_counter() - started)
     del src, dst
     _empty_cache(device)
-    best, median = min(times), statistics.median(times)
+    best, typical = min(times), median(times)
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else platform.processor()
     spec = next((bw for key, bw in SPEC_BANDWIDTH if key in name), None)
     return {
         "device_name": name or "cpu",
         "copy_bytes": nbytes,
         # The median copy, not the best: a decode loop runs for seconds, not at its luckiest.
-        "measured_bytes_per_s": 2 * nbytes / median,
+        "measured_bytes_per_s": 2 * nbytes / typical,
         "best_bytes_per_s": 2 * nbytes / best,
         "spec_bytes_per_s": spec,
     }
@@ -321,24 +320,34 @@ def time_first_token(backend: Backend, prompt: Sequence[int]) -> tuple[float, in
 def time_decode(backend: Backend, prompt: Sequence[int], n: int) -> dict[str, Any]:
     """Greedy decoding of `n` tokens after `prompt`: tokens/s after the first (the decode loop
     alone, without the prompt)."""
-    tokens = backend.iter_token_ids(prompt, SamplingParams(max_tokens=n), threading.Event())
-    stamps: list[float] = []
-    ids: list[int] = []
-    started = time.perf_counter()
-    try:
-        for token in tokens:
-            stamps.append(time.perf_counter())
-            ids.append(token)
-            if len(ids) >= n:
-                break
-    finally:
-        tokens.close()
+    started, stamps, ids = timed_tokens(backend, prompt, n)
     return {
         "tokens": len(ids),
         "first_token_s": stamps[0] - started,
         "tokens_per_s": (len(ids) - 1) / (stamps[-1] - stamps[0]),
         "distinct_ids": len(set(ids)),
     }
+
+
+def measure_decode(
+    backend: Backend, settings: Settings, vocab: int, part: dict[str, Any]
+) -> random.Random:
+    """Decode tokens/s into `part`: the median of `settings.repeats` runs after one short
+    untimed run (cuBLAS handles, the allocator's pools). Returns the random prompts' source,
+    for the measurements after it."""
+    rng = random.Random(13)
+    time_decode(backend, token_ids(rng, settings.decode_prompt_tokens, vocab), 8)
+    runs = [
+        time_decode(
+            backend,
+            token_ids(rng, settings.decode_prompt_tokens, vocab),
+            settings.decode_tokens,
+        )
+        for _ in range(settings.repeats)
+    ]
+    part["decode_runs"] = runs
+    part["decode_tokens_per_s"] = median(r["tokens_per_s"] for r in runs)
+    return rng
 
 
 def measure_decode_path(
@@ -364,20 +373,8 @@ def measure_decode_path(
         part["decode_path"] = backend.decode_path.value
         if backend.decode_path.value != decode:
             log.warning("%s asked, %s in use (the backend logged why)", decode, part["decode_path"])
-        rng = random.Random(13)
-
-        # 1. Decode: one short untimed run first (cuBLAS handles, the allocator's pools).
-        time_decode(backend, token_ids(rng, settings.decode_prompt_tokens, vocab), 8)
-        runs = [
-            time_decode(
-                backend,
-                token_ids(rng, settings.decode_prompt_tokens, vocab),
-                settings.decode_tokens,
-            )
-            for _ in range(settings.repeats)
-        ]
-        part["decode_runs"] = runs
-        part["decode_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in runs)
+        # 1. Decode.
+        rng = measure_decode(backend, settings, vocab, part)
         log.info("%s: %.1f tokens/s", decode, part["decode_tokens_per_s"])
 
         # 2. Cold, then one keystroke later: the last token changed, or one token appended.
@@ -392,10 +389,10 @@ def measure_decode_path(
         part["cold_runs"] = cold
         part["keystroke_changed_runs"] = changed
         part["keystroke_appended_runs"] = appended
-        part["cold_first_token_ms"] = 1000 * statistics.median(s for s, _ in cold)
+        part["cold_first_token_ms"] = 1000 * median(s for s, _ in cold)
         part["cold_fed"] = max(fed for _, fed in cold)
         keystrokes = changed + appended
-        part["keystroke_first_token_ms"] = 1000 * statistics.median(s for s, _ in keystrokes)
+        part["keystroke_first_token_ms"] = 1000 * median(s for s, _ in keystrokes)
         part["keystroke_fed_max"] = max(fed for _, fed in keystrokes)
         part["keystroke_over_cold"] = part["keystroke_first_token_ms"] / part["cold_first_token_ms"]
         if part["cold_fed"] != settings.prompt_tokens:
@@ -418,61 +415,6 @@ def _other(token: int, vocab: int) -> int:
 # --- llama.cpp ------------------------------------------------------------------------------------
 
 
-def build_llama(sdist: Path, target: Path, deps: Sequence[Path], timeout: float) -> dict[str, Any]:
-    """pip-install llama-cpp-python from `sdist` with CUDA into `target`, offline, within
-    `timeout` seconds (the whole build's process group is stopped past it)."""
-    env = {
-        **os.environ,
-        "CMAKE_ARGS": LLAMA_CMAKE_ARGS,
-        "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 4),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-index",
-        "--no-deps",
-        "--no-build-isolation",  # scikit-build-core, cmake and ninja come from the machine
-        "--target",
-        str(target),
-        *map(str, deps),
-        str(sdist),
-    ]
-    log.info("building llama-cpp-python: CMAKE_ARGS=%r, at most %.0f s", LLAMA_CMAKE_ARGS, timeout)
-    started = time.perf_counter()
-    # Its own session: on timeout the whole group (cmake, ninja, nvcc) is stopped.
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        timed_out = True
-    tail = "\n".join((output or "").splitlines()[-25:])
-    result = {
-        "command": " ".join(command),
-        "cmake_args": LLAMA_CMAKE_ARGS,
-        "seconds": round(time.perf_counter() - started, 1),
-        "returncode": process.returncode,
-        "timed_out": timed_out,
-        "ok": process.returncode == 0 and not timed_out,
-        "output_tail": tail,
-    }
-    if not result["ok"]:
-        why = f"timed out after {timeout:.0f} s" if timed_out else f"exit {process.returncode}"
-        log.error("building llama-cpp-python failed (%s); its last lines:\n%s", why, tail)
-    return result
-
-
 def llama_offload_status() -> tuple[Any, str | None]:
     """llama_cpp, or None and why it cannot be used here."""
     try:
@@ -480,7 +422,10 @@ def llama_offload_status() -> tuple[Any, str | None]:
     except ImportError as e:
         return None, f"llama_cpp is not importable ({e})"
     if not llama_cpp.llama_supports_gpu_offload():
-        return None, "llama_cpp is a CPU-only build (llama_supports_gpu_offload() is false)"
+        return None, (
+            "llama_cpp is a CPU-only build (llama_supports_gpu_offload() is false; "
+            '`make install LLAMA_CUDA=1` builds it with CUDA, README "GPU")'
+        )
     return llama_cpp, None
 
 
@@ -510,18 +455,7 @@ def measure_llama(
         if bandwidth:
             part["limit_tokens_per_s"] = bandwidth / part["weight_bytes"]
         vocab = min(backend.info.vocab_size, 32000)
-        rng = random.Random(13)
-        time_decode(backend, token_ids(rng, settings.decode_prompt_tokens, vocab), 8)
-        runs = [
-            time_decode(
-                backend,
-                token_ids(rng, settings.decode_prompt_tokens, vocab),
-                settings.decode_tokens,
-            )
-            for _ in range(settings.repeats)
-        ]
-        part["decode_runs"] = runs
-        part["decode_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in runs)
+        rng = measure_decode(backend, settings, vocab, part)
         if bandwidth:
             part["share_of_limit"] = part["decode_tokens_per_s"] / part["limit_tokens_per_s"]
         cold, keys = [], []
@@ -530,8 +464,8 @@ def measure_llama(
             cold.append(time_first_token(backend, prompt))
             keys.append(time_first_token(backend, [*prompt, rng.randrange(1, vocab)]))
         part["cold_runs"], part["keystroke_appended_runs"] = cold, keys
-        part["cold_first_token_ms"] = 1000 * statistics.median(s for s, _ in cold)
-        part["keystroke_first_token_ms"] = 1000 * statistics.median(s for s, _ in keys)
+        part["cold_first_token_ms"] = 1000 * median(s for s, _ in cold)
+        part["keystroke_first_token_ms"] = 1000 * median(s for s, _ in keys)
         part["keystroke_fed_max"] = max(fed for _, fed in keys)
         part["keystroke_over_cold"] = part["keystroke_first_token_ms"] / part["cold_first_token_ms"]
     finally:
@@ -593,14 +527,6 @@ def run(args: argparse.Namespace, report: Report, settings: Settings) -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    if args.build_llama is not None:
-        target = args.llama_target
-        with report.section("llama_build", needs_s=60.0) as part:
-            if part is not None:
-                left = report.deadline - time.monotonic() - 30.0
-                part.update(build_llama(args.build_llama, target, args.llama_deps, left))
-                if part["ok"]:
-                    sys.path.insert(0, str(target))
     with report.section("llama_cpp", needs_s=20.0) as part:
         if part is not None:
             llama, why = llama_offload_status()
@@ -665,9 +591,15 @@ def print_table(data: dict[str, Any]) -> None:
             + f"; the static loops also read their {limit['static_cache_bytes'] / 1e6:.0f} MB "
             "cache per token"
         )
-    header = (
-        f"{'loop':<22} {'load s':>7} {'decode tok/s':>13} {'of limit':>9} "
-        f"{'cold ms':>9} {'key ms':>8} {'key fed':>8} {'key/cold':>9}"
+    table = Table(
+        Column("loop", 22, "<"),
+        Column("load s", 7, spec=".1f"),
+        Column("decode tok/s", 13, spec=".1f"),
+        Column("of limit", 9, spec=".3f"),
+        Column("cold ms", 9, spec=".1f"),
+        Column("key ms", 8, spec=".1f"),
+        Column("key fed", 8, spec=".0f"),
+        Column("key/cold", 9, spec=".3f"),
     )
     print(
         f"decode: {settings.get('decode_tokens')} greedy tokens after "
@@ -675,7 +607,7 @@ def print_table(data: dict[str, Any]) -> None:
         f"{settings.get('prompt_tokens')}-token prompt; key: the same one keystroke later "
         f"(median of {settings.get('repeats')})"
     )
-    print(header + "\n" + "-" * len(header))
+    print(table.header())
     rows = [(f"transformers {d}", data.get(f"transformers_{d}")) for d in DECODE_PATHS]
     rows.append(("llama.cpp (all layers)", data.get("llama_cpp")))
     for label, part in rows:
@@ -690,11 +622,21 @@ def print_table(data: dict[str, Any]) -> None:
         if label.startswith("transformers") and part.get("decode_path") not in (None, label[13:]):
             label = f"{label[:13]}{label[13:]}->{part['decode_path']}"
         print(
-            f"{label:<22} {_f(part.get('load_seconds'), 7, 1)} "
-            f"{_f(part.get('decode_tokens_per_s'), 13, 1)} {_f(part.get('share_of_limit'), 9, 3)} "
-            f"{_f(part.get('cold_first_token_ms'), 9, 1)} "
-            f"{_f(part.get('keystroke_first_token_ms'), 8, 1)} "
-            f"{_f(part.get('keystroke_fed_max'), 8, 0)} {_f(part.get('keystroke_over_cold'), 9, 3)}"
+            table.row(
+                label,
+                *(
+                    part.get(key)
+                    for key in (
+                        "load_seconds",
+                        "decode_tokens_per_s",
+                        "share_of_limit",
+                        "cold_first_token_ms",
+                        "keystroke_first_token_ms",
+                        "keystroke_fed_max",
+                        "keystroke_over_cold",
+                    )
+                ),
+            )
         )
         if error:
             print(f"{'':<22} error: {error}")
@@ -712,22 +654,12 @@ def print_table(data: dict[str, Any]) -> None:
             + ("-" if summary.get("target_met") is None else _met(summary["target_met"]))
             + ")"
         )
-    build = data.get("llama_build")
-    if build:
-        print(
-            f"llama-cpp-python CUDA build: {'ok' if build.get('ok') else 'failed'} in "
-            f"{build.get('seconds')} s"
-        )
     for name, error in data["errors"].items():
         print(f"error in {name}: {error}")
 
 
 def _key(label: str) -> str:
     return "llama_cpp" if label.startswith("llama") else "transformers_" + label.split()[1]
-
-
-def _f(value: Any, width: int, digits: int) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
 def _met(flag: bool) -> str:
@@ -745,33 +677,21 @@ def _empty_cache(device: str) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The run's settings: the real shape on the GPU, or `--tiny`'s on the CPU (each value
+    reads tiny first)."""
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
-    on_gpu = device.startswith("cuda")
-    if args.tiny:
-        return Settings(
-            device=device,
-            shape=TINY,
-            shape_name="tiny Qwen2",
-            tokenizer_vocab=512,
-            prompt_tokens=args.prompt_tokens or 300,
-            decode_tokens=args.decode_tokens or 16,
-            decode_prompt_tokens=16,
-            repeats=args.repeats or 1,
-            context_size=1024,
-            copy_bytes=64 << 20,
-            paths=tuple(args.paths),
-        )
+    tiny = bool(args.tiny)
     return Settings(
         device=device,
-        shape=QWEN_CODER_1_5B,
-        shape_name="Qwen2.5-Coder-1.5B",
-        tokenizer_vocab=4096,
-        prompt_tokens=args.prompt_tokens or 2000,
-        decode_tokens=args.decode_tokens or 256,
-        decode_prompt_tokens=32,
-        repeats=args.repeats or 3,
-        context_size=4096,
-        copy_bytes=(4 << 30) if on_gpu else (512 << 20),
+        shape=TINY if tiny else QWEN_CODER_1_5B,
+        shape_name="tiny Qwen2" if tiny else "Qwen2.5-Coder-1.5B",
+        tokenizer_vocab=512 if tiny else 4096,
+        prompt_tokens=args.prompt_tokens or (300 if tiny else 2000),
+        decode_tokens=args.decode_tokens or (16 if tiny else 256),
+        decode_prompt_tokens=16 if tiny else 32,
+        repeats=args.repeats or (1 if tiny else 3),
+        context_size=1024 if tiny else 4096,
+        copy_bytes=(64 << 20) if tiny else (4 << 30) if device.startswith("cuda") else (512 << 20),
         paths=tuple(args.paths),
     )
 
@@ -787,13 +707,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="runs per measurement, median (3; tiny 1)")
     parser.add_argument("--deadline-s", type=float, default=460.0, help="run time (460 s)")
     parser.add_argument("--gguf", type=Path, help="a GGUF for llama.cpp (SmolLM2's)")
-    parser.add_argument("--build-llama", type=Path, metavar="SDIST", help="build llama-cpp-python")
-    parser.add_argument("--llama-deps", type=Path, nargs="*", default=[], help="wheels it needs")
-    parser.add_argument(
-        "--llama-target", type=Path, default=Path(tempfile.gettempdir()) / "infill-llama-cpp"
-    )
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    setup_logging(quiet_engine=False)
 
     settings = settings_from(args)
     report = Report(

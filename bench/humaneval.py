@@ -65,6 +65,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import subprocess
 import tempfile
 import time
@@ -72,15 +73,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import HUMAN_EVAL, HUMAN_EVAL_RANDOM_SPAN, RESULTS, humaneval_rows, write_json
+from _common import (
+    HUMAN_EVAL,
+    HUMAN_EVAL_RANDOM_SPAN,
+    RESULTS,
+    Column,
+    Table,
+    humaneval_rows,
+    setup_logging,
+    write_json,
+)
+from _compare import raw_line_request, run_on_raw_engine, server_options
 from _lsp import ServerClient, apply_item, mode_at
 
 from engine.engine import Engine
-from engine.models import load_backend
-from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from engine.types import Role
 from lsp_server.client import insert_text_of
 from lsp_server.host import model_specs
-from lsp_server.settings import Settings, parse_settings
+from lsp_server.settings import Settings
 
 log = logging.getLogger("bench.humaneval")
 
@@ -155,20 +165,11 @@ def raw_phase(
 ) -> dict[str, dict[str, Any]]:
     """The baseline through our engine in this process: prefix only, greedy, stop at "\\n"
     (one line, for either set: the raw model has no other way to know where a span ends)."""
-    backend = load_backend(model_specs(settings)[Role.COMPLETION])
-    engine = Engine(backend, name="raw")
     out: dict[str, dict[str, Any]] = {}
 
-    async def run_all() -> None:
+    async def run_all(engine: Engine) -> None:
         for number, (_, row) in enumerate(tasks):
-            request = GenerationRequest(
-                prompt=row["prompt"],
-                role=Role.COMPLETION,
-                sampling=SamplingParams(
-                    max_tokens=settings.max_tokens_single_line, temperature=0.0, top_p=1.0
-                ),
-                stops=StopConditions(stop=("\n",)),
-            )
+            request = raw_line_request(row["prompt"], settings)
             (choice,) = await engine.collect(request)
             stats = next(
                 (s for s in reversed(engine.recent_stats) if s.request_id == request.request_id),
@@ -183,10 +184,7 @@ def raw_phase(
             if (number + 1) % 25 == 0:
                 log.info("raw: %d/%d", number + 1, len(tasks))
 
-    try:
-        asyncio.run(run_all())
-    finally:
-        engine.close()
+    run_on_raw_engine(settings, run_all)
     return out
 
 
@@ -455,7 +453,7 @@ def analyze(
                 s["modes"] = dict(collections.Counter(str(r["mode"]) for r in rows))
             pairs = list(zip(rows, per_task, strict=True))
             times = sorted(r["ms"] for r in rows)
-            s["median_ms"] = times[len(times) // 2] if times else None
+            s["median_ms"] = statistics.median_high(times) if times else None
             s["mean_ms"] = round(sum(times) / len(times), 1) if times else None
             s["wins_over_raw"] = sum(r["passed"] and not t["raw"]["passed"] for r, t in pairs)
             s["losses_to_raw"] = sum(t["raw"]["passed"] and not r["passed"] for r, t in pairs)
@@ -486,20 +484,32 @@ def print_report(
         f"({config['selection']}); {config['model']}, greedy; raw max {config['max_tokens']} "
         f"tokens; timeout {config['timeout_s']:g} s"
     )
-    header = (
-        f"{'variant':<38} {'pass@1':>11} {'empty':>6} {'dup sfx':>7} {'wins':>5} "
-        f"{'losses':>6} {'median ms':>9} {'mean ms':>8}  modes"
+    table = Table(
+        Column("variant", 38, "<"),
+        Column("pass@1", 11),
+        Column("empty", 6),
+        Column("dup sfx", 7),
+        Column("wins", 5),
+        Column("losses", 6),
+        Column("median ms", 9),
+        Column("mean ms", 8),
+        Column("modes", 0, "<", gap="  "),
     )
-    print(header + "\n" + "-" * (len(header) + 30))
+    print(table.header(rule_extra=30))  # the rule runs on under the modes
     for variant in variants:
         s = summary[variant]
-        modes = ", ".join(f"{k} {v}" for k, v in sorted(s.get("modes", {}).items()))
-        dup = s.get("duplicates_suffix")
         print(
-            f"{label_of(variant):<38} {s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%} "
-            f"{s['empty']:>6} {'-' if dup is None else dup:>7} "
-            f"{s.get('wins_over_raw', '-'):>5} {s.get('losses_to_raw', '-'):>6} "
-            f"{s.get('median_ms', '-'):>9} {s.get('mean_ms', '-'):>8}  {modes}"
+            table.row(
+                label_of(variant),
+                f"{s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%}",
+                s["empty"],
+                s.get("duplicates_suffix"),
+                s.get("wins_over_raw"),
+                s.get("losses_to_raw"),
+                s.get("median_ms"),
+                s.get("mean_ms"),
+                ", ".join(f"{k} {v}" for k, v in sorted(s.get("modes", {}).items())),
+            )
         )
     print(
         "dup sfx: suggestions that duplicate the suffix (target 0); wins/losses: tasks ours "
@@ -582,8 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", help="completion model (default: the default one)")
     parser.add_argument("--json", type=Path, default=RESULTS / "humaneval.json", help="output")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
 
     layouts = [x for x in args.layouts.split(",") if x]
@@ -591,12 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--layouts takes some of {', '.join(LAYOUTS)}")
     variants = variants_of(layouts, args.changes, single_line=args.set == "single-line")
     tasks, total, how = load_tasks(args)
-    options: dict[str, Any] = {"debounceMs": 0}
-    if args.model:
-        options["model"] = args.model
-    settings, problems = parse_settings({"infill": options})
-    if problems:
-        raise SystemExit("; ".join(problems))
+    options, settings = server_options(args.model)
     spec = model_specs(settings)[Role.COMPLETION]
 
     log.info("raw: %d tasks through the engine", len(tasks))

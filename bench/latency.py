@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import _compare
-from _compare import OursRun, Raw, bust_cache, median, ok, ours_once
+from _common import Column, Table, median, ok
+from _compare import OursRun, Raw, bust_cache, ours_once
 from _lsp import ServerClient
 from _raw import RawRun
 from _spots import Spot, default_spots
@@ -140,17 +141,30 @@ def print_table(result: dict[str, Any]) -> None:
         f"a. latency, warm KV cache on both sides, debounceMs 0, median of "
         f"{config['repeats']} (same prompt ids, same token count)"
     )
-    header = (
-        f"{'position':<44} {'mode':<11} {'prompt':>6} {'tok':>4} {'raw ms':>8} "
-        f"{'ours ms':>8} {'ours/raw':>8} {'paired':>7} {'overhead':>8}"
-    )
-    print(header + "\n" + "-" * len(header))
-    for row in rows:
-        print(
-            f"{row['position'][:44]:<44} {row['mode'] or '-':<11} {row['prompt_tokens']:>6} "
-            f"{row['generated_tokens']:>4} {row['raw_ms']:>8.1f} {row['ours_ms']:>8.1f} "
-            f"{row['ratio']:>8.3f} {row['paired_ratio']:>7.3f} {row['ours_overhead_ms']:>8.1f}"
+    Table(
+        Column("position", 44, "<"),
+        Column("mode", 11, "<"),
+        Column("prompt", 6),
+        Column("tok", 4),
+        Column("raw ms", 8, spec=".1f"),
+        Column("ours ms", 8, spec=".1f"),
+        Column("ours/raw", 8, spec=".3f"),
+        Column("paired", 7, spec=".3f"),
+        Column("overhead", 8, spec=".1f"),
+    ).print(
+        (
+            row["position"][:44],
+            row["mode"] or "-",
+            row["prompt_tokens"],
+            row["generated_tokens"],
+            row["raw_ms"],
+            row["ours_ms"],
+            row["ratio"],
+            row["paired_ratio"],
+            row["ours_overhead_ms"],
         )
+        for row in rows
+    )
     worst = max((row["ratio"] for row in rows), default=float("nan"))
     print(
         f"target ours/raw <= {TARGET_LATENCY}: {ok(worst <= TARGET_LATENCY)} (worst {worst:.3f}); "

@@ -50,224 +50,58 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import asyncio
 import contextlib
-import importlib.util
-import json
 import logging
 import os
 import platform
-import re
-import socket
-import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from _common import RESULTS, ROOT, write_json
-from _compare import bust_cache, median, ok, ours_once
-from _lsp import Pending, ServerClient, Timer
+from _common import (
+    RESULTS,
+    Column,
+    Table,
+    median,
+    ok,
+    setup_logging,
+    token_counter,
+    write_json,
+)
+from _compare import SETTLE_S, bust_cache, ours_once, server_options
+from _lsp import KEYSTROKE_S, ServerClient
+from _servers import (
+    LLAMA_CPP_SERVER,
+    ModelServer,
+    get_json,
+    llama_cpp_server_missing,
+    start_engine_server,
+    start_llama_cpp_server,
+)
 from _spots import TypingDoc, typing_doc
 
 from engine.default_models import default_completion_model
 from engine.models import load_backend, model_spec
 from engine.threads import usable_cores
 from engine.types import Role
-from lsp_server.settings import parse_settings
 
 log = logging.getLogger("bench.remote")
 
 #: The files documents are cut from (real code of this repository); `--spots N` takes the first N.
 FILES = (
     "engine/worker.py",
-    "lsp_server/inline.py",
+    "lsp_server/neighbors.py",
     "lsp_server/action_handlers.py",
     "lsp_server/protocol.py",
     "engine/prefix_cache.py",
     "lsp_server/host.py",
 )
-LOCAL, ENGINE, PEER = "local", "engine", "llama_cpp.server"
+LOCAL, ENGINE, PEER = "local", "engine", LLAMA_CPP_SERVER
 SIDES = (LOCAL, ENGINE, PEER)
 STEPS = ("cold", "warm")
 TARGET_ENGINE_OVER_LOCAL = 1.10
 TARGET_ENGINE_OVER_PEER = 1.0
-KEYSTROKE_S = 0.060
-#: A pause after each side's turn: llama.cpp's threads spin for a while after their work, and
-#: one side's spinning threads would compete with the next side's start.
-SETTLE_S = 0.5
-LISTENING = re.compile(r"listening on (http://\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_json(url: str, timeout: float = 2.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.load(response)
-
-
-class ModelServer:
-    """A model server subprocess (ours or llama_cpp.server) on the loopback interface, its
-    output in a log file."""
-
-    def __init__(self, label: str, command: list[str], log_dir: Path) -> None:
-        self.label = label
-        self.command = command
-        self.log_path = log_dir / f"{label.replace(' ', '_')}.log"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        self._log = self.log_path.open("wb")
-        self._process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-        self.url = ""  # the base URL, without /v1
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    def check_alive(self) -> None:
-        if self._process.poll() is not None:
-            tail = self.log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"{self.label} exited with {self._process.returncode}:\n{tail}")
-
-    def wait_ready(self, ready: Callable[[], bool], wait_s: float) -> None:
-        """Until `ready()` (a request to the server; one that cannot connect yet is not
-        ready), while the process lives; closes the server if it never gets there."""
-        deadline = time.monotonic() + wait_s
-        try:
-            while True:
-                self.check_alive()
-                with contextlib.suppress(urllib.error.URLError, OSError, ValueError):
-                    if ready():
-                        return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{self.label} was not ready after {wait_s:.0f} s")
-                time.sleep(0.2)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._log.close()
-
-
-def start_engine_server(
-    model: str, threads: int, context: int, log_dir: Path, wait_s: float = 300.0
-) -> ModelServer:
-    """`infill-lsp engine --port 0`: its URL from the line it prints, then `/health` ready."""
-    server = ModelServer(
-        "infill-lsp engine",
-        [
-            sys.executable,
-            "-m",
-            "lsp_server.cli",
-            "engine",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--model",
-            model,
-            "--threads",
-            str(threads),
-            "--context-size",
-            str(context),
-        ],
-        log_dir,
-    )
-    deadline = time.monotonic() + wait_s
-    try:
-        while not server.url:
-            server.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{server.label} printed no address in {wait_s:.0f} s")
-            found = LISTENING.search(server.log_path.read_text(errors="replace"))
-            if found:
-                server.url = found[1].rstrip("/")
-            else:
-                time.sleep(0.1)
-    except BaseException:
-        server.close()
-        raise
-
-    def ready() -> bool:
-        status = get_json(f"{server.url}/health").get("status")
-        if status == "error":
-            raise RuntimeError(f"{server.label} could not load its models: see its log")
-        return status == "ready"
-
-    server.wait_ready(ready, max(1.0, deadline - time.monotonic()))
-    return server
-
-
-def peer_missing() -> str | None:
-    """Why llama_cpp.server cannot run here, or None."""
-    for module in ("llama_cpp.server", "uvicorn", "sse_starlette", "starlette_context"):
-        try:
-            if importlib.util.find_spec(module) is None:
-                raise ImportError(module)
-        except ImportError:
-            return (
-                f"{module} is not installed (llama-cpp-python's server extra: "
-                "pip install 'llama-cpp-python[server]')"
-            )
-    return None
-
-
-def start_peer_server(
-    model: str, threads: int, context: int, batch: int, log_dir: Path, wait_s: float = 300.0
-) -> ModelServer:
-    """`python -m llama_cpp.server`, loaded as our backend loads the model; ready when it
-    lists its model."""
-    port = free_port()
-    server = ModelServer(
-        PEER,
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(context),
-            "--n_batch",
-            str(batch),
-            "--n_threads",
-            str(threads),
-            "--n_threads_batch",
-            str(threads),
-            "--flash_attn",
-            "true",
-            # Its default keeps the logits of every prompt token (262,144 floats each for Gemma
-            # 3): a cold prompt then took 4x as long. Our backend, like llama.cpp's default,
-            # keeps only the last token's.
-            "--logits_all",
-            "false",
-            "--verbose",
-            "false",
-        ],
-        log_dir,
-    )
-    server.url = f"http://127.0.0.1:{port}"
-    server.wait_ready(lambda: bool(get_json(f"{server.url}/v1/models").get("data")), wait_s)
-    return server
 
 
 @dataclass(slots=True)
@@ -285,12 +119,7 @@ class Side:
 
 async def start_client(side: Side) -> ServerClient:
     client = ServerClient(side.settings, model=side.model)
-    try:
-        await client.start()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await client.stop()
-        raise
+    await client.start()
     return client
 
 
@@ -312,7 +141,7 @@ async def server_jobs(side: Side) -> tuple[int, float | None]:
     stats = await asyncio.to_thread(get_json, f"{side.server.url}/stats")
     for model in stats["models"]:
         if "completion" in model["roles"] and model["recent"]:
-            return model["jobs_finished"], float(model["recent"][-1]["total_seconds"]) * 1000
+            return model["jobs_finished"], float(model["recent"][-1]["total_ms"])
     return 0, None
 
 
@@ -515,20 +344,7 @@ async def type_line(
     client = typist.client
     count = await client.job_count()
     await asyncio.sleep(delay_s)
-    timer = Timer()
-    pendings: list[Pending] = []
-    key_at = 0.0
-    for k, char in enumerate(typed):
-        await timer.until(k * KEYSTROKE_S)
-        client.edit(uri, start + k, start + k, char)
-        key_at = time.perf_counter()
-        pendings.append(client.request_inline(uri, start + k + 1))
-    last = pendings[-1]
-    items = await last.wait()
-    latency = last.seconds + (last.sent_at - key_at)
-    for pending in pendings[:-1]:
-        with contextlib.suppress(Exception):
-            await pending.wait()
+    typing = await client.type_keys(uri, start, typed)
     jobs = await client.jobs_since(count, at_least=1)
     client.close(uri)
     final = jobs[-1] if jobs else None
@@ -536,9 +352,9 @@ async def type_line(
         "keystrokes": len(typed),
         "final_job": None if final is None else asdict(final),
         "engine_jobs": len(jobs),
-        "last_keystroke_ms": latency * 1000,
-        "outcomes": [p.outcome() for p in pendings],
-        "answered": bool(items),
+        "last_keystroke_ms": typing.last_keystroke_s * 1000,
+        "outcomes": [p.outcome() for p in typing.pendings],
+        "answered": bool(typing.items),
     }
 
 
@@ -608,13 +424,12 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "threads": args.threads,
         "contextSize": args.context_size,
     }
-    parsed, problems = parse_settings({"infill": {**settings, "model": model}})
-    assert not problems, problems
+    _, parsed = server_options(model, settings)
     spec = model_spec(Role.COMPLETION, parsed.model_options())
     # Only to count tokens when cutting the documents (the vocabulary is enough).
     backend = load_backend(spec)
     try:
-        count = lambda text: len(backend.tokenize(text, add_bos=False, special=False))  # noqa: E731
+        count = token_counter(backend)
         files = FILES[: args.spots]
         docs = [typing_doc(path, args.document_tokens, count) for path in files]
         typing_docs = [typing_doc(path, args.document_tokens, count) for path in FILES[:2]]
@@ -643,11 +458,11 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             sides[1].settings["endpoint"] = f"{engine.url}/v1"
             sides[1].client = await start_client(sides[1])
         log.info("starting llama_cpp.server")
-        reason = peer_missing()
+        reason = llama_cpp_server_missing()
         if reason is None:
             try:
                 peer = await asyncio.to_thread(
-                    start_peer_server, model, args.threads, args.context_size, 512, log_dir
+                    start_llama_cpp_server, model, args.threads, args.context_size, 512, log_dir
                 )
             except (RuntimeError, TimeoutError, OSError) as e:
                 reason = f"it did not start: {e}"
@@ -737,31 +552,35 @@ def print_table(result: dict[str, Any]) -> None:
             f"documents, prompts of {min(prompts)}-{max(prompts)} tokens, median of "
             f"{config['rounds']} rounds x documents, ms from request to response"
         )
-        header = (
-            f"{'side':<30} {'cold':>8} {'warm':>8} {'cold/x':>7} {'warm/x':>7} "
-            f"{'paired c':>8} {'paired w':>8} {'added c':>8} {'added w':>8}"
+        table = Table(
+            Column("side", 30, "<"),
+            Column("cold", 8, spec=".1f"),
+            Column("warm", 8, spec=".1f"),
+            Column("cold/x", 7, spec=".3f"),
+            Column("warm/x", 7, spec=".3f"),
+            Column("paired c", 8, spec=".3f"),
+            Column("paired w", 8, spec=".3f"),
+            Column("added c", 8, spec=".1f"),
+            Column("added w", 8, spec=".1f"),
         )
-        print(header + "\n" + "-" * len(header))
+        print(table.header())
         for side, ms in latency["median_ms"].items():
             ratio = latency["ratio"].get(side)
             paired = latency["paired_ratio"].get(side)
             added = latency["overhead_ms"][side]
-            print(
-                f"{side:<30} {ms['cold']:>8.1f} {ms['warm']:>8.1f} "
-                + (
-                    f"{ratio['cold']:>7.3f} {ratio['warm']:>7.3f} "
-                    f"{paired['cold']:>8.3f} {paired['warm']:>8.3f}"
-                    if ratio and paired
-                    else f"{'-':>7} {'-':>7} {'-':>8} {'-':>8}"
-                )
-                + f" {added['cold']:>8.1f} {added['warm']:>8.1f}"
+            ratios = (
+                (ratio["cold"], ratio["warm"], paired["cold"], paired["warm"])
+                if ratio and paired
+                else (None,) * 4
             )
+            print(table.row(side, ms["cold"], ms["warm"], *ratios, added["cold"], added["warm"]))
         for name, ratio in latency["ratio"].items():
             if " / " in name:
                 paired = latency["paired_ratio"][name]
                 print(
-                    f"{name:<30} {'':>8} {'':>8} {ratio['cold']:>7.3f} {ratio['warm']:>7.3f} "
-                    f"{paired['cold']:>8.3f} {paired['warm']:>8.3f}"
+                    table.row(
+                        name, "", "", ratio["cold"], ratio["warm"], paired["cold"], paired["warm"]
+                    )
                 )
         print(
             "x: local (or the side after the slash); paired: median of per-request ratios;\n"
@@ -793,17 +612,18 @@ def print_table(result: dict[str, Any]) -> None:
             "b. two language servers typing at once against one engine server: last keystroke "
             f"to its answer, median of {rounds} rounds, ms"
         )
-        header = (
-            f"{'language server':<16} {'document':<30} {'alone':>8} {'together':>9} {'ratio':>6}"
-        )
-        print(header + "\n" + "-" * len(header))
-        for (name, row), doc in zip(
-            concurrent["summary"].items(), concurrent["documents"], strict=True
-        ):
-            print(
-                f"{name:<16} {doc:<30} {row['alone_ms']:>8.1f} {row['together_ms']:>9.1f} "
-                f"{row['ratio']:>6.2f}"
+        Table(
+            Column("language server", 16, "<"),
+            Column("document", 30, "<"),
+            Column("alone", 8, spec=".1f"),
+            Column("together", 9, spec=".1f"),
+            Column("ratio", 6, spec=".2f"),
+        ).print(
+            (name, doc, row["alone_ms"], row["together_ms"], row["ratio"])
+            for (name, row), doc in zip(
+                concurrent["summary"].items(), concurrent["documents"], strict=True
             )
+        )
         print()
 
 
@@ -829,8 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.model = str(Path(args.model).expanduser() if args.model else default_completion_model())
     if args.typing_rounds is None:
         args.typing_rounds = args.rounds
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="infill-bench-remote-") as log_dir:
         result = asyncio.run(run(args, Path(log_dir)))

@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -38,8 +37,9 @@ from dataclasses import asdict
 from typing import Any
 
 import _compare
-from _compare import Raw, bust_cache, median, ok
-from _lsp import Pending, ServerClient, Timer
+from _common import Column, Table, median, ok
+from _compare import Raw, bust_cache
+from _lsp import KEYSTROKE_S, ServerClient
 from _spots import TypingDoc, add_document_arguments, typing_doc
 
 from lsp_server.client import insert_text_of
@@ -49,7 +49,6 @@ log = _compare.log.getChild("replay")
 
 TARGET_REPLAY = 1.3
 TARGET_SUPERSEDED_TOKENS = 2
-KEYSTROKE_S = 0.060
 
 
 async def replay_once(
@@ -66,22 +65,8 @@ async def replay_once(
     await client.jobs_since(count, at_least=1)
 
     count = await client.job_count()
-    timer = Timer()
-    pendings: list[Pending] = []
-    key_at = 0.0
-    for k, char in enumerate(typed):
-        await timer.until(k * KEYSTROKE_S)
-        client.edit(uri, start + k, start + k, char)
-        key_at = time.perf_counter()
-        if cancel and pendings:
-            client.cancel(pendings[-1])
-        pendings.append(client.request_inline(uri, start + k + 1))
-    last = pendings[-1]
-    items = await last.wait()
-    latency = last.seconds + (last.sent_at - key_at)
-    for pending in pendings[:-1]:
-        with contextlib.suppress(Exception):  # RequestCancelled (-32800) when we cancelled
-            await pending.wait()
+    typing = await client.type_keys(uri, start, typed, cancel=cancel)
+    pendings, items, latency = typing.pendings, typing.items, typing.last_keystroke_s
     await client.jobs_since(count, at_least=1)
     await asyncio.sleep(0.1)  # jobs of superseded requests may still be ending
     jobs = await client.jobs_since(count)
@@ -184,18 +169,30 @@ def print_table(result: dict[str, Any]) -> None:
         f"{rp['keystroke_ms']:.0f} ms, debounceMs {rp['debounce_ms']} (server default), "
         f"median of {config['replays']}"
     )
-    header = (
-        f"{'variant':<16} {'keys':>4} {'last key ms':>11} {'single ms':>9} {'ratio':>6} "
-        f"{'superseded jobs':>15} {'tokens max':>10} {'mean':>5}"
+    table = Table(
+        Column("variant", 16, "<"),
+        Column("keys", 4),
+        Column("last key ms", 11, spec=".1f"),
+        Column("single ms", 9, spec=".1f"),
+        Column("ratio", 6, spec=".2f"),
+        Column("superseded jobs", 15),
+        Column("tokens max", 10),
+        Column("mean", 5, spec=".2f"),
     )
-    print(header + "\n" + "-" * len(header))
+    print(table.header())
     ok_ratio = ok_tokens = True
     for name, v in rp["variants"].items():
-        keys = v["runs"][0]["keystrokes"]
         print(
-            f"{name:<16} {keys:>4} {v['last_keystroke_to_suggestion_ms']:>11.1f} "
-            f"{v['single_warm_request_ms']:>9.1f} {v['ratio']:>6.2f} {v['superseded_jobs']:>15} "
-            f"{v['superseded_tokens_max']:>10} {v['superseded_tokens_mean']:>5.2f}"
+            table.row(
+                name,
+                v["runs"][0]["keystrokes"],
+                v["last_keystroke_to_suggestion_ms"],
+                v["single_warm_request_ms"],
+                v["ratio"],
+                v["superseded_jobs"],
+                v["superseded_tokens_max"],
+                v["superseded_tokens_mean"],
+            )
         )
         ok_ratio &= v["ratio"] <= TARGET_REPLAY
         ok_tokens &= v["superseded_tokens_max"] <= TARGET_SUPERSEDED_TOKENS

@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, write_json
+from _common import RESULTS, Column, Table, humaneval_rows, rss_kib, setup_logging, write_json
 from _lsp import Pending, ServerClient
 
 log = logging.getLogger("bench.soak")
@@ -89,14 +89,6 @@ async def settled(futures: Sequence[concurrent.futures.Future[Any]], timeout_s: 
 
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.gather(*(one(f) for f in futures)), timeout_s)
-
-
-def rss_kib(pid: int) -> int:
-    """The process's resident memory (VmRSS), in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 class Soak:
@@ -245,9 +237,9 @@ def print_table(result: dict[str, Any]) -> None:
             f"{result['final_request_items']} item(s)",
         ),
     ]
-    width = max(len(name) for name, _ in rows)
+    table = Table(Column("", max(len(name) for name, _ in rows), "<"), Column("", 0, "<", gap="  "))
     for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+        print(table.row(name, value))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -257,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS / "soak.json")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stderr)
+    setup_logging(quiet_engine=False)
     result = asyncio.run(run(args))
     print_table(result)
     write_json(args.out, result)

@@ -26,13 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import gc
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, write_json
+from _common import (
+    RESULTS,
+    Column,
+    Table,
+    humaneval_rows,
+    median,
+    ok,
+    setup_logging,
+    write_json,
+)
 from _raw import RawLlama
 
 from engine.backends.llama_cpp import LlamaCppBackend
@@ -206,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "stops.json", help="output file")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
+    setup_logging(quiet_engine=False)
     assert len(set(STOP_STRINGS)) == len(STOP_STRINGS) == 50, "fifty distinct stop strings"
 
     path = resolve_model_path(Role.COMPLETION)
@@ -244,13 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for config in configs:
         first, middle, last = timings[config.name]
-        first_us = statistics.median(first) * 1e6
-        last_us = statistics.median(last) * 1e6
+        first_us = median(first) * 1e6
+        last_us = median(last) * 1e6
         whole = [
             (q * a + (len(ids) - 2 * q) * b + q * c) / len(ids)
             for a, b, c in zip(first, middle, last, strict=True)
         ]
-        whole_us = statistics.median(whole) * 1e6
+        whole_us = median(whole) * 1e6
         rows.append(
             {
                 "config": config.name,
@@ -269,23 +277,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"({backend.info.name} tokenizer), "
         f"median of {args.repeats} passes; decode step {decode_s * 1000:.2f} ms"
     )
-    header = (
-        f"{'config':<26} {'first ' + str(q):>10} {'last ' + str(q):>10} {'all':>10} "
-        f"{'last/first':>10} {'% decode':>9}"
-    )
-    print(header + "\n" + "-" * len(header))
-    for row in rows:
-        print(
-            f"{row['config']:<26} {row['first_quarter_us_per_token']:>10.2f} "
-            f"{row['last_quarter_us_per_token']:>10.2f} {row['all_us_per_token']:>10.2f} "
-            f"{row['last_over_first']:>10.2f} {row['percent_of_decode_step']:>8.3f}%"
+    Table(
+        Column("config", 26, "<"),
+        Column(f"first {q}", 10, spec=".2f"),
+        Column(f"last {q}", 10, spec=".2f"),
+        Column("all", 10, spec=".2f"),
+        Column("last/first", 10, spec=".2f"),
+        Column("% decode", 9),
+    ).print(
+        (
+            row["config"],
+            row["first_quarter_us_per_token"],
+            row["last_quarter_us_per_token"],
+            row["all_us_per_token"],
+            row["last_over_first"],
+            f"{row['percent_of_decode_step']:.3f}%",
         )
+        for row in rows
+    )
     checker_rows = [row for row in rows if not row["full_stage"]]
     flat = all(row["last_over_first"] <= FLAT_TOLERANCE for row in checker_rows)
     cheap = all(row["percent_of_decode_step"] < TARGET_PERCENT for row in checker_rows)
     print(
-        f"times in µs/token. Flat (last/first <= {FLAT_TOLERANCE}): {'yes' if flat else 'NO'}; "
-        f"under {TARGET_PERCENT:g}% of a decode step: {'yes' if cheap else 'NO'}"
+        f"times in µs/token. Flat (last/first <= {FLAT_TOLERANCE}): {ok(flat)}; "
+        f"under {TARGET_PERCENT:g}% of a decode step: {ok(cheap)}"
     )
 
     result = {

@@ -40,7 +40,7 @@ import logging
 import time
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, write_json
+from _common import RESULTS, Column, Table, humaneval_rows, setup_logging, write_json
 from humaneval import full_program, score_all
 
 from engine.completion import CompletionModel
@@ -156,8 +156,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.add_argument("--json", type=Path, default=RESULTS / "suffix.json")
     args = parser.parse_args()
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
-    logging.getLogger("engine").setLevel(logging.WARNING)
+    setup_logging(quiet_engine=True)
     started = time.perf_counter()
     rows, tasks = asyncio.run(collect_all(args))
     by_id = {row["task_id"]: row for row in rows}
@@ -196,9 +195,10 @@ def main() -> int:
         f"HumanEval single-line, {n} tasks (offset {args.offset}), {args.candidates} candidates "
         f"per prompt, window {args.window} tokens"
     )
-    print(f"{'variant':24} {'passed':>8}")
+    table = Table(Column("variant", 24, "<"), Column("passed", 8))
+    print(table.titles())
     for name, count in scores.items():
-        print(f"{name:24} {count:>4}/{n}")
+        print(table.row(name, f"{count:>4}/{n}"))
     mean = {k: round(sum(t[k] for t in tasks.values()) / n, 1) for k in ("evaluated", "generated")}
     print(
         f"model work per task (all candidates, both prompts): {mean['generated']} tokens "

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import _compare
-from _compare import OursRun, Raw, bust_cache, median, ok, ours_once
+from _common import Column, Table, median, ok, shared_prefix
+from _compare import OursRun, Raw, bust_cache, ours_once
 from _lsp import ServerClient
 from _spots import TypingDoc, add_document_arguments, typing_doc
 
@@ -70,11 +71,7 @@ async def bench_warm_cold(
         n_warm = warm.job.generated if warm.job else 1
         raw_cold = raw.generate(cold_prompt.token_ids, n_cold, cold=True)
         raw_warm = raw.generate(warm_prompt.token_ids, n_warm)
-        shared = 0
-        for a, b in zip(cold_prompt.token_ids, warm_prompt.token_ids, strict=False):
-            if a != b:
-                break
-            shared += 1
+        shared = shared_prefix(cold_prompt.token_ids, warm_prompt.token_ids)
         run: dict[str, Any] = {
             "cold_ms": cold.seconds * 1000,
             "warm_ms": warm.seconds * 1000,
@@ -136,11 +133,16 @@ def print_table(result: dict[str, Any]) -> None:
         f"{wc['cursor_line']}, then {wc['typed']!r} typed; debounceMs 0, median of "
         f"{len(wc['runs'])}"
     )
-    header = f"{'side':<6} {'cold ms':>9} {'warm ms':>9} {'warm/cold':>10}"
-    print(header + "\n" + "-" * len(header))
-    print(f"{'ours':<6} {wc['cold_ms']:>9.1f} {wc['warm_ms']:>9.1f} {wc['ratio']:>10.3f}")
-    print(
-        f"{'raw':<6} {wc['raw_cold_ms']:>9.1f} {wc['raw_warm_ms']:>9.1f} {wc['raw_ratio']:>10.3f}"
+    Table(
+        Column("side", 6, "<"),
+        Column("cold ms", 9, spec=".1f"),
+        Column("warm ms", 9, spec=".1f"),
+        Column("warm/cold", 10, spec=".3f"),
+    ).print(
+        [
+            ("ours", wc["cold_ms"], wc["warm_ms"], wc["ratio"]),
+            ("raw", wc["raw_cold_ms"], wc["raw_warm_ms"], wc["raw_ratio"]),
+        ]
     )
     print(
         f"typing the warm suggestion's first character next: {wc['type_ahead_ms']:.1f} ms "
