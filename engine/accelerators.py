@@ -20,7 +20,7 @@ import enum
 import importlib.util
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -293,13 +293,19 @@ def load_backends(lib: Any, lib_dir: Path) -> str | None:
         return "no ggml backend is registered, and none could be loaded"
 
 
+def _handles(lib: Any, count: str, get: str, notes: list[str]) -> Iterator[tuple[int, Any]]:
+    """Each (index, handle) of one of ggml's registries: `count` says how many, `get` hands
+    out each by index (an index it has no handle for is passed over)."""
+    total = _call(lib, count, ctypes.c_size_t, (), notes)
+    for i in range(total or 0):
+        handle = _call(lib, get, ctypes.c_void_p, ((ctypes.c_size_t, i),), notes)
+        if handle:
+            yield i, handle
+
+
 def _read_backends(lib: Any, notes: list[str]) -> tuple[str, ...]:
-    count = _call(lib, "ggml_backend_reg_count", ctypes.c_size_t, (), notes)
     names = []
-    for i in range(count or 0):
-        reg = _call(lib, "ggml_backend_reg_get", ctypes.c_void_p, ((ctypes.c_size_t, i),), notes)
-        if not reg:
-            continue
+    for i, reg in _handles(lib, "ggml_backend_reg_count", "ggml_backend_reg_get", notes):
         name = _call(
             lib, "ggml_backend_reg_name", ctypes.c_char_p, ((ctypes.c_void_p, reg),), notes
         )
@@ -308,12 +314,8 @@ def _read_backends(lib: Any, notes: list[str]) -> tuple[str, ...]:
 
 
 def _read_devices(lib: Any, notes: list[str]) -> tuple[GgmlDevice, ...]:
-    count = _call(lib, "ggml_backend_dev_count", ctypes.c_size_t, (), notes)
     devices = []
-    for i in range(count or 0):
-        dev = _call(lib, "ggml_backend_dev_get", ctypes.c_void_p, ((ctypes.c_size_t, i),), notes)
-        if not dev:
-            continue
+    for i, dev in _handles(lib, "ggml_backend_dev_count", "ggml_backend_dev_get", notes):
         arg = ((ctypes.c_void_p, dev),)
         name = _call(lib, "ggml_backend_dev_name", ctypes.c_char_p, arg, notes)
         description = _call(lib, "ggml_backend_dev_description", ctypes.c_char_p, arg, notes)

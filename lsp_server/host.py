@@ -66,6 +66,36 @@ def load_timeout(environ: Mapping[str, str] | None = None) -> float:
     return seconds
 
 
+def in_background(
+    role: str,
+    load: Callable[[], T],
+    loaded: Callable[[T], None],
+    failed: Callable[[ModelUnavailableError], None],
+) -> asyncio.Future[T]:
+    """`run_load` as a task: the future it returns settles with the model or the error,
+    after `loaded` or `failed` has seen it (so that whoever awaits the future finds the host's
+    state already up to date)."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    async def run() -> None:
+        try:
+            result = await run_load(role, load)
+        except ModelUnavailableError as e:
+            failed(e)
+            future.set_exception(e)
+        else:
+            loaded(result)
+            future.set_result(result)
+
+    asyncio.get_running_loop().create_task(run())
+    return future
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 #: Seconds shutdown waits for a model load in progress before it leaves that model alone.
 CLOSE_LOCK_TIMEOUT = 10.0
 
@@ -151,24 +181,19 @@ class ModelHost:
         self.state = LoadState.LOADING
         self._settings = settings
         self._chat = None
-        future: asyncio.Future[CompletionModel] = asyncio.get_running_loop().create_future()
-        self._completion = future
 
-        async def load() -> None:
-            try:
-                model = await run_load("completion", self._load)
-            except ModelUnavailableError as e:
-                self.state = LoadState.ERROR
-                self.last_error = e.reason
-                self._failed_at = time.monotonic()
-                future.set_exception(e)
-                future.exception()  # retrieved: requests re-raise it, nobody else must log it
-                return
+        def loaded(model: CompletionModel) -> None:
             self.state = LoadState.READY
             self.last_error = None  # a retry that reached the server: the old error is over
-            future.set_result(model)
 
-        asyncio.get_running_loop().create_task(load())
+        def failed(error: ModelUnavailableError) -> None:
+            self.state = LoadState.ERROR
+            self.last_error = error.reason
+            self._failed_at = time.monotonic()
+
+        future = in_background("completion", self._load, loaded, failed)
+        future.add_done_callback(_retrieved)  # requests re-raise it; nobody else must log it
+        self._completion = future
         return future
 
     def _model_set(self, settings: Settings) -> ModelSet:
@@ -213,20 +238,13 @@ class ModelHost:
     async def chat(self) -> BaseEngine:
         """The chat engine, loaded on first use. Raises ModelUnavailableError if it cannot be."""
         if self._chat is None:
-            future: asyncio.Future[BaseEngine] = asyncio.get_running_loop().create_future()
+
+            def failed(error: ModelUnavailableError) -> None:
+                if self._chat is future:  # not a newer load started by a reload meanwhile
+                    self._chat = None  # a later request tries again (the user may fix it)
+
+            future = in_background("chat", self._load_chat, lambda engine: None, failed)
             self._chat = future
-
-            async def load() -> None:
-                try:
-                    engine = await run_load("chat", self._load_chat)
-                except ModelUnavailableError as e:
-                    if self._chat is future:  # not a newer load started by a reload meanwhile
-                        self._chat = None  # a later request tries again (the user may fix it)
-                    future.set_exception(e)
-                else:
-                    future.set_result(engine)
-
-            asyncio.get_running_loop().create_task(load())
         return await asyncio.shield(self._chat)
 
     async def completion(self) -> CompletionModel:
