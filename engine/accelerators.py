@@ -1,5 +1,5 @@
 """The machine's accelerators as each model library sees them, and where a model's layers go
-(issue 13: the GPU engine).
+(what `doctor` and the status report about the GPU).
 
 llama.cpp's view is ggml's backend registry, read through ctypes from the library
 llama-cpp-python itself loaded: symbols are looked up through libllama's handle, which searches

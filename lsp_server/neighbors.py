@@ -1,4 +1,4 @@
-"""Context beyond the current file: snippets of the other open documents (issue 12, part 1).
+"""Context beyond the current file: snippets of the other open documents.
 
 Two sources, as in the editors' assistants users know:
 - neighbouring documents (Copilot's "neighboring tabs"): sliding windows of lines over every

@@ -1,5 +1,4 @@
-"""A single line chosen by the code after the cursor, for a model without FIM tokens (issue 12,
-part 2).
+"""A single line chosen by the code after the cursor, for a model without FIM tokens.
 
 Such a model only continues the prefix: the code after the cursor cannot steer what it writes.
 It can still judge it: a line that fits the code after it makes that code more likely. So:
