@@ -7,6 +7,7 @@ test_transformers_backend.py).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -142,14 +143,11 @@ def generate(
     n: int = 2,
     cancelled: threading.Event | None = None,
 ) -> list[int]:
-    out: list[int] = []
-    tokens = backend.iter_token_ids(
-        prompt, SamplingParams(max_tokens=n), cancelled or threading.Event(), cache_key=key
-    )
-    for token in tokens:
-        out.append(token)
-        if len(out) == n:
-            break
+    """The first `n` tokens, the consumer then stopping for good (as the engine's stop stage
+    does)."""
+    sampling = SamplingParams(max_tokens=n)
+    tokens = backend.iter_token_ids(prompt, sampling, cancelled or threading.Event(), cache_key=key)
+    out = list(itertools.islice(tokens, n))
     tokens.close()
     return out
 
