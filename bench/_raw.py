@@ -4,7 +4,7 @@ loaded with the same settings as our backend, driven the way the backend drives 
 `LlamaCppBackend` (engine/backends/llama_cpp.py) builds its `Llama` from a `ModelSpec` with
 `llama_params`; `RawLlama` builds its own from the same spec with the same function, so that
 model file, context, batch and threads are identical, and calls `Llama.generate()` with the
-arguments `LlamaCppBackend.iter_token_ids` passes for greedy decoding. It shares nothing else
+arguments `LlamaCppBackend._sample` passes for greedy decoding. It shares nothing else
 with our code: no worker thread, no detokenizer, no stop processor, no event loop.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 from engine.backends.llama_cpp import llama_params
 from engine.specs import ModelSpec
 
-#: What `LlamaCppBackend.iter_token_ids` passes to `Llama.generate()` for greedy decoding
+#: What `LlamaCppBackend._sample` passes to `Llama.generate()` for greedy decoding
 #: (`SamplingParams` defaults, temperature 0), so that both sides build the same sampler chain.
 GREEDY: dict[str, float | int] = {
     "temp": 0.0,

@@ -1,7 +1,9 @@
 """The interface one model backend implements (DESIGN §2).
 
 A backend owns one loaded model. Everything but `iter_token_ids` is cheap and may be called
-from any thread; `iter_token_ids` runs only on the model's worker thread.
+from any thread; `iter_token_ids` runs only on the model's worker thread. The backends that
+compute in this process (llama.cpp, transformers) share their KV-cache handling, generation and
+scoring in engine/local_backend.py.
 """
 
 from __future__ import annotations

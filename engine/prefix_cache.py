@@ -8,9 +8,10 @@ with the new prompt, if one shares more than the live cache does, becomes live a
 are evicted least recently used once their bytes exceed the budget.
 
 The backend decides what a state is (llama.cpp: the sequence's serialized bytes in RAM;
-transformers: the `DynamicCache` itself) and how to save and restore it; this module decides
-what is kept and which state a prompt starts from. It runs on the model's worker thread; the
-published `CacheStatus` is frozen, so any thread may read it.
+transformers: the `DynamicCache` itself, or a copy of a static cache's used part) and how to
+save and restore it; this module decides what is kept and which state a prompt starts from, and
+engine/local_backend.py carries that out. It runs on the model's worker thread; the published
+`CacheStatus` is frozen, so any thread may read it.
 """
 
 from __future__ import annotations

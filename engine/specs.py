@@ -24,7 +24,7 @@ REMOTE_BACKEND = "openai"
 #: neither the command line nor the settings give one.
 API_KEY_ENV = "INFILL_API_KEY"
 DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
-#: The transformers backend's decode loop (engine/backends/transformers.py `DecodePath`):
+#: The transformers backend's decode loop (engine/backends/transformers_decode.py `DecodePath`):
 #: "auto" is "compiled" on CUDA and "dynamic" on the CPU.
 DECODE_PATHS = ("auto", "dynamic", "static", "compiled")
 DEFAULT_CONTEXT_SIZE = 4096

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from job_events import JobWatch
@@ -34,20 +36,36 @@ def greedy(prompt: str = PROMPT, max_tokens: int = 24, **kw: object) -> Generati
     )
 
 
+@pytest.fixture(scope="module")
+def raw_llama() -> Iterator[Any]:
+    """The default completion model loaded by llama-cpp-python alone, with the arguments our
+    backend loads it with (`llama_params`): what llama.cpp itself completes and decodes."""
+    import llama_cpp
+
+    from engine.backends.llama_cpp import llama_params
+    from engine.models import model_spec
+    from engine.specs import ModelOptions, ModelSpec
+
+    spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
+    assert isinstance(spec, ModelSpec)
+    llm = llama_cpp.Llama(**llama_params(spec))
+    yield llm
+    llm.close()
+
+
 async def test_greedy_output_is_deterministic_and_equals_raw_llama_cpp(
-    completion_engine: Engine, completion_backend: LlamaCppBackend
+    completion_engine: Engine, raw_llama: Any
 ) -> None:
     (first,) = await completion_engine.collect(greedy())
     (second,) = await completion_engine.collect(greedy())
     assert first.text == second.text
     assert first.text.strip()
-    # The engine is idle now, so the test thread may use the model directly.
-    raw = completion_backend._llm.create_completion(PROMPT, max_tokens=24, temperature=0.0)
+    raw = raw_llama.create_completion(PROMPT, max_tokens=24, temperature=0.0)
     assert first.text == raw["choices"][0]["text"]
 
 
 async def test_streamed_deltas_join_to_the_full_decode(
-    completion_engine: Engine, completion_backend: LlamaCppBackend
+    completion_engine: Engine, raw_llama: Any
 ) -> None:
     deltas = [d async for d in completion_engine.generate(greedy(max_tokens=32))]
     ids = [i for d in deltas for i in d.token_ids]
@@ -56,9 +74,9 @@ async def test_streamed_deltas_join_to_the_full_decode(
     assert text == collected.text
     assert text.strip()
     # The expected text comes from llama.cpp itself, not from our detokenizer: its decode of
-    # the same ids, and its own completion of the prompt (the engine is idle now).
-    assert text == completion_backend._llm.detokenize(ids).decode("utf-8")
-    raw = completion_backend._llm.create_completion(PROMPT, max_tokens=32, temperature=0.0)
+    # the same ids, and its own completion of the prompt.
+    assert text == raw_llama.detokenize(ids).decode("utf-8")
+    raw = raw_llama.create_completion(PROMPT, max_tokens=32, temperature=0.0)
     assert text == raw["choices"][0]["text"]
     assert deltas[-1].finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
 

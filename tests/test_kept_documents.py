@@ -8,10 +8,12 @@ backend (0.6 s), so that what other tests left in the cache does not count.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from busy import busy_core
@@ -140,35 +142,39 @@ def test_a_zero_budget_keeps_only_the_live_cache() -> None:
         backend.close()
 
 
-def cancel_after_chunks(
-    backend: LlamaCppBackend, chunks: int
-) -> tuple[threading.Event, Callable[[], int]]:
+@contextlib.contextmanager
+def cancel_after_chunks(chunks: int) -> Iterator[tuple[threading.Event, Callable[[], int]]]:
     """A cancel event that the prompt's `chunks`-th batch sets, as a newer request would while
-    it runs; and a count of the batches evaluated."""
+    it runs; and a count of the batches evaluated. Counted at llama-cpp-python's public
+    `Llama.eval`, which the backend evaluates each batch of a prompt with."""
+    import llama_cpp
+
     cancelled = threading.Event()
-    llm = backend._llm
-    evaluate = llm.eval
+    evaluate = llama_cpp.Llama.eval
     calls = 0
 
-    def counting_eval(tokens: Sequence[int]) -> None:
+    def counting_eval(llm: Any, tokens: Sequence[int]) -> None:
         nonlocal calls
         calls += 1
-        evaluate(tokens)
+        evaluate(llm, tokens)
         if calls == chunks:
             cancelled.set()
 
-    llm.eval = counting_eval
-    return cancelled, lambda: calls
+    llama_cpp.Llama.eval = counting_eval  # type: ignore[method-assign]
+    try:
+        yield cancelled, lambda: calls
+    finally:
+        llama_cpp.Llama.eval = evaluate  # type: ignore[method-assign]
 
 
 def test_a_superseded_prompt_stops_within_one_batch_and_keeps_what_it_computed(
     backend: LlamaCppBackend,
 ) -> None:
     long = document(backend, "engine/worker.py", tokens=4 * EVAL_CHUNK + 10)
-    cancelled, batches = cancel_after_chunks(backend, 2)
-    assert greedy(backend, long, "file:///a.py", cancelled=cancelled) == []
+    with cancel_after_chunks(2) as (cancelled, batches):
+        assert greedy(backend, long, "file:///a.py", cancelled=cancelled) == []
     assert batches() == 2  # the cancel came during the second batch: no third one ran
-    assert backend._llm.n_tokens == 2 * EVAL_CHUNK
+    assert backend.cache_status().live_tokens == 2 * EVAL_CHUNK
     # The newer request shares that prefix: it evaluates only the rest.
     newer = [*long, 236743]
     out = greedy(backend, newer, "file:///a.py")
@@ -188,7 +194,7 @@ def test_with_a_competing_process_llama_cpp_computes_on_the_cores_left_free() ->
     try:
         with busy_core():
             greedy(backend, prompt, None, n=16)
-            used = backend._lib.llama_n_threads(backend._ctx_pointer)
+            used = backend.threads
     finally:
         backend.close()
     assert used <= max(1, usable_cores() - 1)
@@ -196,6 +202,6 @@ def test_with_a_competing_process_llama_cpp_computes_on_the_cores_left_free() ->
     try:
         with busy_core():
             greedy(fixed, prompt[:40], None)
-        assert fixed._lib.llama_n_threads(fixed._ctx_pointer) == 2  # the user's count stays
+        assert fixed.threads == 2  # the user's count stays
     finally:
         fixed.close()

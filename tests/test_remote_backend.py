@@ -410,9 +410,9 @@ async def test_a_server_that_goes_silent_mid_answer_is_an_error_saying_how_long(
 ) -> None:
     """README "Remote": nothing for the read timeout (120 s; 0.3 s here) ends the request with
     an error naming the endpoint and the silence, and the next request is served."""
-    import engine.backends.openai as openai_module
+    from engine.backends import openai_stream
 
-    monkeypatch.setattr(openai_module, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(openai_stream, "READ_TIMEOUT", 0.3)
 
     async def silent() -> AsyncIterator[bytes]:
         yield f"data: {json.dumps(piece('a'))}\n\n".encode()

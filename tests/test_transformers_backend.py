@@ -27,7 +27,7 @@ from tokenizers import (  # noqa: E402
     trainers,
 )
 
-from engine.backends import transformers as backend_module  # noqa: E402
+from engine.backends import transformers_decode, transformers_load  # noqa: E402
 from engine.backends.transformers import (  # noqa: E402
     DecodePath,
     TransformersBackend,
@@ -464,7 +464,7 @@ def test_on_cuda_the_model_is_bf16_and_greedy_cache_reuse_repeats(model_dir: Pat
     backend = TransformersBackend(ModelSpec(path=model_dir, device="cuda"))
     try:
         assert backend.info.device == "cuda"
-        assert backend._model.dtype in (torch.bfloat16, torch.float16)
+        assert backend._decoder.model.dtype in (torch.bfloat16, torch.float16)
         prompt_ids = backend.tokenize(PROMPT + MORE, add_bos=True)
         runs = []
         for _ in range(2):
@@ -564,27 +564,29 @@ def test_a_zero_budget_keeps_no_other_document(model_dir: Path, decode: str) -> 
 def test_a_cancelled_prompt_stops_between_chunks_and_keeps_what_was_fed(
     model_dir: Path, reference: Any, monkeypatch: pytest.MonkeyPatch, decode: str
 ) -> None:
-    monkeypatch.setattr(backend_module, "PREFILL_CHUNK", 4)
+    monkeypatch.setattr(transformers_decode, "PREFILL_CHUNK", 4)
     backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=decode))
     prompt = backend.tokenize(PROMPT + MORE, add_bos=True)
     assert len(prompt) > 12
     cancelled = threading.Event()
-    feed = backend._feed
     forwards = 0
 
-    def counting_feed(ids: list[int]) -> Any:
+    def count_forward(module: torch.nn.Module, inputs: Any) -> None:
         nonlocal forwards
-        forwards += 1
-        if forwards == 2:
-            cancelled.set()  # a newer request arrives while the second chunk runs
-        return feed(ids)
+        if isinstance(module, transformers.LlamaForCausalLM):  # the whole model, not a layer
+            forwards += 1
+            if forwards == 2:
+                cancelled.set()  # a newer request arrives while the second chunk runs
 
-    backend._feed = counting_feed  # type: ignore[method-assign]
+    # Every module's forward, through torch's own hook: the backend's model is its own.
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(count_forward)
     try:
-        assert greedy_ids(backend, prompt, "a", cancelled=cancelled) == []
+        try:
+            assert greedy_ids(backend, prompt, "a", cancelled=cancelled) == []
+        finally:
+            hook.remove()
         assert forwards == 2
-        assert len(backend._cached_ids) == 8
-        backend._feed = feed  # type: ignore[method-assign]
+        assert backend.cache_status().live_tokens == 8
         out = greedy_ids(backend, prompt, "a")
         assert backend.last_prefill_tokens == len(prompt) - 8
         assert out == reference_greedy(reference, prompt, 6)
@@ -632,7 +634,7 @@ def test_the_compiled_loop_is_exact_and_compiles_once_at_load(
     load (a recompile per token would make the fast path the slowest)."""
     from torch._dynamo.utils import counters
 
-    caplog.set_level("INFO", logger="engine.backends.transformers")
+    caplog.set_level("INFO", logger="engine.backends.transformers_decode")
     backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode="compiled"))
     try:
         assert backend.decode_path is DecodePath.COMPILED
@@ -747,14 +749,14 @@ def test_accelerate_spreads_only_a_model_that_does_not_fit_the_first_gpu(
 
 
 def test_the_weights_are_counted_from_the_config_alone(model_dir: Path, reference: Any) -> None:
-    source = backend_module._check_source(model_dir)
+    source = transformers_load.check_source(model_dir)
     assert weights_bytes(source) == 2 * reference.num_parameters()
 
 
 def test_a_device_map_load_answers_as_the_plain_one(model_dir: Path, reference: Any) -> None:
     """`device_map="auto"` (on this CPU-only machine accelerate has one place to put it)."""
-    source = backend_module._check_source(model_dir)
-    model, placed_on = backend_module._load_model(source, "cpu", spread=True)
+    source = transformers_load.check_source(model_dir)
+    model, placed_on = transformers_load.load_model(source, "cpu", spread=True)
     assert placed_on == "device_map=auto over cpu"
     prompt = [BOS, 7, 9, 40, 41]
     with torch.no_grad():
@@ -770,9 +772,9 @@ def test_the_loop_runs_over_accelerates_hooks(model_dir: Path, reference: Any, d
     import accelerate
 
     backend = TransformersBackend(ModelSpec(path=model_dir, device="cpu", decode=decode))
-    accelerate.cpu_offload(backend._model, execution_device=torch.device("cpu"))
+    accelerate.cpu_offload(backend._decoder.model, execution_device=torch.device("cpu"))
     try:
-        assert any(hasattr(m, "_hf_hook") for m in backend._model.modules())
+        assert any(hasattr(m, "_hf_hook") for m in backend._decoder.model.modules())
         a = backend.tokenize(PROMPT + MORE, add_bos=True)
         assert greedy_ids(backend, a[:-2], "a") == reference_greedy(reference, a[:-2], 6)
         assert greedy_ids(backend, a, "a") == reference_greedy(reference, a, 6)

@@ -19,44 +19,45 @@ engine`, ...) serves the models; this module speaks its HTTP API with httpx:
 
 There is no worker thread: nothing here holds a model, and waiting on a socket belongs to the
 event loop, where a cancel interrupts it at once.
+
+Where each part lives: the model list in engine/backends/openai_discovery.py; the HTTP client
+and the reading of a streamed answer in engine/backends/openai_stream.py; here, the engine that
+turns a request into choices and deltas.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from engine.backend import ModelInfo
+from engine.backends.openai_discovery import OURS as OURS
+from engine.backends.openai_discovery import Discovery, discover
+from engine.backends.openai_stream import (
+    ChoiceReader,
+    End,
+    Failed,
+    Piece,
+    PieceThenEnd,
+    Usage,
+    new_client,
+)
 from engine.engine import BaseEngine, JobTable
-from engine.errors import EngineError, ModelLoadError
+from engine.errors import EngineError
 from engine.fim import FIM_FAMILIES, PromptFormat
 from engine.jobs import JobRecord, JobStats
 from engine.output import OutputProcessor
 from engine.specs import REMOTE_BACKEND, RemoteSpec
-from engine.types import FinishReason, GenerationRequest, TextDelta
+from engine.types import GenerationRequest, TextDelta
 
 log = logging.getLogger(__name__)
-
-#: Seconds to open a connection, and to wait for the next piece of an answer (a busy cluster
-#: or a CPU server evaluating a long prompt may take a while for the first one).
-CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 120.0
-#: Seconds the model list may take when the backend connects.
-DISCOVERY_TIMEOUT = 10.0
-#: Bytes of an error answer read to find its message.
-ERROR_BODY_BYTES = 16_384
-#: Who owns the models in our own engine server's list (engine/api/).
-OURS = "infill-lsp"
-#: `owned_by` values of OpenAI's own API, which refuses parameters it does not know.
-OPENAI_OWNERS = frozenset({"openai", "system", "openai-internal"})
 
 
 def estimate_tokens(text: str) -> int:
@@ -66,148 +67,7 @@ def estimate_tokens(text: str) -> int:
     return (len(text.encode("utf-8")) + 2) // 3
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Discovery:
-    """What the server's model list says about the model we ask for."""
-
-    model: str | None  # the name sent in requests (None: let the server choose)
-    context_size: int
-    fim_family: str | None
-    ours: bool  # our own engine server: it takes our extensions (cache_key, ...)
-    extensions: bool  # the server takes fields beyond OpenAI's (top_k, repeat_penalty, ...)
-
-
-def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discovery:
-    """Ask the server for its models (`GET /models`) and pick the one for `spec.role`: the
-    named one, else the one our engine server lists for the role, else the first. Raises
-    ModelLoadError naming the endpoint and the cause when the server cannot be asked."""
-    owned = client is None
-    client = client or httpx.Client(timeout=DISCOVERY_TIMEOUT)
-    try:
-        response = client.get(f"{spec.endpoint}/models", headers=_headers(spec))
-        if response.status_code >= 400:
-            raise ModelLoadError(
-                f"{spec.endpoint} answered the model list with {_status(response)}: "
-                f"{_error_message(response.content)}"
-            )
-        listed = _model_entries(response.content)
-    except httpx.HTTPError as e:
-        raise ModelLoadError(f"cannot reach {spec.endpoint}: {_describe(e)}") from e
-    finally:
-        if owned:
-            client.close()
-    entry = _pick(listed, spec)
-    ours = entry.get("owned_by") == OURS
-    context = entry.get("context_size") or entry.get("max_model_len")
-    fim = spec.fim_family
-    if fim is None and ours and entry.get("fim_family") in FIM_FAMILIES:
-        fim = str(entry["fim_family"])
-    return Discovery(
-        model=spec.model or (str(entry["id"]) if "id" in entry else None),
-        context_size=context if isinstance(context, int) and context > 0 else spec.context_size,
-        fim_family=None if fim == "none" else fim,
-        ours=ours,
-        extensions=entry.get("owned_by") not in OPENAI_OWNERS,
-    )
-
-
-def _model_entries(content: bytes) -> list[dict[str, Any]]:
-    try:
-        body = json.loads(content)
-    except ValueError as e:
-        raise ModelLoadError(f"the model list is not JSON: {e}") from e
-    data = body.get("data") if isinstance(body, dict) else None
-    if not isinstance(data, list):
-        raise ModelLoadError("the model list has no `data` list: not an OpenAI-compatible server")
-    return [entry for entry in data if isinstance(entry, dict)]
-
-
-def _pick(listed: list[dict[str, Any]], spec: RemoteSpec) -> dict[str, Any]:
-    if spec.model is not None:
-        named = next((e for e in listed if e.get("id") == spec.model), None)
-        if named is None:
-            # Some gateways list nothing, or not everything: ask for it all the same.
-            log.warning(
-                "%s does not list %r; asking for it all the same", spec.endpoint, spec.model
-            )
-            return {}
-        return named
-    for entry in listed:
-        roles = entry.get("roles")
-        if entry.get("owned_by") == OURS and isinstance(roles, list) and spec.role in roles:
-            return entry
-    if not listed:
-        raise ModelLoadError(
-            f"{spec.endpoint} lists no model; name one with --remote-model or the remoteModel "
-            "setting"
-        )
-    return listed[0]
-
-
-def _headers(spec: RemoteSpec) -> dict[str, str]:
-    return {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-
-
-def _status(response: httpx.Response) -> str:
-    return f"{response.status_code} {response.reason_phrase}".strip()
-
-
-def _error_message(content: bytes) -> str:
-    """The message of an error answer: OpenAI's `{"error": {"message"}}`, FastAPI's
-    `{"detail"}`, or the text itself, shortened."""
-    text = content[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
-    with contextlib.suppress(ValueError):
-        body = json.loads(text)
-        if isinstance(body, dict):
-            error = body.get("error", body.get("detail"))
-            if isinstance(error, dict) and error.get("message"):
-                return str(error["message"])
-            if error:
-                return str(error)
-    return (text[:300] + "…" if len(text) > 300 else text) or "no message"
-
-
-def _describe(error: httpx.HTTPError) -> str:
-    """A connection-level failure in words."""
-    if isinstance(error, httpx.ConnectTimeout):
-        return f"no connection within {CONNECT_TIMEOUT:g} s"
-    if isinstance(error, httpx.ConnectError):
-        return f"cannot connect ({error})"
-    if isinstance(error, httpx.ReadTimeout):
-        return f"nothing came for {READ_TIMEOUT:g} s"
-    if isinstance(error, httpx.RemoteProtocolError):
-        return f"the connection broke mid-answer ({error})"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-# --- what a stream's reader hands to the request ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Piece:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class _End:
-    """The server ended the choice."""
-
-    reason: FinishReason
-    stop_reason: str | int | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    message: str
-
-
 _STOPPED = object()  # the request was cancelled or the engine stopped: see the job
-
-
-@dataclass(slots=True)
-class _Usage:
-    prompt_tokens: int | None = None
-    completion_tokens: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -260,8 +120,8 @@ class RemoteEngine(BaseEngine):
         self._client_loop: asyncio.AbstractEventLoop | None = None
         # Readers of answers already over, reading the rest of their stream.
         self._draining: set[asyncio.Future[None]] = set()
-        # Whether the server says which stop string ended a choice (then it gets ours).
-        self._reports_stop_reason = discovery.ours
+        # Reads the choices; learns whether the server says which stop string ended one.
+        self._reader = ChoiceReader(spec, reports_stop_reason=discovery.ours)
         self._failing = False  # the last request failed: log the next success
 
     @classmethod
@@ -311,14 +171,16 @@ class RemoteEngine(BaseEngine):
             min_tokens=sampling.min_tokens,
             new_detokenizer=_NoDetokenizer,
         )
-        usage = _Usage()
+        usage = Usage()
         started = time.perf_counter()
         first: float | None = None
         try:
             for index in range(sampling.n):
                 seed = sampling.for_choice(index).seed
                 choice_body = body if seed is None else {**body, "seed": seed}
-                reader = asyncio.ensure_future(self._read(path, choice_body, job.queue, usage))
+                reader = asyncio.ensure_future(
+                    self._reader.read(self._http(), path, choice_body, job.queue, usage)
+                )
                 ended = False  # the server ended the choice (its reader reads the rest alone)
                 try:
                     while not processor.is_finished(index):
@@ -330,9 +192,9 @@ class RemoteEngine(BaseEngine):
                             for delta in processor.cancel():
                                 yield delta
                             return
-                        if first is None and isinstance(item, _Piece | _PieceThenEnd):
+                        if first is None and isinstance(item, Piece | PieceThenEnd):
                             first = time.perf_counter()
-                        ended = not isinstance(item, _Piece)
+                        ended = not isinstance(item, Piece)
                         for delta in self._deltas(processor, index, item):
                             yield delta
                 finally:
@@ -355,17 +217,17 @@ class RemoteEngine(BaseEngine):
             self._record_job(request, processor, usage, started, first)
 
     def _deltas(self, processor: OutputProcessor, index: int, item: object) -> list[TextDelta]:
-        if isinstance(item, _Piece):
+        if isinstance(item, Piece):
             return processor.on_text(index, item.text)
-        if isinstance(item, _PieceThenEnd):
+        if isinstance(item, PieceThenEnd):
             return [
                 *processor.on_text(index, item.text),
                 *self._deltas(processor, index, item.end),
             ]
-        if isinstance(item, _End):
+        if isinstance(item, End):
             self._note_success()
             return processor.finish(index, item.reason, stop_reason=item.stop_reason)
-        assert isinstance(item, _Failed)
+        assert isinstance(item, Failed)
         if not self._failing:
             log.warning("%s", item.message)  # it names the endpoint
         self._failing = True
@@ -400,7 +262,7 @@ class RemoteEngine(BaseEngine):
         else:
             path = "/completions"
             body["prompt"] = request.prompt
-        if stops.stop and self._reports_stop_reason:
+        if stops.stop and self._reader.reports_stop_reason:
             body["stop"] = list(stops.stop)
             if stops.include_stop_str_in_output:
                 body["include_stop_str_in_output"] = True
@@ -422,101 +284,11 @@ class RemoteEngine(BaseEngine):
             body["cache_key"] = request.cache_key  # the server keeps the document's KV state
         return path, body
 
-    async def _read(
-        self, path: str, body: dict[str, Any], queue: asyncio.Queue[object], usage: _Usage
-    ) -> None:
-        """Stream one choice from the server into `queue`: pieces, then its end or failure."""
-        chat = path == "/chat/completions"
-        client = self._http()
-        response: httpx.Response | None = None
-        ended = False
-        try:
-            request = client.build_request(
-                "POST", self.spec.endpoint + path, json=body, headers=_headers(self.spec)
-            )
-            response = await client.send(request, stream=True)
-            if response.status_code >= 400:
-                content = b""
-                async for chunk in response.aiter_bytes():
-                    content += chunk
-                    if len(content) >= ERROR_BODY_BYTES:
-                        break
-                queue.put_nowait(
-                    _Failed(
-                        f"{self.spec.endpoint} answered {_status(response)}: "
-                        f"{_error_message(content)}"
-                    )
-                )
-                return
-            async for line in response.aiter_lines():
-                if ended:
-                    continue  # read to the end: an answer read whole keeps its connection
-                item = self._event(line, chat, usage)
-                if item is None:
-                    continue
-                queue.put_nowait(item)
-                ended = not isinstance(item, _Piece)
-            if not ended:
-                queue.put_nowait(
-                    _Failed(f"{self.spec.endpoint} ended the answer without saying why it stopped")
-                )
-        except httpx.HTTPError as e:
-            if not ended:
-                queue.put_nowait(_Failed(f"{self.spec.endpoint}: {_describe(e)}"))
-        finally:
-            if response is not None:
-                # Shielded: a cancel that lands while the response closes would leave its
-                # connection counted as in use for good (httpcore shields with anyio, which a
-                # plain task.cancel() goes through), and after 100 of them every request
-                # would wait for the pool.
-                await asyncio.shield(response.aclose())
-
-    def _event(self, line: str, chat: bool, usage: _Usage) -> object | None:
-        """What one line of the event stream means: a piece, the end, a failure, or nothing."""
-        if not line.startswith("data:"):
-            return None  # blank separators, comments (keep-alives), event names
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return _End(FinishReason.STOP, None)  # a server that never said why: it is done
-        try:
-            event = json.loads(data)
-        except ValueError:
-            return _Failed(f"{self.spec.endpoint} sent an event that is not JSON: {data[:200]}")
-        if not isinstance(event, dict):
-            return None
-        if "error" in event:
-            return _Failed(f"{self.spec.endpoint} failed: {_error_message(data.encode())}")
-        if isinstance(event.get("usage"), dict):
-            _take_usage(event["usage"], usage)
-        choices = event.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return None
-        choice = choices[0]
-        if chat:
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else None
-        else:
-            text = choice.get("text")
-        finish = choice.get("finish_reason")
-        if finish is None:
-            return _Piece(text) if isinstance(text, str) and text else None
-        if "stop_reason" in choice:
-            self._reports_stop_reason = True
-        if isinstance(text, str) and text:
-            # A last piece and the end in one event: hand over both, in order.
-            return _PieceThenEnd(text, _end(finish, choice.get("stop_reason")))
-        return _end(finish, choice.get("stop_reason"))
-
     def _http(self) -> httpx.AsyncClient:
         """The connection pool of the running event loop (a client belongs to one loop)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
-                # Loading the CA certificates takes 25-55 ms, for nothing on plain http (and
-                # on the first keystroke): only an https endpoint gets them.
-                verify=self.spec.endpoint.startswith("https:"),
-            )
+            self._client = new_client(self.spec.endpoint)
             self._client_loop = loop
         return self._client
 
@@ -524,7 +296,7 @@ class RemoteEngine(BaseEngine):
         self,
         request: GenerationRequest,
         processor: OutputProcessor,
-        usage: _Usage,
+        usage: Usage,
         started: float,
         first: float | None,
     ) -> None:
@@ -578,25 +350,6 @@ class RemoteEngine(BaseEngine):
         if client is not None and loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
-
-
-@dataclass(frozen=True, slots=True)
-class _PieceThenEnd:
-    text: str
-    end: _End
-
-
-def _end(finish: object, stop_reason: object) -> _End:
-    reason = FinishReason.LENGTH if finish == "length" else FinishReason.STOP
-    return _End(reason, stop_reason if isinstance(stop_reason, str | int) else None)
-
-
-def _take_usage(raw: Mapping[str, Any], usage: _Usage) -> None:
-    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
-    if isinstance(prompt, int):
-        usage.prompt_tokens = prompt
-    if isinstance(completion, int):
-        usage.completion_tokens += completion
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, call: Any, *args: object) -> None:

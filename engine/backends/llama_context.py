@@ -1,0 +1,236 @@
+"""The llama.cpp context as a live KV cache (engine/local_backend.py `LiveCache`): evaluating
+tokens in it with as many threads as the machine's load leaves (engine/threads.py), cutting it
+back, and copying its state out to RAM and back when the user switches documents.
+
+A kept state is the serialized bytes of the context's sequence, in a numpy buffer. Buffers are
+reused: the memory of states restored or let go of, and one that a long prompt makes ahead, so
+that a switch of documents does not pay for a new buffer's page faults.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.local_backend import LiveCache
+from engine.threads import ThreadPolicy
+
+log = logging.getLogger(__name__)
+
+#: llama.cpp's "every sequence" id in the state functions.
+_ALL_SEQUENCES = -1
+#: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
+#: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
+#: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
+EVAL_CHUNK = 256
+#: Spare state buffers kept for reuse, and the room a new one leaves to grow (1/8).
+SPARE_BUFFERS = 2
+SPARE_HEADROOM = 8
+#: Tokens a spare buffer made ahead leaves for the answer after the prompt.
+SPARE_GENERATED = 64
+
+State = npt.NDArray[np.uint8]  # a kept state: the sequence's serialized bytes
+LogProbs = npt.NDArray[np.float32]  # rows of log-probabilities over the vocabulary
+
+
+class LlamaContext(LiveCache[State, None]):
+    """The context of a loaded `llama_cpp.Llama` (`llm`; `lib` is the `llama_cpp` module) for a
+    vocabulary of `vocab_size` tokens, and the threads it computes with (`threads`: the user's
+    fixed count, or None to follow the machine's load)."""
+
+    chunk = EVAL_CHUNK
+
+    def __init__(self, llm: Any, lib: Any, *, vocab_size: int, threads: int | None) -> None:
+        self._llm = llm
+        self._lib = lib
+        self._vocab_size = vocab_size
+        self._ctx_pointer = llm._ctx.ctx
+        self._threads = ThreadPolicy(fixed=threads)
+        self._threads_set = self._threads.threads
+        # Buffers for the next save: the memory of states restored or let go of, and one a
+        # long prompt makes ahead. A new 30 MB buffer costs 20-80 ms of page faults when first
+        # written, which the request that switches documents would otherwise wait for.
+        self._spare: list[State] = []
+        self._state_bytes_per_token = 0
+
+    # --- computing ---------------------------------------------------------------------------
+
+    @property
+    def threads(self) -> int:
+        """The threads llama.cpp computes with now, as it reports them."""
+        return int(self._lib.llama_n_threads(self._ctx_pointer))
+
+    def use_threads(self) -> None:
+        """Follow the machine's load: called before every decode."""
+        threads = self._threads.choose()
+        if threads != self._threads_set:
+            self._lib.llama_set_n_threads(self._ctx_pointer, threads, threads)
+            self._threads_set = threads
+
+    def evaluate(self, ids: list[int]) -> None:
+        self.use_threads()
+        self._llm.eval(ids)
+
+    def log_probs(self, ids: list[int], at: int) -> LogProbs:
+        """Evaluate `ids` at position `at` (the cache cut there first) with every position's
+        logits: each row is the log-probabilities of the token after that position. The
+        generation path keeps only the last position's logits; llama.cpp decides per batch."""
+        llm = self._llm
+        kept = self.cut(at)
+        if kept < at:  # the cache started over: what it held before `at` is evaluated again
+            llm.eval(llm.input_ids[kept:at].tolist())
+        n_vocab = self._vocab_size
+        out = np.empty((len(ids), n_vocab), dtype=np.float32)
+        for start in range(0, len(ids), llm.n_batch):
+            batch = ids[start : start + llm.n_batch]
+            self.use_threads()
+            llm._batch.set_batch(batch=batch, n_past=llm.n_tokens, logits_all=True)
+            llm._ctx.decode(llm._batch)
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(batch), n_vocab))
+            out[start : start + len(batch)] = logits
+            llm.input_ids[llm.n_tokens : llm.n_tokens + len(batch)] = batch
+            llm.n_tokens += len(batch)
+        # log-softmax, row by row, shifted by each row's maximum so that exp cannot overflow
+        out -= out.max(axis=1, keepdims=True)
+        out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
+        return out
+
+    # --- what the cache holds ----------------------------------------------------------------
+
+    @property
+    def length(self) -> int:
+        return int(self._llm.n_tokens)
+
+    def tokens(self) -> list[int]:
+        llm = self._llm
+        ids: list[int] = llm.input_ids[: llm.n_tokens].tolist()
+        return ids
+
+    def cut(self, length: int) -> int:
+        """Drop the live cache's tokens from position `length` on; how many it keeps.
+
+        A cache that cannot drop a tail (recurrent models), or one whose oldest cells a
+        sliding-window layer has written over (llama.cpp reuses cells that slid out of the
+        window once the cache wraps around), starts over: it keeps none.
+        """
+        llm = self._llm
+        if llm.n_tokens <= length:
+            return int(llm.n_tokens)
+        if not llm._ctx.kv_cache_seq_rm(0, length, -1) or self._lost_cells(length):
+            llm._ctx.kv_cache_seq_rm(0, 0, -1)
+            length = 0
+        llm.n_tokens = length
+        return length
+
+    def _lost_cells(self, shared: int) -> bool:
+        """Whether the cache no longer holds the first of the `shared` tokens it should."""
+        if shared == 0:
+            return False
+        memory = self._lib.llama_get_memory(self._ctx_pointer)
+        return memory is not None and self._lib.llama_memory_seq_pos_min(memory, 0) > 0
+
+    # --- kept states -------------------------------------------------------------------------
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self._state_bytes_per_token
+
+    def set_aside(self, tokens: list[int]) -> tuple[State, int] | None:
+        """A copy of the live cache's state in RAM; the live cache stays as it is.
+
+        Every cell of the cache: asked for sequence 0, llama.cpp leaves out the cells that have
+        slid out of a sliding-window model's window (Gemma 3), and a later request that goes
+        back a few tokens needs some of them. Asked for every sequence (-1; our context has
+        only sequence 0), it writes them all, in the format a sequence is restored from.
+        """
+        started = time.perf_counter()
+        lib, ctx = self._lib, self._ctx_pointer
+        size = int(lib.llama_state_seq_get_size(ctx, _ALL_SEQUENCES))
+        if size <= 0:
+            return None
+        buffer = self._buffer(size)
+        written = int(
+            lib.llama_state_seq_get_data(ctx, _uint8_pointer(buffer), size, _ALL_SEQUENCES)
+        )
+        if written <= 0:
+            log.warning("llama.cpp could not save the KV state of %d tokens", len(tokens))
+            return None
+        self._state_bytes_per_token = -(-written // max(1, len(tokens)))  # rounded up
+        log.debug(
+            "saved the state of %d tokens (%.1f MB) in %.1f ms",
+            len(tokens),
+            written / 1e6,
+            (time.perf_counter() - started) * 1000,
+        )
+        return buffer[:written], buffer.nbytes
+
+    def restore(self, state: State, tokens: tuple[int, ...]) -> None:
+        """Make a kept state the live cache; an empty cache if llama.cpp refuses it.
+
+        Restored as sequence 0, not as the whole context (`llama_state_set_data`): that path
+        leaves the cache's write position at its first cell, and the next tokens would then
+        overwrite the oldest cells of a sliding-window layer instead of free ones.
+        """
+        started = time.perf_counter()
+        llm, lib, ctx = self._llm, self._lib, self._ctx_pointer
+        llm._ctx.kv_cache_seq_rm(0, 0, -1)
+        read = int(lib.llama_state_seq_set_data(ctx, _uint8_pointer(state), state.size, 0))
+        self.recycle(state)
+        if read <= 0:
+            log.warning("llama.cpp could not restore a kept KV state; evaluating afresh")
+            llm._ctx.kv_cache_seq_rm(0, 0, -1)
+            llm.n_tokens = 0
+            return
+        llm.input_ids[: len(tokens)] = tokens
+        llm.n_tokens = len(tokens)
+        # The logits in the context are not this state's: generate() must decode again.
+        llm._requires_eval = True
+        log.debug(
+            "restored the state of %d tokens in %.1f ms",
+            len(tokens),
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def prepare_to_keep(self, tokens: int) -> None:
+        """Have a spare buffer ready for the state of `tokens` tokens and an answer after them,
+        its pages touched."""
+        size = self._state_bytes_per_token * (tokens + SPARE_GENERATED)
+        if size == 0 or any(b.size >= size for b in self._spare):
+            return
+        buffer = _new_buffer(size)
+        ctypes.memset(buffer.ctypes.data, 0, buffer.size)
+        self.recycle(buffer)
+
+    def recycle(self, state: State) -> None:
+        """Keep the memory of a state the store dropped or that was restored, for reuse."""
+        buffer = state.base if isinstance(state.base, np.ndarray) else state
+        self._spare = sorted([*self._spare, buffer], key=lambda b: b.size)[-SPARE_BUFFERS:]
+
+    def _buffer(self, size: int) -> State:
+        """A buffer of at least `size` bytes: the smallest spare one that fits, else a new one
+        with room for the state to grow a little (the same document a few lines on)."""
+        fitting = [b for b in self._spare if b.size >= size]
+        if fitting:
+            buffer = min(fitting, key=lambda b: b.size)
+            self._spare = [b for b in self._spare if b is not buffer]
+            return buffer
+        return _new_buffer(size)  # not zero-filled: it is written over at once
+
+    def close(self) -> None:
+        self._spare = []
+        self._llm.close()
+
+
+def _new_buffer(size: int) -> State:
+    """Room for a state of `size` bytes, and for it to grow a little (the same document a
+    few lines on) before it needs another."""
+    return np.empty(size + size // SPARE_HEADROOM, dtype=np.uint8)
+
+
+def _uint8_pointer(array: State) -> Any:
+    return array.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))

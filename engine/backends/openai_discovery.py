@@ -1,0 +1,104 @@
+"""What an OpenAI-compatible server says about its models (`GET /models`): which model we ask
+for, its context size, and, from our own engine server, its FIM family and roles.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from engine.backends.openai_stream import describe, error_message, headers, status
+from engine.errors import ModelLoadError
+from engine.fim import FIM_FAMILIES
+from engine.specs import RemoteSpec
+
+log = logging.getLogger(__name__)
+
+#: Seconds the model list may take when the backend connects.
+DISCOVERY_TIMEOUT = 10.0
+#: Who owns the models in our own engine server's list (engine/api/).
+OURS = "infill-lsp"
+#: `owned_by` values of OpenAI's own API, which refuses parameters it does not know.
+OPENAI_OWNERS = frozenset({"openai", "system", "openai-internal"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Discovery:
+    """What the server's model list says about the model we ask for."""
+
+    model: str | None  # the name sent in requests (None: let the server choose)
+    context_size: int
+    fim_family: str | None
+    ours: bool  # our own engine server: it takes our extensions (cache_key, ...)
+    extensions: bool  # the server takes fields beyond OpenAI's (top_k, repeat_penalty, ...)
+
+
+def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discovery:
+    """Ask the server for its models (`GET /models`) and pick the one for `spec.role`: the
+    named one, else the one our engine server lists for the role, else the first. Raises
+    ModelLoadError naming the endpoint and the cause when the server cannot be asked."""
+    owned = client is None
+    client = client or httpx.Client(timeout=DISCOVERY_TIMEOUT)
+    try:
+        response = client.get(f"{spec.endpoint}/models", headers=headers(spec))
+        if response.status_code >= 400:
+            raise ModelLoadError(
+                f"{spec.endpoint} answered the model list with {status(response)}: "
+                f"{error_message(response.content)}"
+            )
+        listed = _model_entries(response.content)
+    except httpx.HTTPError as e:
+        raise ModelLoadError(f"cannot reach {spec.endpoint}: {describe(e)}") from e
+    finally:
+        if owned:
+            client.close()
+    entry = _pick(listed, spec)
+    ours = entry.get("owned_by") == OURS
+    context = entry.get("context_size") or entry.get("max_model_len")
+    fim = spec.fim_family
+    if fim is None and ours and entry.get("fim_family") in FIM_FAMILIES:
+        fim = str(entry["fim_family"])
+    return Discovery(
+        model=spec.model or (str(entry["id"]) if "id" in entry else None),
+        context_size=context if isinstance(context, int) and context > 0 else spec.context_size,
+        fim_family=None if fim == "none" else fim,
+        ours=ours,
+        extensions=entry.get("owned_by") not in OPENAI_OWNERS,
+    )
+
+
+def _model_entries(content: bytes) -> list[dict[str, Any]]:
+    try:
+        body = json.loads(content)
+    except ValueError as e:
+        raise ModelLoadError(f"the model list is not JSON: {e}") from e
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise ModelLoadError("the model list has no `data` list: not an OpenAI-compatible server")
+    return [entry for entry in data if isinstance(entry, dict)]
+
+
+def _pick(listed: list[dict[str, Any]], spec: RemoteSpec) -> dict[str, Any]:
+    if spec.model is not None:
+        named = next((e for e in listed if e.get("id") == spec.model), None)
+        if named is None:
+            # Some gateways list nothing, or not everything: ask for it all the same.
+            log.warning(
+                "%s does not list %r; asking for it all the same", spec.endpoint, spec.model
+            )
+            return {}
+        return named
+    for entry in listed:
+        roles = entry.get("roles")
+        if entry.get("owned_by") == OURS and isinstance(roles, list) and spec.role in roles:
+            return entry
+    if not listed:
+        raise ModelLoadError(
+            f"{spec.endpoint} lists no model; name one with --remote-model or the remoteModel "
+            "setting"
+        )
+    return listed[0]
