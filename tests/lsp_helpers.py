@@ -291,7 +291,7 @@ class Session:
 def without_work_ahead(options: Any) -> Any:
     """`options` with `speculativeSuggestions` 0 unless they set it: these tests count the
     engine's jobs and read its KV cache's figures, which the work the server does ahead after
-    each answer would change (tests/test_ahead_e2e.py tests that work; the editor tests run
+    each answer would change (test_ahead_e2e.py tests that work; the editor tests run
     with the default)."""
     if options is None:
         return {"speculativeSuggestions": 0}

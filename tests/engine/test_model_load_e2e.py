@@ -24,7 +24,7 @@ from pytest_lsp import client_capabilities
 
 from engine.default_models import GEMMA_FILE, default_chat_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REQUEST_FAILED = -32803
 CODE = "def add(a, b):\n    return a + b\n"
 WHOLE_FUNCTION = {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 16}}

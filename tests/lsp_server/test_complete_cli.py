@@ -14,7 +14,7 @@ from lsprotocol import types
 
 from lsp_server.client import InfillClient, insert_text_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "lsp_server.cli", "complete"]
 
 

@@ -14,7 +14,7 @@ The chat model is small and weak: a rewrite is checked for its form (one edit of
 target range of the version asked about, the original indentation, a document that still
 parses) or, when the model's answer cannot be used, for the message that says so; never for
 what the code does. Two small functions it always rewrites make the edit path run here too;
-tests/test_scripted_e2e.py holds every path (edit, unusable answer, stale version) to exact
+test_scripted_e2e.py holds every path (edit, unusable answer, stale version) to exact
 answers on a scripted model.
 """
 
@@ -651,7 +651,7 @@ async def test_a_change_during_the_rewrite_command_applies_no_edit_and_says_so(
     assert message.message == f"infill: {result['reason']}"
     # The server looks at the version once the model's answer has proved usable: an unusable
     # answer is what the message names then (no edit all the same). The scripted model's
-    # usable answer gives exactly the "document changed" message (tests/test_scripted_e2e.py).
+    # usable answer gives exactly the "document changed" message (test_scripted_e2e.py).
     assert "document changed" in message.message or "the model's" in message.message
 
 

@@ -1,7 +1,7 @@
 """A model with FIM tokens through the real server: the default models have none, so the
 server runs here on the transformers backend with a tiny random Llama whose tokenizer has
 StarCoder's `<fim_prefix>`, `<fim_suffix>` and `<fim_middle>` (built in
-tests/test_transformers_backend.py, nothing downloaded).
+tests/engine/test_transformers_backend.py, nothing downloaded).
 
 Its answers are noise; what the README claims about a FIM model is about the prompt, and the
 server says what the prompt was (`infill/status`, `infill/stats`): the family found in the

@@ -455,7 +455,7 @@ async def test_code_that_spells_a_fim_token_reaches_a_remote_server_as_that_toke
 ) -> None:
     """README "Remote": a remote prompt is text, and the server parses the special tokens in
     it: code that spells out `<fim_middle>` reaches it as that token, beside the format's own
-    (a local model never parses the code: tests/test_inline_claims_e2e.py)."""
+    (a local model never parses the code: tests/lsp_server/test_inline_claims_e2e.py)."""
     server = make_server({"script": ["1"]})
     model = CompletionModel.of(remote(server.url), None)
     text = 'MARK = "<fim_middle>"\nvalue = '

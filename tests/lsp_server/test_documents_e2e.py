@@ -26,7 +26,7 @@ from pytest_lsp import client_capabilities
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = {"infill": {"maxTokensSingleLine": 12, "debounceMs": 0}}
 TAIL = "\n\ndef describe(value):\n    text = str("  # the cursor at the end
 

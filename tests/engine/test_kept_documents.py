@@ -25,7 +25,7 @@ from engine.specs import ModelOptions, ModelSpec
 from engine.threads import read_cpu_sample, usable_cores
 from engine.types import Role, SamplingParams
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_backend(**options: object) -> LlamaCppBackend:

@@ -1,7 +1,7 @@
 """The README's claims proved exactly: the real server process (host, worker, scheduler, stops,
 post-processing, the protocol) with only the model replaced by a script (`serve --backend
 scripted`, tests/scripted_backend.py), so that each answer, and each prompt the model saw,
-is known (DESIGN §6; issue 14). tests/test_code_actions_e2e.py and tests/test_server_e2e.py
+is known (DESIGN §6; issue 14). test_code_actions_e2e.py and test_server_e2e.py
 hold the same claims to properties any answer of the real default models must have.
 
 Each test starts its own server on its own script files, and waits for events (responses, the
@@ -574,7 +574,7 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
     assert status["fim_family"] is None
     assert status["last_error"] is None
     assert status["warnings"] == []
-    # The scripted model keeps no KV states; tests/test_server_e2e.py reads the real model's.
+    # The scripted model keeps no KV states; test_server_e2e.py reads the real model's.
     assert status["kv_cache"] is None
 
 
@@ -835,7 +835,7 @@ async def test_automatic_suggestions_use_the_temperature_setting(
 async def test_malformed_params_are_invalid_params_and_the_server_serves_on(
     tmp_path: Path,
 ) -> None:
-    """Each malformed request of tests/test_server_e2e.py is InvalidParams, and the next
+    """Each malformed request of tests/lsp_server/test_server_e2e.py is InvalidParams, and the next
     request is answered exactly as before it (the scripted answer, every time)."""
     coder, chat = models(tmp_path, ["-"], ["quantity\n"])
     async with editor_on(VSCODE, coder, chat) as editor:
