@@ -33,6 +33,15 @@ def snap_at(text: str, marker: str = "|", uri: str = "file:///t.py") -> Document
     return DocumentSnapshot.at(text.replace(marker, "", 1), offset, uri=uri)
 
 
+def completer_of(model: CompletionModel, *, speculator: Speculator | None) -> InlineCompleter:
+    """The server's inline completer over `model`, already loaded."""
+
+    async def get_model() -> CompletionModel:
+        return model
+
+    return InlineCompleter(get_model, speculator=speculator)
+
+
 @pytest.fixture
 def make_model():
     engines: list[Engine] = []
@@ -124,10 +133,7 @@ async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) 
 async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) -> None:
     model, backend = make_model(["a + b"])
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=None)
+    completer = completer_of(model, speculator=None)
 
     first = await completer.complete(snap_at("return |\n"), SETTINGS, invoked=False)
     assert first is not None
@@ -151,10 +157,7 @@ async def test_a_newer_request_for_the_document_supersedes_the_older(make_model)
     model, backend = make_model(["x" * 500, "new"], repeat_last=False, on_step=gate)
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=None)
+    completer = completer_of(model, speculator=None)
 
     with JobWatch(model.engine.job_record) as watch:
         older = asyncio.create_task(completer.complete(snap_at("a = |"), settings, invoked=False))
@@ -177,10 +180,7 @@ async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request
     stall); the second keystroke comes within it, and only the second reaches the model."""
     model, backend = make_model(["first", "second"], repeat_last=False)
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=None)
+    completer = completer_of(model, speculator=None)
 
     older = asyncio.create_task(
         completer.complete(snap_at("a = |"), Settings(debounce_ms=60_000), invoked=False)
@@ -210,10 +210,7 @@ async def test_closing_a_document_supersedes_its_live_request(make_model) -> Non
     model, backend = make_model(["x" * 500], repeat_last=False, on_step=gate)
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=None)
+    completer = completer_of(model, speculator=None)
 
     with JobWatch(model.engine.job_record) as watch:
         live = asyncio.create_task(completer.complete(snap_at("a = |"), settings, invoked=False))
@@ -257,10 +254,7 @@ async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_wri
     settings = Settings(debounce_ms=0, speculative_suggestions=2)
     speculator = Speculator()
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=speculator)
+    completer = completer_of(model, speculator=speculator)
 
     shown = await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     assert shown is not None
@@ -281,10 +275,7 @@ async def test_one_suggestion_ahead_writes_only_the_accepted_document(make_model
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
     speculator = Speculator()
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=speculator)
+    completer = completer_of(model, speculator=speculator)
 
     async def at(doc: str) -> InlineResult | None:
         return await completer.complete(snap_at(doc), settings, invoked=False)
@@ -314,10 +305,7 @@ async def test_work_ahead_answers_only_its_own_prompt(make_model) -> None:
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
     speculator = Speculator()
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=speculator)
+    completer = completer_of(model, speculator=speculator)
 
     await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     await speculator.idle()
@@ -337,10 +325,7 @@ async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) 
     settings = Settings(debounce_ms=0, speculative_suggestions=1)
     speculator = Speculator()
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=speculator)
+    completer = completer_of(model, speculator=speculator)
 
     await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     await gate.wait()
@@ -356,10 +341,7 @@ async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> N
     speculator = Speculator()
     settings = Settings(debounce_ms=0, speculative_suggestions=0)
 
-    async def get_model() -> CompletionModel:
-        return model
-
-    completer = InlineCompleter(get_model, speculator=speculator)
+    completer = completer_of(model, speculator=speculator)
 
     await completer.complete(snap_at("a = 1\nb = |\n"), settings, invoked=False)
     await speculator.idle()
