@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
-from pygls.workspace import TextDocument, Workspace
+from pygls.workspace import PositionCodec, TextDocument, Workspace
 
 from engine.text import split_lines
 
@@ -231,4 +231,15 @@ def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapsh
         offset=offset,
         line=position.line,
         character=character,
+    )
+
+
+def position_at(text: str, offset: int, codec: PositionCodec) -> types.Position:
+    """The position of code point `offset` of `text` in the client's units (the inverse of
+    `snapshot`): lines end at \\n, \\r\\n and \\r. Counts line breaks in C, as `snapshot` does."""
+    if not 0 <= offset <= len(text):
+        raise ValueError(f"offset {offset} is outside the text (0 to {len(text)})")
+    start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    return types.Position(
+        line=_breaks(text, 0, offset), character=codec.client_num_units(text[start:offset])
     )

@@ -22,6 +22,7 @@ from lsp_server.documents import (
     InvalidPosition,
     exceeds_bytes,
     find_document,
+    position_at,
     snapshot,
     use_lsp_lines,
 )
@@ -268,6 +269,21 @@ def test_a_snapshot_at_an_offset_counts_lines_as_the_editor_does(text: str) -> N
         made = DocumentSnapshot.at(text, offset, uri=URI)
         seen = snapshot(document, at(made.line, made.character))
         assert (seen.offset, seen.line, seen.character) == (offset, made.line, made.character)
+
+
+@pytest.mark.parametrize("encoding", [UTF8, UTF16, UTF32])
+@pytest.mark.parametrize("text", ["é = 1\r\nb = '😀'\rc\n", "x", "", "a\u2028b\nλ = 2\n\n"])
+def test_an_offset_has_the_position_a_snapshot_of_it_has(text: str, encoding: str) -> None:
+    """Where a server-side edit starts and ends, as the client counts: the position from
+    which `snapshot` finds the same offset again, in every encoding."""
+    _, document = open_document(text, encoding)
+    for offset in range(len(text) + 1):
+        if text[offset - 1 : offset + 1] == "\r\n":
+            continue  # between the two characters of one line end: no position
+        position = position_at(text, offset, document.position_codec)
+        assert snapshot(document, position).offset == offset
+    with pytest.raises(ValueError, match="outside the text"):
+        position_at(text, len(text) + 1, document.position_codec)
 
 
 def test_a_snapshot_does_not_follow_later_edits() -> None:
