@@ -111,7 +111,8 @@ class NextEditFormat:
     """A next-edit model's format.
 
     `signature`: the special tokens a tokenizer must have for the format to be detected
-    (its own markers; see the module docstring). `markers`: every marker the format writes.
+    (its own markers; see the module docstring). `markers`: every marker the format writes
+    (a remote server reads them in the user's code too: a caller may refuse such code).
     `end`: the text that ends the rewrite; generation stops there, and it is kept in the
     output so that `parse` can tell a finished rewrite from a cut one.
     """
@@ -120,7 +121,6 @@ class NextEditFormat:
     signature: tuple[str, ...]
     markers: tuple[str, ...]
     end: str
-    cursor_marker: str
     pieces: Callable[[NextEditInput], list[Piece]]
     #: The rewritten region read from the model's answer (which ends with `end` when the
     #: model finished), for the prompt made of the input; None when it is no valid rewrite.
@@ -137,7 +137,8 @@ def _hunks(diff: str) -> str:
 
 
 def _rust_debug_str(text: str) -> str:
-    """`text` quoted as Rust's `{:?}` writes a path: in double quotes, `"` and `\\` escaped."""
+    """`text` quoted as Rust's `{:?}` writes a path: in double quotes, with `"`, `\\` and
+    a newline escaped."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
 
@@ -171,7 +172,8 @@ class _Pieces:
 # the cursor marker removed) and crates/zeta_prompt/src/zeta_prompt.rs `mod zeta1` (the
 # instruction, the section headers, the excerpt: ```path, `<|start_of_file|>` where the excerpt
 # starts the file, the region's start marker on its own line, a newline before the end marker).
-# The path is quoted as zeta.rs's `{:?}` wrote it, the form the model's training events have.
+# The event's path is quoted as zeta.rs's `{:?}` wrote it while the model's training data was
+# gathered (the later `mod zeta1` writes it unquoted).
 # The region is meant to be whole lines, ending before a newline, as Zed cuts it.
 
 _ZETA1_CURSOR = "<|user_cursor_is_here|>"
@@ -237,7 +239,6 @@ ZETA1 = NextEditFormat(
     signature=(_ZETA1_REGION_START, _ZETA1_CURSOR, _ZETA1_REGION_END),
     markers=(_ZETA1_START_OF_FILE, _ZETA1_REGION_START, _ZETA1_CURSOR, _ZETA1_REGION_END),
     end=_ZETA1_REGION_END,
-    cursor_marker=_ZETA1_CURSOR,
     pieces=_zeta1_pieces,
     parse=_zeta1_parse,
 )
@@ -328,7 +329,6 @@ ZETA2 = NextEditFormat(
         _ZETA2_UPDATED,
     ),
     end=_ZETA2_UPDATED,
-    cursor_marker=_ZETA2_CURSOR,
     pieces=_zeta2_pieces,
     parse=_zeta2_parse,
 )
