@@ -20,8 +20,10 @@ for a local model. A remote server gets the pieces' text.
 
 Left out, for want of a source by their makers to check them against: Sweep Next-Edit (its
 model card and code were not available here, and the re-implementations found disagree on the
-section headers, a cursor marker and line ranges) and Continue Instinct (its repository,
-continuedev/instinct, was not available).
+section headers, a cursor marker and line ranges) and Continue Instinct (its training code,
+continuedev/instinct, was not available; Continue's client, core/nextEdit, shows it is chat
+messages with the model's chat template, Zeta v1's markers and a long system prompt of
+Continue's own: a chat rendering this module does not have, and text to copy verbatim).
 """
 
 from __future__ import annotations
