@@ -9,10 +9,10 @@ are the ones the published models were trained on, each checked against its make
 `none`), or detected from the tokenizer's special tokens like FIM families (engine/fim.py).
 
 Detection is deliberately narrow: a format is detected only when its own markers are special
-tokens of the tokenizer. The published Zeta models keep their markers as plain text (their
-base model's tokenizer, unchanged), and their FIM tokens are their base model's (Zeta 2's are
-every Seed-Coder's): detecting on those would take any base coder for a next-edit model, so
-for the published models the setting names the format.
+tokens of the tokenizer. Zeta v1 keeps its markers as plain text in its base model's tokenizer
+(Sweep's write-up, blog.sweep.dev/posts/oss-next-edit, counts 7 tokens each), and Zeta 2's
+FIM tokens are every Seed-Coder's: detecting on those would take any base coder for a
+next-edit model, so for such a model the setting names the format.
 
 Prompts are pieces, as `fim.fim_pieces` makes them: a marker (special token by id where the
 tokenizer has it, text otherwise) or the user's text, which is never parsed for special tokens
