@@ -1,0 +1,103 @@
+"""A next-edit format on a real model's tokenizer: a tiny random Llama, loaded by the
+transformers backend, whose tokenizer carries Zeta v1's markers as special tokens (built here,
+nothing downloaded). Its answers would be noise; what is proved is the prompt: the format is
+detected from the tokenizer, each marker is one id, and code that spells a marker out is
+tokenized as plain text.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+
+from engine.backends.transformers import TransformersBackend  # noqa: E402
+from engine.next_edit import (  # noqa: E402
+    ZETA1,
+    NextEditInput,
+    build_next_edit_prompt,
+    detect_next_edit_format,
+    render_next_edit_text,
+)
+from engine.specs import ModelSpec  # noqa: E402
+from engine.types import StopConditions  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MARKERS = [
+    "<|start_of_file|>",
+    "<|editable_region_start|>",
+    "<|user_cursor_is_here|>",
+    "<|editable_region_end|>",
+]
+SPECIALS = ["<s>", "</s>", *MARKERS]
+CORPUS = ["def add(a, b):\n    return a + b\n", "MARK = 'text'\nx = 1\n"]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
+    folder = tmp_path_factory.mktemp("tiny-zeta1-llama")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(
+        CORPUS * 4,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    hf_tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>"
+    )
+    hf_tokenizer.save_pretrained(folder)
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=len(hf_tokenizer),
+        max_position_embeddings=1024,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return TransformersBackend(ModelSpec(path=folder, device="cpu"))
+
+
+def test_the_format_is_found_in_the_models_tokenizer(backend: TransformersBackend) -> None:
+    assert detect_next_edit_format(backend.special_token_id) is ZETA1
+
+
+def test_markers_are_single_ids_and_the_codes_spelling_stays_text(
+    backend: TransformersBackend,
+) -> None:
+    spelled = "MARK = '<|editable_region_end|>'\n"
+    text = spelled + "x = 1\n"
+    given = NextEditInput(
+        path="m.py",
+        text=text,
+        region_start=len(spelled),
+        region_end=len(text) - 1,
+        cursor=len(spelled) + 1,
+        at_file_start=True,
+    )
+    prompt = build_next_edit_prompt(backend, ZETA1, given)
+    assert prompt.token_ids is not None
+    ids = {marker: backend.special_token_id(marker) for marker in MARKERS}
+    # Each marker the format writes is there once, as its id; the code's spelling is not.
+    for marker, token_id in ids.items():
+        assert prompt.token_ids.count(token_id) == 1, marker
+    spelled_ids = backend.tokenize(spelled, add_bos=False, special=False)
+    assert len(spelled_ids) > 1
+    assert not set(spelled_ids) & set(ids.values())
+    assert prompt.text == render_next_edit_text(ZETA1, given).text
+    end_id = ids["<|editable_region_end|>"]
+    assert end_id is not None
+    assert prompt.stops == StopConditions(stop_token_ids_visible=(end_id,))
