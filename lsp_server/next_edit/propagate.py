@@ -11,8 +11,9 @@ argument or keyword where the pattern around it is exact. Steps, each with its r
    `counter` is a word replaced, not "er" added). An edit inside a string literal substitutes
    the whole literal. A change that only adds or drops tokens (`2` -> `2, strict=True`,
    `def` -> `async def`) says nothing on its own about where else it belongs, so its pattern
-   grows to be exact: the call or bracket around it with the name before it
-   (`foo(1, 2)`), else the whole line (`def f(x):`). A substitution with no identifier,
+   grows to be exact: a keyword before a name is added before its calls (`await fetch(`);
+   else the call or bracket around it with the name before it (`foo(1, 2)`); else the whole
+   line (`def f(x):`). A place that already reads as the new side is skipped. A substitution with no identifier,
    number or string in its old side (`==` -> `!=`) is not propagated.
 3. Scope: the enclosing function (else block) from `action_logic.enclosing_block`, found by
    indentation. An edit on the block's header (a definition's name or parameters) reaches the
@@ -51,6 +52,7 @@ MAX_PROPOSALS = 64
 
 _WORD = re.compile(r"\w")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_NAME = re.compile(r"[^\W\d]\w*")
 _IDENTIFIER_OR_LITERAL = re.compile(r"\w|[\"'`]")
 
 # Strings and comments, in one left-to-right pass: the first to start wins, so a `#` inside
@@ -152,6 +154,9 @@ def propagate(
     after_dot = text[sub.start - 1 : sub.start] == "."
     starts_word = bool(_WORD.match(sub.old))
     ends_word = bool(_WORD.match(sub.old[-1]))
+    # A place that already reads as the new side (`await fetch(` when `await` was added).
+    added_before = sub.new[: -len(sub.old)] if sub.new.endswith(sub.old) else ""
+    added_after = sub.new[len(sub.old) :] if sub.new.startswith(sub.old) else ""
     found: list[tuple[int, int]] = []
     at = text.find(sub.old, lo, hi)
     while at >= 0:
@@ -162,6 +167,8 @@ def propagate(
             and (before == ".") == after_dot
             and not (starts_word and _WORD.match(before))
             and not (ends_word and _WORD.match(text[end : end + 1]))
+            and not (added_before and text.endswith(added_before, 0, at))
+            and not (added_after and text.startswith(added_after, end))
         )
         if ok and sub.in_string:
             ok = (at, end) in inert.strings
@@ -186,7 +193,8 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     a, b = group.start, group.end
     span = inert.around(a, b)
     in_inert = span is not None
-    if span is not None and span in inert.strings and not any(q in group.removed for q in "\"'`"):
+    quotes = any(q in group.removed or q in group.inserted for q in "\"'`")
+    if span is not None and span in inert.strings and not quotes:
         i, j = span  # a changed string literal: the whole literal
         old = text[i:a] + group.removed + text[b:j]
         return _Substitution(i, j, old, text[i:j], in_string=True, in_inert=True)
@@ -203,7 +211,16 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     adds = not old_tokens or new_tokens[:n] == old_tokens or new_tokens[-n:] == old_tokens
     m = len(new_tokens)
     drops = not new_tokens or old_tokens[:m] == new_tokens or old_tokens[-m:] == new_tokens
-    if adds or drops:
+    if (
+        adds
+        and n
+        and new_tokens[-n:] == old_tokens
+        and _NAME.fullmatch(old)
+        and text[j : j + 1] == "("
+    ):
+        j += 1  # a keyword before a call (`await fetch(`): the pattern is the call
+        old, new = text[i:a] + group.removed + text[b:j], text[i:j]
+    elif adds or drops:
         i, j = _exact_pattern(text, i, j, inert)
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
         if i == a and j == b:

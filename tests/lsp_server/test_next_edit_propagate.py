@@ -240,6 +240,31 @@ def test_propagation_reaches_the_document_a_user_expects(case: Case) -> None:
     assert apply(after, edits) == case.expected
 
 
+def test_an_added_keyword_before_a_call_reaches_its_other_calls() -> None:
+    before = (
+        "async def show(user_id):\n"
+        "    user = fetch_user(user_id)\n"
+        "    posts = fetch_posts(user_id)\n"
+        "    friend = fetch_user(user.friend)\n"
+        "    again = await fetch_user(user_id)\n"
+        "    return prefetch_user(user_id)\n"
+    )
+    after = before.replace("user = fetch_user", "user = await fetch_user")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == after.replace("friend = fetch_user", "friend = await fetch_user")
+
+
+def test_an_added_keyword_on_a_definition_needs_the_same_line() -> None:
+    before = "class A:\n    def run(self):\n        pass\n\n\nclass B:\n    def run(self):\n        pass\n"
+    after = before.replace("    def run", "    async def run", 1)
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == before.replace("def run", "async def run")
+
+
 def test_a_renamed_function_reaches_its_callers_outside_it() -> None:
     before = "def load(path):\n    return open(path)\n\n\ndata = load('a')\nmore = load('b')\n"
     after = before.replace("def load", "def read")
@@ -361,6 +386,19 @@ def test_neovim_rename_sent_as_many_changes_in_one_notification() -> None:
     assert group is not None
     edits = propagate(text, group)
     assert apply(text, edits) == before.replace("count", "total")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ("a = 1\nprint(a)", "a = 1\nprint(b)", "b = 1\nprint(b)"),
+        ("a = 1\nprint(a)", "b = 1\nprint(a)", "b = 1\nprint(b)"),
+        ("y = f\ny = f", "y = f\ny = f()", "y = f()\ny = f()"),
+        ("", "x", "x"),
+    ],
+)
+def test_edits_at_the_ends_of_the_document(before: str, after: str, expected: str) -> None:
+    assert apply(after, proposals(before, after)) == expected
 
 
 def test_a_stale_group_proposes_nothing() -> None:
