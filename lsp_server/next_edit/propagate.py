@@ -13,8 +13,9 @@ argument or keyword where the pattern around it is exact. Steps, each with its r
    `def` -> `async def`) says nothing on its own about where else it belongs, so its pattern
    grows to be exact: a keyword before a name is added before its calls (`await fetch(`);
    else the call or bracket around it with the name before it (`foo(1, 2)`); else the whole
-   line (`def f(x):`). A place that already reads as the new side is skipped. A substitution with no identifier,
-   number or string in its old side (`==` -> `!=`) is not propagated.
+   line (`def f(x):`). A place that already reads as the new side is skipped. A
+   substitution with no identifier, number or string in its old side (`==` -> `!=`) is not
+   propagated.
 3. Scope: the enclosing function (else block) from `action_logic.enclosing_block`, found by
    indentation. An edit on the block's header (a definition's name or parameters) reaches the
    whole document when the old tokens do not occur in the block's body (a renamed function:

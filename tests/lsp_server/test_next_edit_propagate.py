@@ -257,7 +257,8 @@ def test_an_added_keyword_before_a_call_reaches_its_other_calls() -> None:
 
 
 def test_an_added_keyword_on_a_definition_needs_the_same_line() -> None:
-    before = "class A:\n    def run(self):\n        pass\n\n\nclass B:\n    def run(self):\n        pass\n"
+    method = "    def run(self):\n        pass\n"
+    before = f"class A:\n{method}\n\nclass B:\n{method}"
     after = before.replace("    def run", "    async def run", 1)
 
     edits = proposals(before, after)
