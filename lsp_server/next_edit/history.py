@@ -406,7 +406,7 @@ class EditHistory:
         group: EditGroup, start: int, old_end: int, removed: str, inserted: str
     ) -> EditGroup:
         """An older group after the change `removed` at `start` became `inserted`."""
-        if group.end <= start and not (group.end == start == old_end and not group.inserted):
+        if group.end <= start:
             return group  # wholly before the change
         if group.start >= old_end:
             lines = inserted.count("\n") - removed.count("\n")

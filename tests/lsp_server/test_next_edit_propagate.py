@@ -9,10 +9,13 @@ the place just edited, and come nearest first.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsp_server.next_edit.history import PAUSE_S, EditHistory
 from lsp_server.next_edit.propagate import ProposedEdit, propagate
@@ -441,3 +444,34 @@ def test_crlf_documents() -> None:
     edits = proposals(before, after)
 
     assert apply(after, edits) == before.replace("n = 1", "k = 1").replace("n + n", "k + k")
+
+
+_WORDS = ["a", "b", "ab", "a1", "é", "(", ")", ".", "=", "# a b", '"a"', "'b'", "8", "\n", "\n    "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=60),
+    pick=st.integers(0, 1000),
+    replacement=st.sampled_from(["z", "ab", "a", "zz9", "ü"]),
+)
+def test_any_rename_gives_whole_token_minimal_non_overlapping_proposals(
+    words: list[str], pick: int, replacement: str
+) -> None:
+    before = " ".join(words)
+    names = list(re.finditer(r"\b(?:a|b|ab|a1|é)\b", before))
+    if not names:
+        return
+    name = names[pick % len(names)]
+    after = before[: name.start()] + replacement + before[name.end() :]
+    if after == before:
+        return
+
+    edits = proposals(before, after)  # checks overlap, minimality, nearest first
+
+    for edit in edits:
+        # Each proposal rewrites a whole-word occurrence of the old name into the new one.
+        start = edit.start - len(re.search(r"\w*$", after[: edit.start])[0])
+        end = edit.end + len(re.match(r"\w*", after[edit.end :])[0])
+        assert after[start:end] == name[0]
+        assert after[start : edit.start] + edit.text + after[edit.end : end] == replacement
