@@ -1,0 +1,477 @@
+"""Propagation (issue 24, "Where next edits come from" 2): the last edit's substitution at the
+other places that still hold the old tokens, without a model.
+
+Each case is a document before and after the user's edit, and the document a user would see
+after accepting every proposal; the proposals are applied as an editor applies them. Every
+case also checks what an editor relies on: proposals are minimal, do not overlap, never touch
+the place just edited, and come nearest first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsp_server.next_edit.history import PAUSE_S, EditHistory
+from lsp_server.next_edit.propagate import ProposedEdit, propagate
+
+URI = "file:///work/src/example"
+
+
+def apply(text: str, edits: tuple[ProposedEdit, ...]) -> str:
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[: edit.start] + edit.text + text[edit.end :]
+    return text
+
+
+def proposals(before: str, after: str) -> tuple[ProposedEdit, ...]:
+    """What propagation proposes after the user turned `before` into `after` (one edit)."""
+    history = EditHistory()
+    history.opened(URI, before)
+    group = history.changed(URI, after, now=0.0)
+    assert group is not None
+    edits = propagate(after, group, reverted=history.reverted(URI))
+    check_shape(after, edits, group.start, group.end)
+    return edits
+
+
+def check_shape(text: str, edits: tuple[ProposedEdit, ...], start: int, end: int) -> None:
+    spans = sorted((e.start, e.end) for e in edits)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(spans))
+    for edit in edits:
+        assert edit.end <= start or edit.start >= end, "the place just edited is never proposed"
+        old = text[edit.start : edit.end]
+        assert not (old and edit.text and old[0] == edit.text[0]), "common prefix not trimmed"
+        assert not (old and edit.text and old[-1] == edit.text[-1]), "common suffix not trimmed"
+    distances = [abs(e.start - start) for e in edits]
+    assert distances == sorted(distances), "nearest first"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    before: str
+    edit: tuple[str, str]  # the first occurrence of [0] in `before` becomes [1]
+    expected: str  # the document with every proposal accepted
+
+
+PY_RENAME = """\
+def area(width, height):
+    count = width * height
+    print("count", count)  # count is the area
+    return count
+
+
+def other():
+    count = 1
+    return count
+"""
+
+PY_LITERAL = """\
+PORT = 8080
+FALLBACK = 18080
+
+
+def serve(app):
+    app.run(port=8080)  # 8080 by default
+    log("listening on 8080")
+    return connect("localhost", 8080)
+"""
+
+PY_ARGUMENT = """\
+def load(url):
+    first = fetch(url, 3)
+    second = fetch(url, 3)
+    third = fetch(url, 4)
+    other = prefetch(url, 3)
+    return fetch(url, 3), first, second, third, other
+"""
+
+TS_RENAME = """\
+export function total(items: number[]): number {
+  let sum = 0;
+  for (const item of items) {
+    sum += item; // sum so far
+  }
+  return sum;
+}
+
+export function summary(): string {
+  const sum = "sum";
+  return sum;
+}
+"""
+
+TS_ARGUMENT = """\
+export function paint(ui: Ui): void {
+  setTheme(ui.header, "light");
+  setTheme(ui.body, "light");
+  setTheme(ui.footer, "light-ish");
+  // "light" until the user picks
+}
+"""
+
+GO_RENAME = """\
+package stats
+
+func Sum(values []int) int {
+\ttotal := 0
+\tfor _, v := range values {
+\t\ttotal += v // running total
+\t}
+\treturn total
+}
+"""
+
+GO_LITERAL = """\
+package main
+
+func main() {
+\tgo serve(":8080")
+\thealth(":8080")
+\tlog.Printf("serving :8080")
+}
+"""
+
+RUST_RENAME = """\
+fn longest<'a>(x: &'a str, y: &'a str) -> &'a str {
+    if x.len() > y.len() {
+        x
+    } else {
+        y
+    }
+}
+
+fn other(x: u32) -> u32 {
+    x + 1
+}
+"""
+
+RUST_ARGUMENT = """\
+fn timeouts() -> [Duration; 3] {
+    let connect = Duration::from_secs(30);
+    let read = Duration::from_secs(30);
+    let total = Duration::from_secs(300);
+    [connect, read, total]
+}
+"""
+
+CASES = [
+    Case(
+        "python rename of a local stays in its function, out of strings and comments",
+        PY_RENAME,
+        ("count =", "total ="),
+        PY_RENAME.replace("count =", "total =", 1).replace(
+            '    print("count", count)  # count is the area\n    return count\n\n',
+            '    print("count", total)  # count is the area\n    return total\n\n',
+        ),
+    ),
+    Case(
+        "python changed literal: whole numbers only, in code only",
+        PY_LITERAL,
+        ("PORT = 8080", "PORT = 9090"),
+        PY_LITERAL.replace("PORT = 8080", "PORT = 9090")
+        .replace("port=8080", "port=9090")
+        .replace('"localhost", 8080', '"localhost", 9090'),
+    ),
+    Case(
+        "python added argument where the call is the same",
+        PY_ARGUMENT,
+        ("fetch(url, 3)", "fetch(url, 3, retries=2)"),
+        PY_ARGUMENT.replace(" fetch(url, 3)", " fetch(url, 3, retries=2)"),
+    ),
+    Case(
+        "typescript rename of a local",
+        TS_RENAME,
+        ("let sum", "let acc"),
+        TS_RENAME.replace("let sum", "let acc")
+        .replace("    sum += item;", "    acc += item;")
+        .replace("  return sum;\n}\n\nexport", "  return acc;\n}\n\nexport"),
+    ),
+    Case(
+        "typescript changed string argument: equal literals in code only",
+        TS_ARGUMENT,
+        ('header, "light"', 'header, "dark"'),
+        TS_ARGUMENT.replace('header, "light"', 'header, "dark"').replace(
+            'body, "light"', 'body, "dark"'
+        ),
+    ),
+    Case(
+        "go rename with tabs",
+        GO_RENAME,
+        ("total := 0", "sum := 0"),
+        GO_RENAME.replace("total := 0", "sum := 0")
+        .replace("total += v", "sum += v")
+        .replace("return total", "return sum"),
+    ),
+    Case(
+        "go changed literal",
+        GO_LITERAL,
+        ('serve(":8080")', 'serve(":9090")'),
+        GO_LITERAL.replace('(":8080")', '(":9090")'),
+    ),
+    Case(
+        "rust parameter rename on the header stays in the function; lifetimes are no strings",
+        RUST_RENAME,
+        ("x: &'a str", "first: &'a str"),
+        RUST_RENAME.replace("x: &'a str", "first: &'a str")
+        .replace("if x.len()", "if first.len()")
+        .replace("        x\n", "        first\n"),
+    ),
+    Case(
+        "rust changed argument: the same number, not a longer one",
+        RUST_ARGUMENT,
+        ("from_secs(30);\n    let read", "from_secs(60);\n    let read"),
+        RUST_ARGUMENT.replace("from_secs(30)", "from_secs(60)"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_propagation_reaches_the_document_a_user_expects(case: Case) -> None:
+    old, new = case.edit
+    assert old in case.before
+    after = case.before.replace(old, new, 1)
+
+    edits = proposals(case.before, after)
+
+    assert apply(after, edits) == case.expected
+
+
+def test_an_added_keyword_before_a_call_reaches_its_other_calls() -> None:
+    before = (
+        "async def show(user_id):\n"
+        "    user = fetch_user(user_id)\n"
+        "    posts = fetch_posts(user_id)\n"
+        "    friend = fetch_user(user.friend)\n"
+        "    again = await fetch_user(user_id)\n"
+        "    return prefetch_user(user_id)\n"
+    )
+    after = before.replace("user = fetch_user", "user = await fetch_user")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == after.replace("friend = fetch_user", "friend = await fetch_user")
+
+
+def test_an_added_keyword_on_a_definition_needs_the_same_line() -> None:
+    method = "    def run(self):\n        pass\n"
+    before = f"class A:\n{method}\n\nclass B:\n{method}"
+    after = before.replace("    def run", "    async def run", 1)
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == before.replace("def run", "async def run")
+
+
+def test_a_renamed_function_reaches_its_callers_outside_it() -> None:
+    before = "def load(path):\n    return open(path)\n\n\ndata = load('a')\nmore = load('b')\n"
+    after = before.replace("def load", "def read")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == before.replace("load", "read")
+
+
+def test_nearest_first_and_minimal() -> None:
+    before = "n = 1\nm = n\nk = n\nj = n\n"
+    after = before.replace("k = n", "k = nn")  # the middle use, extended
+
+    edits = proposals(before, after)
+
+    assert [after[: e.start].count("\n") for e in edits] == [1, 3, 0]
+    assert all(e.start == e.end and e.text == "n" for e in edits)
+    assert apply(after, edits) == "nn = 1\nm = nn\nk = nn\nj = nn\n"
+
+
+def test_only_whole_tokens_and_same_side_of_a_dot() -> None:
+    before = "count = 0\ncounter = count\nself.count = count + recount\n"
+    after = before.replace("count = 0", "total = 0")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == "total = 0\ncounter = total\nself.count = total + recount\n"
+
+
+def test_nothing_when_every_other_use_is_in_a_string_or_comment() -> None:
+    before = (
+        'timeout = 5\n# timeout in seconds\nprint("timeout")\n'
+        "doc = '''the timeout\nis long'''\nurl = `timeout`\n"
+    )
+    after = before.replace("timeout = 5", "deadline = 5")
+
+    assert proposals(before, after) == ()
+
+
+def test_slash_comments_in_c_like_code_and_division_in_python() -> None:
+    ts = "const rate = 2;\n// rate per second\n/* rate\n   again */\nuse(rate);\n"
+    ts_after = ts.replace("const rate", "const speed")
+    assert apply(ts_after, proposals(ts, ts_after)) == ts_after.replace("use(rate)", "use(speed)")
+
+    py = "rate = 2\nhalf = rate // 2  # rate halved\nuse(rate)\n"
+    py_after = py.replace("rate = 2", "speed = 2")
+    assert apply(py_after, proposals(py, py_after)) == (
+        "speed = 2\nhalf = speed // 2  # rate halved\nuse(speed)\n"
+    )
+
+
+def test_an_edit_inside_a_comment_propagates_in_comments() -> None:
+    before = "# owner: alice\nx = 1  # ask alice\nalice = 2\n"
+    after = before.replace("owner: alice", "owner: bob")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == "# owner: bob\nx = 1  # ask bob\nbob = 2\n"
+
+
+def test_punctuation_alone_is_not_propagated() -> None:
+    before = "if a == b:\n    pass\nif c == d:\n    pass\n"
+    after = before.replace("a == b", "a != b")
+
+    assert proposals(before, after) == ()
+
+
+def test_a_whitespace_change_is_not_propagated() -> None:
+    before = "x = f(a,b)\ny = f(a,b)\n"
+    after = before.replace("f(a,b)", "f(a, b)", 1)
+
+    assert proposals(before, after) == ()
+
+
+def test_nothing_after_an_undo() -> None:
+    before = "count = 0\ncount += 1\nprint(count)\n"
+    renamed = before.replace("count = 0", "total = 0")
+    history = EditHistory()
+    history.opened(URI, before)
+    first = history.changed(URI, renamed, now=0.0)
+    assert first is not None
+    assert propagate(renamed, first) != ()
+
+    undo = history.changed(URI, before, now=PAUSE_S + 5)  # Ctrl+Z after a pause
+
+    assert undo is not None
+    assert propagate(before, undo, reverted=history.reverted(URI)) == ()
+    # The same rename typed again is not proposed either: the user said no to it.
+    again = history.changed(URI, renamed, now=PAUSE_S + 20)
+    assert again is not None
+    assert propagate(renamed, again, reverted=history.reverted(URI)) == ()
+
+
+def test_nothing_after_an_undo_within_the_pause() -> None:
+    before = "count = 0\nprint(count)\n"
+    renamed = before.replace("count = 0", "total = 0")
+    history = EditHistory()
+    history.opened(URI, before)
+    history.changed(URI, renamed, now=0.0)
+    assert history.changed(URI, before, now=0.3) is None
+
+    again = history.changed(URI, renamed, now=10.0)
+
+    assert again is not None
+    assert propagate(renamed, again, reverted=history.reverted(URI)) == ()
+
+
+def test_neovim_rename_sent_as_many_changes_in_one_notification() -> None:
+    before = "count = 0\ncount += 1\nprint(count)\n"
+    text = before
+    text = text[:0] + text[5:]  # `ciw`: the word deleted
+    for i, char in enumerate("total"):  # then one change per typed character
+        text = text[:i] + char + text[i:]
+    history = EditHistory()
+    history.opened(URI, before)
+
+    group = history.changed(URI, text, now=0.0)  # all of them, applied by pygls
+
+    assert group is not None
+    edits = propagate(text, group)
+    assert apply(text, edits) == before.replace("count", "total")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ("a = 1\nprint(a)", "a = 1\nprint(b)", "b = 1\nprint(b)"),
+        ("a = 1\nprint(a)", "b = 1\nprint(a)", "b = 1\nprint(b)"),
+        ("y = f\ny = f", "y = f\ny = f()", "y = f()\ny = f()"),
+        ("", "x", "x"),
+    ],
+)
+def test_edits_at_the_ends_of_the_document(before: str, after: str, expected: str) -> None:
+    assert apply(after, proposals(before, after)) == expected
+
+
+def test_a_stale_group_proposes_nothing() -> None:
+    before = "count = 0\nprint(count)\n"
+    after = before.replace("count = 0", "total = 0")
+    history = EditHistory()
+    history.opened(URI, before)
+    group = history.changed(URI, after, now=0.0)
+    assert group is not None
+
+    assert propagate("something else entirely\n", group) == ()
+
+
+def test_non_ascii_identifiers() -> None:
+    before = "def fläche(breite, höhe):\n    größe = breite * höhe\n    return größe\n"
+    after = before.replace("größe =", "maß =")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == before.replace("größe", "maß")
+    assert not any(e.start == before.index("größe") for e in edits)
+
+
+def test_emoji_in_strings_before_the_uses_keep_offsets_right() -> None:
+    before = 'count = 0\nprint("🎉 count 🎉", count)\nlog("🚀🚀")\ncount += 1\n'
+    after = before.replace("count = 0", "total = 0")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == (
+        'total = 0\nprint("🎉 count 🎉", total)\nlog("🚀🚀")\ntotal += 1\n'
+    )
+
+
+def test_crlf_documents() -> None:
+    before = "function f() {\r\n  let n = 1;\r\n  return n + n;\r\n}\r\n"
+    after = before.replace("let n", "let k")
+
+    edits = proposals(before, after)
+
+    assert apply(after, edits) == before.replace("n = 1", "k = 1").replace("n + n", "k + k")
+
+
+_WORDS = ["a", "b", "ab", "a1", "é", "(", ")", ".", "=", "# a b", '"a"', "'b'", "8", "\n", "\n    "]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=60),
+    pick=st.integers(0, 1000),
+    replacement=st.sampled_from(["z", "ab", "a", "zz9", "ü"]),
+)
+def test_any_rename_gives_whole_token_minimal_non_overlapping_proposals(
+    words: list[str], pick: int, replacement: str
+) -> None:
+    before = " ".join(words)
+    names = list(re.finditer(r"\b(?:a|b|ab|a1|é)\b", before))
+    if not names:
+        return
+    name = names[pick % len(names)]
+    after = before[: name.start()] + replacement + before[name.end() :]
+    if after == before:
+        return
+
+    edits = proposals(before, after)  # checks overlap, minimality, nearest first
+
+    for edit in edits:
+        # Each proposal rewrites a whole-word occurrence of the old name into the new one.
+        start = edit.start - len(re.search(r"\w*$", after[: edit.start])[0])
+        end = edit.end + len(re.match(r"\w*", after[edit.end :])[0])
+        assert after[start:end] == name[0]
+        assert after[start : edit.start] + edit.text + after[edit.end : end] == replacement
