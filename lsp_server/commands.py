@@ -23,6 +23,7 @@ from pygls.protocol import default_converter
 
 EXPLAIN_COMMAND = "infill.explain"
 REWRITE_COMMAND = "infill.rewrite"
+ACCEPT_NEXT_EDIT_COMMAND = "infill.acceptNextEdit"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,10 +44,21 @@ class RewriteArguments:
     instruction: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptNextEditArguments:
+    """`infill.acceptNextEdit`: the id of the next edit the client applied (the one argument
+    of the command each offered edit carries)."""
+
+    id: str
+
+
 #: Each command's argument class; its fields, in order, name the positional arguments.
-COMMAND_ARGUMENTS: dict[str, type[ExplainArguments] | type[RewriteArguments]] = {
+COMMAND_ARGUMENTS: dict[
+    str, type[ExplainArguments] | type[RewriteArguments] | type[AcceptNextEditArguments]
+] = {
     EXPLAIN_COMMAND: ExplainArguments,
     REWRITE_COMMAND: RewriteArguments,
+    ACCEPT_NEXT_EDIT_COMMAND: AcceptNextEditArguments,
 }
 
 _T = TypeVar("_T")

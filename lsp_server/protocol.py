@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
 
@@ -23,7 +23,8 @@ from lsprotocol import types
 from pygls.capabilities import get_capability
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import JsonRPCNotification
 from pygls.workspace import TextDocument
 
 from engine.errors import EngineError
@@ -33,6 +34,8 @@ from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline.completer import InlineCompleter
 from lsp_server.inline.speculator import Speculator
 from lsp_server.neighbors import OtherDocument
+from lsp_server.next_edit.editor import NextEditor
+from lsp_server.next_edit.requests import CAPABILITY, INLINE_EDIT_REQUEST
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,10 +63,28 @@ class InfillProtocol(LanguageServerProtocol):
       pygls 2.1 only logs such a request and tells the user "Error in server" out of band:
       the client would wait for an answer forever;
     - our commands' positional arguments are folded into the one object their handlers take
-      (`commands.fold_positional`).
+      (`commands.fold_positional`);
+    - a command sent as a notification is run, unanswered.
     """
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, Any]:
+        # pygls builds the capabilities from the registered features; next edits are not an
+        # LSP feature, so a client learns of them from this `experimental` entry.
+        result = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = {CAPABILITY: {"request": INLINE_EDIT_REQUEST}}
+        return result
+
     def structure_message(self, data: dict[str, Any]) -> Any:
+        if "id" not in data and data.get("method") == types.WORKSPACE_EXECUTE_COMMAND:
+            # Some clients run a command as a notification (they want no answer: Copilot's
+            # accept command); pygls knows `workspace/executeCommand` only as a request.
+            try:
+                command = self._converter.structure(data.get("params"), types.ExecuteCommandParams)
+            except Exception as e:
+                raise JsonRpcInvalidParams(f"invalid params for a command: {e}") from None
+            command.arguments = fold_positional(command.command, command.arguments)
+            return JsonRPCNotification(method=data["method"], params=command, jsonrpc="2.0")
         try:
             message = super().structure_message(data)
         except JsonRpcException as e:
@@ -131,6 +152,7 @@ class InfillServer(LanguageServer):
         self.settings = base
         self.host = ModelHost()
         self.inline = InlineCompleter(self.host.completion, speculator=Speculator())
+        self.next_edits = NextEditor()
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 
@@ -138,9 +160,10 @@ class InfillServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def forget_document(self, uri: str) -> None:
-        """Drop what we keep for a closed document: what inline completion holds of it
-        (`InlineCompleter.forget`) and its size note."""
+        """Drop what we keep for a closed document: what inline completion and next edits
+        hold of it, and its size note."""
         self.inline.forget(uri)
+        self.next_edits.forget(uri)
         self.large_documents.discard(uri)
 
     def other_documents(self, uri: str) -> dict[str, OtherDocument]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from lsprotocol import types
@@ -19,13 +20,29 @@ from pygls.workspace import TextDocument
 
 from lsp_server import action_handlers
 from lsp_server.commands import (
+    ACCEPT_NEXT_EDIT_COMMAND,
     EXPLAIN_COMMAND,
     REWRITE_COMMAND,
+    AcceptNextEditArguments,
     ExplainArguments,
     RewriteArguments,
 )
-from lsp_server.documents import exceeds_bytes, snapshot, use_lsp_lines
+from lsp_server.documents import exceeds_bytes, position_at, snapshot, use_lsp_lines
 from lsp_server.host import STATUS_REQUEST, ModelUnavailableError
+from lsp_server.next_edit.offers import Outcome
+from lsp_server.next_edit.requests import (
+    DID_FOCUS,
+    DID_PARTIALLY_ACCEPT_COMPLETION,
+    DID_REJECT,
+    DID_SHOW_COMPLETION,
+    DID_SHOW_INLINE_EDIT,
+    INLINE_EDIT_REQUEST,
+    answer_json,
+    edit_json,
+    focused_uri,
+    mentioned_ids,
+    parse_inline_edit,
+)
 from lsp_server.protocol import InfillServer, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
@@ -116,12 +133,73 @@ def build_server(base: Settings | None = None) -> InfillServer:
         )
         return items
 
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: InfillServer, params: types.DidOpenTextDocumentParams) -> None:
+        document = ls.open_document(params.text_document.uri)  # pygls has opened it
+        if not exceeds_bytes(document.source, ls.settings.max_document_bytes):
+            ls.next_edits.opened(document.uri, document.source)
+
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: InfillServer, params: types.DidChangeTextDocumentParams) -> None:
         # pygls has already applied the changes; where they were is a recently edited region.
+        uri = params.text_document.uri
         for change in params.content_changes:
             if isinstance(change, types.TextDocumentContentChangePartial):
-                ls.inline.note_edit(params.text_document.uri, change.range.start.line)
+                ls.inline.note_edit(uri, change.range.start.line)
+        document = ls.open_document(uri)
+        if exceeds_bytes(document.source, ls.settings.max_document_bytes):
+            ls.next_edits.forget(uri)  # no copy of a document this large, no next edits
+        else:
+            ls.next_edits.changed(uri, document.source, time.monotonic())
+
+    @server.feature(INLINE_EDIT_REQUEST)
+    def inline_edit(ls: InfillServer, params: Any) -> dict[str, Any]:
+        request = parse_inline_edit(params)  # InvalidParams naming what is wrong
+        document = ls.open_document(request.uri)
+        if request.version is not None and request.version != document.version:
+            return answer_json([])  # the client's copy is another version than ours
+        snap = snapshot(document, request.position)  # InvalidParams outside the document
+        codec = document.position_codec
+        edits = [
+            edit_json(
+                uri=snap.uri,
+                version=suggestion.offer.version,
+                range_=types.Range(
+                    start=position_at(snap.text, suggestion.edit.start, codec),
+                    end=position_at(snap.text, suggestion.edit.end, codec),
+                ),
+                text=suggestion.edit.text,
+                offer_id=suggestion.offer.id,
+            )
+            for suggestion in ls.next_edits.suggest(snap)
+        ]
+        log.info("next edits %s: %d", snap.uri.rsplit("/", 1)[-1], len(edits))
+        return answer_json(edits)
+
+    @server.command(ACCEPT_NEXT_EDIT_COMMAND)
+    def accept_next_edit(ls: InfillServer, arguments: AcceptNextEditArguments) -> None:
+        ls.next_edits.report(arguments.id, Outcome.ACCEPTED)
+
+    @server.feature(DID_SHOW_INLINE_EDIT)
+    def did_show_inline_edit(ls: InfillServer, params: Any) -> None:
+        for mentioned in mentioned_ids(params):
+            ls.next_edits.report(mentioned, Outcome.SHOWN)
+
+    @server.feature(DID_REJECT)
+    def did_reject_next_edit(ls: InfillServer, params: Any) -> None:
+        for mentioned in mentioned_ids(params):
+            ls.next_edits.report(mentioned, Outcome.REJECTED)
+
+    @server.feature(DID_FOCUS)
+    def did_focus(ls: InfillServer, params: Any) -> None:
+        # Copilot's clients say which document has the focus (`{textDocument: {uri}}`, `{uri}`
+        # or `{}`); the recent documents are already known from their edits and requests.
+        log.debug("focus: %s", focused_uri(params))
+
+    for taken in (DID_SHOW_COMPLETION, DID_PARTIALLY_ACCEPT_COMPLETION):
+        # Sent by Copilot's clients about inline completions; taken, so that they get no
+        # "method not found" (their counts are a later step).
+        server.feature(taken)(_ignored)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: InfillServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -137,6 +215,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         report = stats_report(ls.host.loaded_engines())
         if ls.inline.speculator is not None:
             report["ahead"] = ls.inline.speculator.status()
+        report["next_edits"] = ls.next_edits.offers.counts()
         return report
 
     @server.feature(types.SHUTDOWN)
@@ -166,6 +245,10 @@ def build_server(base: Settings | None = None) -> InfillServer:
         return await action_handlers.rewrite(ls, arguments)
 
     return server
+
+
+def _ignored(ls: InfillServer, params: Any) -> None:
+    """A notification the server takes and has nothing to do with."""
 
 
 def too_large(ls: InfillServer, document: TextDocument, settings: Settings) -> bool:

@@ -1,0 +1,262 @@
+"""Next edit suggestions through the real server with the real default models, in GitHub
+Copilot language server's shapes: after a rename or a changed literal, the same change at the
+other places, applied as the client applies them; nothing inside strings or comments, nothing
+after an undo, nothing for a stale version; the accept command and the shown / rejected
+notifications counted in `infill/stats`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsp_helpers import Session, apply_changes, lsp_lines, lsp_session, request_json
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import client_capabilities
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+INLINE_EDIT = "textDocument/copilotInlineEdit"
+INVALID_PARAMS = -32602
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["neovim", "vscode"])
+async def session(request: pytest.FixtureRequest) -> AsyncIterator[Session]:
+    """Neovim negotiates UTF-8 positions; VS Code keeps UTF-16."""
+    name = "neovim" if request.param == "neovim" else "visual_studio_code@v1.65.2"
+    async with lsp_session(client_capabilities(name), {"infill": {"debounceMs": 0}}) as s:
+        status = await s.until_loaded()
+        assert status["status"] == "ready", status
+        yield s
+
+
+class Document:
+    """A document as the editor holds it: its text and version, changed as an editor sends
+    changes."""
+
+    def __init__(self, session: Session, text: str, uri: str, language_id: str) -> None:
+        self.session, self.text, self.version = session, text, 1
+        self.uri = session.open(text, uri=uri, language_id=language_id)
+
+    def send(self, changes: Sequence[dict[str, Any]]) -> None:
+        self.version += 1
+        self.session.change(self.uri, self.version, changes)
+        self.text = apply_changes(self.text, changes, self.session.encoding)
+
+    def point(self, offset: int) -> dict[str, int]:
+        before = self.text[:offset]
+        line = len(lsp_lines(before)) - 1
+        column = len(lsp_lines(before)[-1])
+        position = self.session.position(self.text, line, column)
+        return {"line": position.line, "character": position.character}
+
+    def replace_as_neovim_types(self, old: str, new: str, occurrence: int = 0) -> None:
+        """Replace the `occurrence`th `old` by `new` as Neovim sends it: a delete, then one
+        change per typed character, all in one notification."""
+        start = _nth(self.text, old, occurrence)
+        changes = [{"range": self._range(start, start + len(old)), "text": ""}]
+        text = self.text[:start] + self.text[start + len(old) :]
+        for i, char in enumerate(new):
+            at = self._range_in(text, start + i, start + i)
+            changes.append({"range": at, "text": char})
+            text = text[: start + i] + char + text[start + i :]
+        self.send(changes)
+
+    def _range(self, start: int, end: int) -> dict[str, Any]:
+        return self._range_in(self.text, start, end)
+
+    def _range_in(self, text: str, start: int, end: int) -> dict[str, Any]:
+        def point(offset: int) -> dict[str, int]:
+            lines = lsp_lines(text[:offset])
+            position = self.session.position(text, len(lines) - 1, len(lines[-1]))
+            return {"line": position.line, "character": position.character}
+
+        return {"start": point(start), "end": point(end)}
+
+    async def next_edits(self, cursor: int, version: int | None = None) -> list[dict[str, Any]]:
+        params = {
+            "textDocument": {
+                "uri": self.uri,
+                "version": self.version if version is None else version,
+            },
+            "position": self.point(cursor),
+        }
+        answer = await request_json(self.session, INLINE_EDIT, params)
+        return list(answer["edits"])
+
+    def accept(self, edits: Sequence[dict[str, Any]]) -> None:
+        """Apply the edits as a client does: every range is in the text the server saw, so
+        from the last to the first."""
+        for edit in sorted(
+            edits,
+            key=lambda e: (e["range"]["start"]["line"], e["range"]["start"]["character"]),
+            reverse=True,
+        ):
+            assert edit["textDocument"] == {"uri": self.uri, "version": self.version}
+            self.text = apply_changes(
+                self.text, [{"range": edit["range"], "text": edit["text"]}], self.session.encoding
+            )
+
+
+def _nth(text: str, old: str, occurrence: int) -> int:
+    at = -1
+    for _ in range(occurrence + 1):
+        at = text.index(old, at + 1)
+    return at
+
+
+RENAMES = [
+    (
+        "python",
+        "file:///work/my%20project/caf%C3%A9.py",
+        "def area(count):\n    # count is how many\n    total = count * 2  # ½\n"
+        "    return total + count\n",
+        "count",
+        "items",
+        "def area(items):\n    # count is how many\n    total = items * 2  # ½\n"
+        "    return total + items\n",
+    ),
+    (
+        "typescript",
+        "file:///c%3A/Users/me/src/app.ts",
+        "function sum(values: number[]): number {\n  let total = 0;\n"
+        "  for (const v of values) total += v;\n"
+        '  console.log("values:", total);\n  return total;\n}\n',
+        "total",
+        "acc",
+        "function sum(values: number[]): number {\n  let acc = 0;\n"
+        "  for (const v of values) acc += v;\n"
+        '  console.log("values:", acc);\n  return acc;\n}\n',
+    ),
+    (
+        "go",
+        "untitled:Untitled-1",
+        'func Port() int {\n\tport := 8080 // π\n\tlog.Printf("port %d", port)\n\treturn port\n}\n',
+        "port",
+        "p",
+        'func Port() int {\n\tp := 8080 // π\n\tlog.Printf("port %d", p)\n\treturn p\n}\n',
+    ),
+    (
+        "rust",
+        "file:///home/me/r%C3%A9sum%C3%A9/src/lib.rs",
+        "fn scale(width: u32) -> u32 {\n    let w2 = width * 2; // width twice\n"
+        "    w2 + width\n}\n",
+        "width",
+        "w",
+        "fn scale(w: u32) -> u32 {\n    let w2 = w * 2; // width twice\n    w2 + w\n}\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("language", "uri", "text", "old", "new", "expected"), RENAMES)
+async def test_a_rename_is_proposed_at_the_other_uses_and_applies_exactly(
+    session: Session, language: str, uri: str, text: str, old: str, new: str, expected: str
+) -> None:
+    """The first occurrence renamed as Neovim types it: every other use in the function is
+    proposed (not those inside strings or comments), and the edits, applied as the client
+    applies them, leave the file renamed everywhere it should be."""
+    document = Document(
+        session, text, uri.replace("app.ts", f"app-{session.encoding}.ts"), language
+    )
+    document.replace_as_neovim_types(old, new)
+    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
+    assert edits, "no next edit after a rename"
+    assert all(e["command"]["command"] == "infill.acceptNextEdit" for e in edits)
+    document.accept(edits)
+    assert document.text == expected
+
+
+async def test_a_changed_literal_is_proposed_where_the_same_literal_stands(
+    session: Session,
+) -> None:
+    text = "TIMEOUT = 30\nretry(timeout=30)\nsleep(300)\nwait(30)\n"
+    document = Document(session, text, f"file:///e2e/literal-{session.encoding}.py", "python")
+    document.replace_as_neovim_types("30", "45")
+    edits = await document.next_edits(cursor=document.text.index("45") + 2)
+    document.accept(edits)
+    assert document.text == "TIMEOUT = 45\nretry(timeout=45)\nsleep(300)\nwait(45)\n"
+
+
+async def test_after_an_undo_nothing_is_proposed(session: Session) -> None:
+    text = "def f(count):\n    return count + count\n"
+    document = Document(session, text, f"file:///e2e/undo-{session.encoding}.py", "python")
+    document.replace_as_neovim_types("count", "n")
+    assert await document.next_edits(cursor=document.text.index("n)") + 1)
+    document.replace_as_neovim_types("n", "count")  # the user takes the rename back
+    assert await document.next_edits(cursor=document.text.index("count") + 5) == []
+
+
+async def test_a_stale_version_gets_no_edits(session: Session) -> None:
+    text = "x = 1\nprint(x)\nprint(x + 1)\n"
+    document = Document(session, text, f"file:///e2e/stale-{session.encoding}.py", "python")
+    document.replace_as_neovim_types("x", "y")
+    cursor = document.text.index("y") + 1
+    assert await document.next_edits(cursor) != []
+    assert await document.next_edits(cursor, version=document.version - 1) == []
+    assert await document.next_edits(cursor, version=document.version + 1) == []
+
+
+async def test_bad_params_are_invalid_params_and_the_server_goes_on(session: Session) -> None:
+    document = Document(session, "a = 1\n", f"file:///e2e/bad-{session.encoding}.py", "python")
+    for params in (
+        {},
+        {"textDocument": {"uri": document.uri}},
+        {
+            "textDocument": {"uri": document.uri, "version": "2"},
+            "position": {"line": 0, "character": 0},
+        },
+        {"textDocument": {"uri": document.uri}, "position": {"line": -1, "character": 0}},
+        {"textDocument": {"uri": document.uri}, "position": {"line": 9, "character": 0}},
+        {
+            "textDocument": {"uri": "file:///never/opened.py"},
+            "position": {"line": 0, "character": 0},
+        },
+    ):
+        with pytest.raises(JsonRpcException) as error:
+            await request_json(session, INLINE_EDIT, params)
+        assert error.value.code == INVALID_PARAMS, params
+    assert await document.next_edits(cursor=0) == []  # still serving
+
+
+async def test_outcomes_are_counted_per_source_in_stats(session: Session) -> None:
+    text = "def g(size):\n    return size * size + size\n"
+    document = Document(session, text, f"file:///e2e/count-{session.encoding}.py", "python")
+    before = (await request_json(session, "infill/stats", {}))["next_edits"]["propagation"]
+    document.replace_as_neovim_types("size", "s")
+    edits = await document.next_edits(cursor=document.text.index("s)") + 1)
+    assert len(edits) == 3
+    ids = [e["command"]["arguments"][0] for e in edits]
+    protocol = session.client.protocol
+    protocol.notify("textDocument/didShowInlineEdit", {"item": edits[0]})
+    protocol.notify("textDocument/didFocus", {"textDocument": {"uri": document.uri}})
+    protocol.notify("textDocument/didFocus", {"uri": document.uri})
+    protocol.notify("textDocument/didFocus", {})
+    protocol.notify("textDocument/didShowCompletion", {"item": {"insertText": "x"}})
+    protocol.notify("textDocument/didPartiallyAcceptCompletion", {"item": {}, "acceptedLength": 1})
+    # Accepted as a request (sidekick.nvim) and as a notification; rejected by our clients.
+    await request_json(
+        session,
+        "workspace/executeCommand",
+        {"command": "infill.acceptNextEdit", "arguments": [ids[0]]},
+    )
+    # A notification, as JSON on the wire: pygls's client refuses to send a request method
+    # without an id.
+    protocol._send_data(
+        {
+            "jsonrpc": "2.0",
+            "method": "workspace/executeCommand",
+            "params": {"command": "infill.acceptNextEdit", "arguments": [ids[1]]},
+        }
+    )
+    protocol.notify("infill/didRejectNextEdit", {"id": ids[2]})
+    protocol.notify("infill/didRejectNextEdit", {"id": "not-an-id"})
+    after = (await request_json(session, "infill/stats", {}))["next_edits"]["propagation"]
+    assert {k: after[k] - before[k] for k in after} == {"shown": 3, "accepted": 2, "rejected": 1}
+
+
+async def test_the_capability_is_advertised(session: Session) -> None:
+    experimental = session.initialize_result.capabilities.experimental
+    assert experimental["nextEditSuggestions"] == {"request": INLINE_EDIT}
+    commands = session.initialize_result.capabilities.execute_command_provider.commands
+    assert "infill.acceptNextEdit" in commands
