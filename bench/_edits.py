@@ -92,6 +92,18 @@ def hunks(before: str, after: str) -> list[Edit]:
     ]
 
 
+def widened(text: str, edit: Edit) -> Edit:
+    """The same edit over the whole lines of `text` it touches, so that its tokens are whole."""
+    start = text.rfind("\n", 0, edit.start) + 1
+    end = text.find("\n", edit.end)
+    end = len(text) if end < 0 else end
+    return Edit(
+        start=start,
+        end=end,
+        new_text=text[start : edit.start] + edit.new_text + text[edit.end : end],
+    )
+
+
 def hunk_lines(before: str, hunk: Edit) -> int:
     """How many lines a hunk touches: the larger of the lines it removes and those it adds."""
     return max(before.count("\n", hunk.start, hunk.end), hunk.new_text.count("\n"))
@@ -196,7 +208,7 @@ def token_substitution(before: str, after: str, first: Edit) -> list[Edit]:
     """The naive heuristic: when the first hunk replaced exactly one token by one other, replace
     every other whole-token occurrence of the old one in the file, strings and comments
     included, the first hunk's own place excepted."""
-    sub = substitution(before, first)
+    sub = substitution(before, widened(before, first))
     if sub is None or token_count(sub.old) != 1 or token_count(sub.new) != 1:
         return []
     lo, hi = first.start, first.start + len(first.new_text)

@@ -55,6 +55,7 @@ import subprocess
 import tarfile
 import time
 import zipfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -87,6 +88,9 @@ log = logging.getLogger("bench.next_edit")
 #: Python, werkzeug JavaScript.
 PACKAGES: dict[str, tuple[str, ...]] = {
     "click": (
+        "7.1",
+        "7.1.1",
+        "7.1.2",
         "8.0.0",
         "8.0.1",
         "8.0.2",
@@ -102,6 +106,14 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "8.1.7",
     ),
     "flask": (
+        "2.0.0",
+        "2.0.1",
+        "2.0.2",
+        "2.0.3",
+        "2.1.0",
+        "2.1.1",
+        "2.1.2",
+        "2.1.3",
         "2.2.0",
         "2.2.1",
         "2.2.2",
@@ -112,9 +124,32 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "2.3.1",
         "2.3.2",
         "2.3.3",
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
     ),
-    "jinja2": ("3.0.0", "3.0.1", "3.0.2", "3.0.3", "3.1.0", "3.1.1", "3.1.2", "3.1.3", "3.1.4"),
+    "jinja2": (
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
+        "3.1.0",
+        "3.1.1",
+        "3.1.2",
+        "3.1.3",
+        "3.1.4",
+        "3.1.5",
+        "3.1.6",
+    ),
     "werkzeug": (
+        "2.0.0",
+        "2.0.1",
+        "2.0.2",
+        "2.0.3",
+        "2.1.0",
+        "2.1.1",
+        "2.1.2",
         "2.2.0",
         "2.2.1",
         "2.2.2",
@@ -128,8 +163,20 @@ PACKAGES: dict[str, tuple[str, ...]] = {
         "2.3.6",
         "2.3.7",
         "2.3.8",
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
+        "3.0.4",
+        "3.0.5",
+        "3.0.6",
     ),
     "requests": (
+        "2.25.0",
+        "2.25.1",
+        "2.26.0",
+        "2.27.0",
+        "2.27.1",
         "2.28.0",
         "2.28.1",
         "2.28.2",
@@ -467,6 +514,11 @@ def self_check() -> int:
             region("a\nb\n", Edit(start=2, end=4, new_text="")) == (1, 4),
         ),
         (
+            "the heuristic reads whole tokens around a one-letter edit",
+            token_substitution("ab = 1\nab\n", "abc = 1\nab\n", Edit(start=2, end=2, new_text="c"))
+            == [Edit(start=8, end=10, new_text="abc")],
+        ),
+        (
             "two tokens for one: the heuristic keeps quiet",
             token_substitution(
                 "f(a)\nf(a)\n", "f(a.b)\nf(a)\n", Edit(start=3, end=3, new_text=".b")
@@ -512,7 +564,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown packages {unknown}; known: {', '.join(PACKAGES)}")
 
     cases = corpus(args.cache_dir, packages, args.limit)
-    log.info("%d cases", len(cases))
+    counts = {
+        "by_kind": dict(Counter(str(c.kind) for c in cases)),
+        "by_package": dict(Counter(c.package for c in cases)),
+        "by_suffix": dict(Counter(Path(c.path).suffix for c in cases)),
+    }
+    log.info("%d cases: %s", len(cases), counts)
     outcomes = [
         replay(case, name, predictor) for case in cases for name, predictor in PREDICTORS.items()
     ]
@@ -533,6 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "packages": {p: list(PACKAGES[p]) for p in packages},
             "version_pairs": [f"{p} {a}->{b}" for p, a, b in pairs],
             "limit": args.limit,
+            "counts": counts,
             "seed": SEED,
             "machine": platform.platform(),
             "summary": summaries,
