@@ -19,17 +19,20 @@ path); above `--limit`, a seeded sample of them is taken, sorted again.
 Kinds: "same-substitution" when every hunk is the first hunk's token-sequence substitution made
 at each whole-token occurrence in its lines (a rename made everywhere), "other" otherwise.
 
-Replay, per case and predictor: apply the first hunk (trimmed to what it changes, as an editor
-reports it), call the predictor (`_edits.Predictor`), apply its edits, and score (`_edits.score`):
+Replay, per case and predictor: apply the first hunk (the topmost, trimmed to what it changes,
+as an editor reports it), call the predictor, apply its edits, and score (`_edits.score`):
 - hunk: a remaining hunk reproduced exactly; "any" (cases with at least one) and "hunks"
   (the mean per case of the share of its remaining hunks reproduced);
 - reached: the file is exactly the next version;
-- false: cases with an edit outside every remaining hunk's lines;
+- false: cases with an edit outside every remaining hunk's lines (and the newline before them);
 - latency of the call, median and p90.
 
 Predictors: `none` (the trivial baseline) and `token-sub` (the naive heuristic: one token
 replaced by one other, so every other whole-token occurrence in the file is replaced too).
-Another predictor plugs in through `PREDICTORS` (a name and a callable).
+Another predictor plugs in through `PREDICTORS` (a name and a callable), as `_edits.Predictor`:
+`(before, after, first) -> list[Edit]`, where `before` is the file before the first hunk,
+`after` the file after it, `first` the first hunk as an `Edit` of `before` (start, end, new
+text), and each proposed `Edit` is in code-point offsets of `after`, none overlapping.
 
 Prints a table to stdout, writes JSON to bench/results/next_edit.json; logs go to stderr.
 Targets on same-substitution cases (issue 24, for the project's propagation): at least half
@@ -550,7 +553,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=ROOT / "build" / "next_edit_cache",
         help="where the sdists are kept (build/next_edit_cache)",
     )
-    parser.add_argument("--json", type=Path, default=RESULTS / "next_edit.json", help="output")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS / "next_edit.json",
+        help="output (bench/results/next_edit.json)",
+    )
     parser.add_argument(
         "--self-check", action="store_true", help="check the scoring on tiny inputs, then stop"
     )
