@@ -1,0 +1,622 @@
+"""Next edits on real edits written by no one here: replay the first hunk of a file's change
+between two released versions of a PyPI package, ask a predictor for the next edits, and score
+them against the hunks that followed (issue 24, "Tests and measures").
+
+Run from the repository root:
+
+    .venv/bin/python bench/next_edit.py [--limit 300] [--packages click,markupsafe]
+        [--cache-dir build/next_edit_cache] [--json PATH]
+    .venv/bin/python bench/next_edit.py --self-check
+
+Corpus: the sdists of consecutive releases of a few well-known packages (`PACKAGES`, pinned),
+fetched once with `pip download --no-deps --no-binary :all:` into `--cache-dir` (gitignored)
+and read from the archives without unpacking. For each pair of consecutive versions, every
+source file (`SOURCE_SUFFIXES`: Python and the C, Cython and other files the sdists carry) at
+the same path in both whose diff has 2 to 6 hunks (changed blocks of lines, no context), each
+touching at most `MAX_HUNK_LINES` lines, is a case. Cases are sorted by (package, version,
+path); above `--limit`, a seeded sample of them is taken, sorted again.
+
+Kinds: "same-substitution" when every hunk is the first hunk's token-sequence substitution made
+at each whole-token occurrence in its lines (a rename made everywhere), "other" otherwise.
+
+Replay, per case and predictor: apply the first hunk (the topmost, trimmed to what it changes,
+as an editor reports it), call the predictor, apply its edits, and score (`_edits.score`):
+- hunk: a remaining hunk reproduced exactly; "any" (cases with at least one) and "hunks"
+  (the mean per case of the share of its remaining hunks reproduced);
+- reached: the file is exactly the next version;
+- false: cases with an edit outside every remaining hunk's lines (and the newline before them);
+- latency of the call, median and p90.
+
+Predictors: `none` (the trivial baseline) and `token-sub` (the naive heuristic: one token
+replaced by one other, so every other whole-token occurrence in the file is replaced too).
+Another predictor plugs in through `PREDICTORS` (a name and a callable), as `_edits.Predictor`:
+`(before, after, first) -> list[Edit]`, where `before` is the file before the first hunk,
+`after` the file after it, `first` the first hunk as an `Edit` of `before` (start, end, new
+text), and each proposed `Edit` is in code-point offsets of `after`, none overlapping.
+
+Prints a table to stdout, writes JSON to bench/results/next_edit.json; logs go to stderr.
+Targets on same-substitution cases (issue 24, for the project's propagation): at least half
+of the hunks reproduced; false edits under 5% of all cases.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `python bench/next_edit.py` puts bench/ first on sys.path, where bench/engine.py would shadow
+# the `engine` package that _common imports; the repository root goes in front of it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import itertools
+import logging
+import platform
+import random
+import statistics
+import subprocess
+import tarfile
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from _common import RESULTS, ROOT, Column, Table, median, setup_logging, write_json
+from _edits import (
+    Edit,
+    Kind,
+    Predictor,
+    Score,
+    apply_edits,
+    hunk_lines,
+    hunks,
+    kind,
+    minimal,
+    no_suggestion,
+    occurrences,
+    region,
+    score,
+    shifted,
+    substitution,
+    token_substitution,
+)
+
+log = logging.getLogger("bench.next_edit")
+
+#: Consecutive releases of each package, oldest first; all on PyPI as sdists. Chosen for being
+#: well known and quick to fetch (pip prepares an sdist's metadata, which takes minutes where a
+#: build needs Cython, as pyyaml's does); markupsafe, simplejson and wrapt carry C beside their
+#: Python, werkzeug JavaScript.
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "click": (
+        "7.1",
+        "7.1.1",
+        "7.1.2",
+        "8.0.0",
+        "8.0.1",
+        "8.0.2",
+        "8.0.3",
+        "8.0.4",
+        "8.1.0",
+        "8.1.1",
+        "8.1.2",
+        "8.1.3",
+        "8.1.4",
+        "8.1.5",
+        "8.1.6",
+        "8.1.7",
+    ),
+    "flask": (
+        "2.0.0",
+        "2.0.1",
+        "2.0.2",
+        "2.0.3",
+        "2.1.0",
+        "2.1.1",
+        "2.1.2",
+        "2.1.3",
+        "2.2.0",
+        "2.2.1",
+        "2.2.2",
+        "2.2.3",
+        "2.2.4",
+        "2.2.5",
+        "2.3.0",
+        "2.3.1",
+        "2.3.2",
+        "2.3.3",
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
+    ),
+    "jinja2": (
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
+        "3.1.0",
+        "3.1.1",
+        "3.1.2",
+        "3.1.3",
+        "3.1.4",
+        "3.1.5",
+        "3.1.6",
+    ),
+    "werkzeug": (
+        "2.0.0",
+        "2.0.1",
+        "2.0.2",
+        "2.0.3",
+        "2.1.0",
+        "2.1.1",
+        "2.1.2",
+        "2.2.0",
+        "2.2.1",
+        "2.2.2",
+        "2.2.3",
+        "2.3.0",
+        "2.3.1",
+        "2.3.2",
+        "2.3.3",
+        "2.3.4",
+        "2.3.5",
+        "2.3.6",
+        "2.3.7",
+        "2.3.8",
+        "3.0.0",
+        "3.0.1",
+        "3.0.2",
+        "3.0.3",
+        "3.0.4",
+        "3.0.5",
+        "3.0.6",
+    ),
+    "requests": (
+        "2.25.0",
+        "2.25.1",
+        "2.26.0",
+        "2.27.0",
+        "2.27.1",
+        "2.28.0",
+        "2.28.1",
+        "2.28.2",
+        "2.29.0",
+        "2.30.0",
+        "2.31.0",
+        "2.32.0",
+        "2.32.1",
+        "2.32.2",
+        "2.32.3",
+    ),
+    "markupsafe": ("2.1.0", "2.1.1", "2.1.2", "2.1.3", "2.1.4", "2.1.5"),
+    "simplejson": ("3.18.0", "3.18.1", "3.18.2", "3.18.3", "3.18.4", "3.19.1", "3.19.2", "3.19.3"),
+    "wrapt": ("1.14.0", "1.14.1", "1.15.0", "1.16.0"),
+}
+SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cpp", ".js", ".ts", ".go", ".rs")
+MIN_HUNKS, MAX_HUNKS = 2, 6
+#: A hunk touching more lines is a rewrite, not the small edit a next edit follows.
+MAX_HUNK_LINES = 3
+#: Generated tables (idna's uts46data.py) are not edits anyone typed.
+MAX_FILE_CHARS = 200_000
+SEED = 24
+DOWNLOAD_TIMEOUT = 300
+
+PREDICTORS: dict[str, Predictor] = {"none": no_suggestion, "token-sub": token_substitution}
+KINDS = (Kind.SAME, Kind.OTHER, "all")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """One file's change between two consecutive releases."""
+
+    package: str
+    old_version: str
+    new_version: str
+    path: str
+    before: str
+    after: str
+    hunks: tuple[Edit, ...]
+    kind: Kind
+
+    @property
+    def name(self) -> str:
+        return f"{self.package} {self.old_version}->{self.new_version} {self.path}"
+
+
+# --- the corpus -----------------------------------------------------------------------------
+
+
+def sdist(cache: Path, package: str, version: str) -> Path | None:
+    """The sdist of `package==version` in the cache, downloaded once; None when PyPI has none."""
+    folder = cache / package / version
+    found = sorted(p for p in folder.glob("*") if p.name.endswith((".tar.gz", ".zip")))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s==%s", package, version)
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
+    command += ["--no-binary", ":all:", "-d", str(folder), f"{package}=={version}"]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=False, timeout=DOWNLOAD_TIMEOUT
+        )
+        why = done.stderr.strip()[-300:]
+    except subprocess.TimeoutExpired:
+        why = f"pip ran past {DOWNLOAD_TIMEOUT} s"
+    found = sorted(p for p in folder.glob("*") if p.name.endswith((".tar.gz", ".zip")))
+    if not found:
+        log.warning("no sdist for %s==%s: %s", package, version, why)
+        return None
+    return found[0]
+
+
+def sources(archive: Path) -> dict[str, str]:
+    """The source files of an sdist by path (its top folder left out), read without unpacking;
+    files that are not UTF-8 or too large are left out."""
+    files: dict[str, bytes] = {}
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                if not info.is_dir() and info.filename.endswith(SOURCE_SUFFIXES):
+                    files[info.filename] = z.read(info)
+    else:
+        with tarfile.open(archive) as t:
+            for member in t.getmembers():
+                if member.isfile() and member.name.endswith(SOURCE_SUFFIXES):
+                    handle = t.extractfile(member)
+                    if handle is not None:
+                        files[member.name] = handle.read()
+    out: dict[str, str] = {}
+    for name, data in files.items():
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if len(text) <= MAX_FILE_CHARS:
+            out[name.split("/", 1)[-1]] = text
+    return out
+
+
+def cases_of(
+    package: str, old_version: str, new_version: str, old: dict[str, str], new: dict[str, str]
+) -> Iterator[Case]:
+    """The cases between two versions' sources: files at the same path with a small change."""
+    for path in sorted(old.keys() & new.keys()):
+        before, after = old[path], new[path]
+        if before == after:
+            continue
+        found = hunks(before, after)
+        if not MIN_HUNKS <= len(found) <= MAX_HUNKS:
+            continue
+        if any(hunk_lines(before, h) > MAX_HUNK_LINES for h in found):
+            continue
+        yield Case(
+            package=package,
+            old_version=old_version,
+            new_version=new_version,
+            path=path,
+            before=before,
+            after=after,
+            hunks=tuple(found),
+            kind=kind(before, found),
+        )
+
+
+def corpus(cache: Path, packages: Sequence[str], limit: int) -> list[Case]:
+    """Every case of `packages`, sorted; a seeded sample of `limit` of them when there are more."""
+    found: list[Case] = []
+    for package in packages:
+        versions = [(v, sdist(cache, package, v)) for v in PACKAGES[package]]
+        present = [(v, sources(a)) for v, a in versions if a is not None]
+        for (old_v, old), (new_v, new) in itertools.pairwise(present):
+            found.extend(cases_of(package, old_v, new_v, old, new))
+    found.sort(key=lambda c: (c.package, c.old_version, c.path))
+    if len(found) > limit:
+        chosen = sorted(random.Random(SEED).sample(range(len(found)), limit))
+        found = [found[i] for i in chosen]
+    return found
+
+
+# --- the replay -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """One predictor on one case."""
+
+    case: str
+    kind: Kind
+    predictor: str
+    score: Score
+    seconds: float
+
+
+def replay(case: Case, name: str, predictor: Predictor) -> Outcome:
+    """Apply the first hunk, ask `predictor`, score its answer against the rest."""
+    first = minimal(case.before, case.hunks[0])
+    text = apply_edits(case.before, [first])
+    remaining = shifted(case.hunks[0], case.hunks[1:])
+    started = time.perf_counter()
+    proposed = predictor(case.before, text, first)
+    seconds = time.perf_counter() - started
+    return Outcome(
+        case=case.name,
+        kind=case.kind,
+        predictor=name,
+        score=score(text, case.after, remaining, proposed),
+        seconds=seconds,
+    )
+
+
+def p90(values: Sequence[float]) -> float:
+    """The 90th percentile (NaN when there are none, like `median`)."""
+    if len(values) < 2:
+        return median(values)
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
+def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The figures of one predictor on one kind of cases (shares in percent, times in ms)."""
+    n = len(outcomes)
+
+    def share(count: int) -> float:
+        return 100 * count / n if n else float("nan")
+
+    seconds = [o.seconds for o in outcomes]
+    return {
+        "cases": n,
+        "any_reproduced_pct": share(sum(o.score.reproduced > 0 for o in outcomes)),
+        "hunks_reproduced_pct": (
+            100 * statistics.fmean(o.score.reproduced / o.score.remaining for o in outcomes)
+            if n
+            else float("nan")
+        ),
+        "reached_pct": share(sum(o.score.reached for o in outcomes)),
+        "false_edit_cases_pct": share(sum(o.score.false_edits > 0 for o in outcomes)),
+        "suggested_pct": share(sum(o.score.edits > 0 for o in outcomes)),
+        "invalid": sum(not o.score.valid for o in outcomes),
+        "median_ms": 1000 * median(seconds),
+        "p90_ms": 1000 * p90(seconds),
+    }
+
+
+TABLE = Table(
+    Column("kind", 17, "<"),
+    Column("predictor", 10, "<"),
+    Column("cases", 5),
+    Column("any hunk", 8, spec=".1f"),
+    Column("hunks", 6, spec=".1f"),
+    Column("reached", 7, spec=".1f"),
+    Column("false", 6, spec=".1f"),
+    Column("suggest", 7, spec=".1f"),
+    Column("med ms", 7, spec=".3f"),
+    Column("p90 ms", 7, spec=".3f"),
+)
+
+
+def print_table(summaries: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """One row per kind and predictor, the predictors of a kind beside each other."""
+    rows = []
+    for kind_name in KINDS:
+        for name, figures in summaries[kind_name].items():
+            rows.append(
+                (
+                    kind_name,
+                    name,
+                    figures["cases"],
+                    figures["any_reproduced_pct"],
+                    figures["hunks_reproduced_pct"],
+                    figures["reached_pct"],
+                    figures["false_edit_cases_pct"],
+                    figures["suggested_pct"],
+                    figures["median_ms"],
+                    figures["p90_ms"],
+                )
+            )
+    TABLE.print(rows)
+    print(
+        "(% of cases: any hunk = at least one remaining hunk reproduced exactly, reached = the "
+        "next version's file exactly, false = an edit outside every remaining hunk, suggest = "
+        "any edit; hunks = mean % of a case's remaining hunks reproduced)"
+    )
+
+
+# --- the self-check -------------------------------------------------------------------------
+
+
+def self_check() -> int:
+    """The scoring on tiny inputs, each check printed as pass or FAIL; 0 when all pass."""
+    before = "old = 1\nx = 2\nprint(old)\ny = 3\nz = old + 1\n"
+    after = "new = 1\nx = 2\nprint(new)\ny = 3\nz = new + 1\n"
+    found = hunks(before, after)
+    first = minimal(before, found[0])
+    text = apply_edits(before, [first])
+    remaining = shifted(found[0], found[1:])
+    rename_all = token_substitution(before, text, first)
+    n = text.index("print(old)") + len("print(")
+    checks: list[tuple[str, bool]] = [
+        (
+            "apply_edits applies edits in any order",
+            apply_edits(
+                "abcd", [Edit(start=3, end=4, new_text="D"), Edit(start=0, end=1, new_text="A")]
+            )
+            == "AbcD",
+        ),
+        (
+            "hunks: three blocks of lines, whole lines",
+            [before[h.start : h.end] for h in found]
+            == ["old = 1\n", "print(old)\n", "z = old + 1\n"],
+        ),
+        ("hunks rebuild the next version", apply_edits(before, found) == after),
+        ("minimal trims what the hunk keeps", first == Edit(start=0, end=3, new_text="new")),
+        (
+            "substitution finds old -> new",
+            (s := substitution(before, found[0])) is not None and (s.old, s.new) == ("old", "new"),
+        ),
+        ("whole tokens only", occurrences("old bold old_x (old)", "old") == [0, 16]),
+        ("a rename everywhere is same-substitution", kind(before, found) == Kind.SAME),
+        (
+            "a different change is other",
+            kind(before, hunks(before, after.replace("z = new + 1", "z = new + 2"))) == Kind.OTHER,
+        ),
+        (
+            "no edits: nothing reproduced, no false edit",
+            score(text, after, remaining, [])
+            == Score(remaining=2, reproduced=0, reached=False, false_edits=0, edits=0, valid=True),
+        ),
+        (
+            "the heuristic reaches the file",
+            score(text, after, remaining, rename_all)
+            == Score(remaining=2, reproduced=2, reached=True, false_edits=0, edits=2, valid=True),
+        ),
+        (
+            "a partial hunk is not reproduced",
+            score(text, after, remaining, rename_all[1:]).reproduced == 1,
+        ),
+        (
+            "an edit away from every hunk is false",
+            score(
+                text,
+                after,
+                remaining,
+                [Edit(start=text.index("x = 2"), end=text.index("x = 2") + 1, new_text="y")],
+            ).false_edits
+            == 1,
+        ),
+        (
+            "the edited first hunk is no remaining hunk",
+            score(text, after, remaining, [Edit(start=0, end=3, new_text="z")]).false_edits == 1,
+        ),
+        (
+            "overlapping edits are invalid",
+            not score(
+                text,
+                after,
+                remaining,
+                [
+                    Edit(start=n, end=n + 3, new_text="a"),
+                    Edit(start=n + 1, end=n + 2, new_text="b"),
+                ],
+            ).valid,
+        ),
+        (
+            "an inserted line may be written at the end of the line above",
+            score(
+                "a\nb\n",
+                "a\nb\nc\n",
+                [Edit(start=4, end=4, new_text="c\n")],
+                [Edit(start=3, end=3, new_text="\nc")],
+            ).reproduced
+            == 1,
+        ),
+        (
+            "the region holds the newline above",
+            region("a\nb\n", Edit(start=2, end=4, new_text="")) == (1, 4),
+        ),
+        (
+            "the heuristic reads whole tokens around a one-letter edit",
+            token_substitution("ab = 1\nab\n", "abc = 1\nab\n", Edit(start=2, end=2, new_text="c"))
+            == [Edit(start=8, end=10, new_text="abc")],
+        ),
+        (
+            "two tokens for one: the heuristic keeps quiet",
+            token_substitution(
+                "f(a)\nf(a)\n", "f(a.b)\nf(a)\n", Edit(start=3, end=3, new_text=".b")
+            )
+            == [],
+        ),
+    ]
+    for label, good in checks:
+        print(f"{'pass' if good else 'FAIL'}  {label}")
+    failed = sum(not good for _, good in checks)
+    print(f"{len(checks) - failed}/{len(checks)} passed")
+    return 1 if failed else 0
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--limit", type=int, default=300, help="cases at most, a seeded sample (300)"
+    )
+    parser.add_argument(
+        "--packages", default=",".join(PACKAGES), help=f"comma-separated, of: {', '.join(PACKAGES)}"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=ROOT / "build" / "next_edit_cache",
+        help="where the sdists are kept (build/next_edit_cache)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=RESULTS / "next_edit.json",
+        help="output (bench/results/next_edit.json)",
+    )
+    parser.add_argument(
+        "--self-check", action="store_true", help="check the scoring on tiny inputs, then stop"
+    )
+    args = parser.parse_args(argv)
+    if args.self_check:
+        return self_check()
+    setup_logging(quiet_engine=True)
+    packages = [p.strip() for p in args.packages.split(",") if p.strip()]
+    unknown = [p for p in packages if p not in PACKAGES]
+    if unknown:
+        parser.error(f"unknown packages {unknown}; known: {', '.join(PACKAGES)}")
+
+    cases = corpus(args.cache_dir, packages, args.limit)
+    counts = {
+        "by_kind": dict(Counter(str(c.kind) for c in cases)),
+        "by_package": dict(Counter(c.package for c in cases)),
+        "by_suffix": dict(Counter(Path(c.path).suffix for c in cases)),
+    }
+    log.info("%d cases: %s", len(cases), counts)
+    outcomes = [
+        replay(case, name, predictor) for case in cases for name, predictor in PREDICTORS.items()
+    ]
+
+    summaries: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind_name in KINDS:
+        summaries[kind_name] = {
+            name: summary(
+                [o for o in outcomes if o.predictor == name and kind_name in (o.kind, "all")]
+            )
+            for name in PREDICTORS
+        }
+    print_table(summaries)
+    pairs = sorted({(c.package, c.old_version, c.new_version) for c in cases})
+    write_json(
+        args.json,
+        {
+            "packages": {p: list(PACKAGES[p]) for p in packages},
+            "version_pairs": [f"{p} {a}->{b}" for p, a, b in pairs],
+            "limit": args.limit,
+            "counts": counts,
+            "seed": SEED,
+            "machine": platform.platform(),
+            "summary": summaries,
+            "cases": [
+                {
+                    "case": o.case,
+                    "kind": o.kind,
+                    "predictor": o.predictor,
+                    **asdict(o.score),
+                    "ms": 1000 * o.seconds,
+                }
+                for o in outcomes
+            ],
+        },
+    )
+    log.info("wrote %s", args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
