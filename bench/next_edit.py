@@ -83,6 +83,9 @@ from _edits import (
     token_substitution,
 )
 
+from lsp_server.next_edit.history import EditHistory
+from lsp_server.next_edit.propagate import propagate
+
 log = logging.getLogger("bench.next_edit")
 
 #: Consecutive releases of each package, oldest first; all on PyPI as sdists. Chosen for being
@@ -204,7 +207,28 @@ MAX_FILE_CHARS = 200_000
 SEED = 24
 DOWNLOAD_TIMEOUT = 300
 
-PREDICTORS: dict[str, Predictor] = {"none": no_suggestion, "token-sub": token_substitution}
+
+def propagation(before: str, after: str, first: Edit) -> list[Edit]:
+    """The project's own next edits without a model, as the server makes them: the edit history
+    reads the change from the two texts (as from a `didChange`), and `propagate` answers."""
+    history = EditHistory()
+    history.opened(CASE_URI, before)
+    history.changed(CASE_URI, after, 0.0)
+    group = history.last_group(CASE_URI)
+    if group is None:
+        return []
+    proposed = propagate(after, group, reverted=history.reverted(CASE_URI))
+    return [Edit(start=e.start, end=e.end, new_text=e.text) for e in proposed]
+
+
+#: The document every case is, for the edit history (one case at a time).
+CASE_URI = "file:///bench/case.py"
+
+PREDICTORS: dict[str, Predictor] = {
+    "none": no_suggestion,
+    "token-sub": token_substitution,
+    "propagate": propagation,
+}
 KINDS = (Kind.SAME, Kind.OTHER, "all")
 
 
