@@ -53,6 +53,7 @@ import itertools
 import logging
 import platform
 import random
+import re
 import statistics
 import subprocess
 import tarfile
@@ -563,6 +564,39 @@ def self_check() -> int:
 # --- main -----------------------------------------------------------------------------------
 
 
+#: The file size the latency target is stated for, and how often each predictor runs on it.
+LATENCY_LINES = 2000
+LATENCY_RUNS = 30
+
+
+def latency(cases: Sequence[Case]) -> dict[str, Any]:
+    """Each predictor's time on a 2,000-line file: the corpus's Python files (before their
+    change) joined until 2,000 lines, and a rename of its most used identifier, at its first
+    use, as the user would start one."""
+    lines: list[str] = []
+    for case in sorted(cases, key=lambda c: c.name):
+        if case.path.endswith(".py"):
+            lines += case.before.splitlines(keepends=True)
+        if len(lines) >= LATENCY_LINES:
+            break
+    text = "".join(lines[:LATENCY_LINES])
+    words = Counter(re.findall(r"\b[^\W\d]\w{3,}\b", text))
+    name, uses = words.most_common(1)[0]
+    at = re.search(rf"\b{name}\b", text)
+    assert at is not None
+    first = Edit(start=at.start(), end=at.end(), new_text=name + "_renamed")
+    after = apply_edits(text, [first])
+    figures: dict[str, Any] = {"lines": LATENCY_LINES, "renamed": name, "uses": uses}
+    for label, predictor in PREDICTORS.items():
+        times = []
+        for _ in range(LATENCY_RUNS):
+            started = time.perf_counter()
+            predictor(text, after, first)
+            times.append(1000 * (time.perf_counter() - started))
+        figures[label] = {"median_ms": round(median(times), 3), "p90_ms": round(p90(times), 3)}
+    return figures
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -615,6 +649,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in PREDICTORS
         }
     print_table(summaries)
+    timing = latency(cases)
+    print(
+        f"\n{timing['lines']}-line file, {timing['renamed']!r} ({timing['uses']} uses) renamed: "
+        + ", ".join(
+            f"{label} {timing[label]['median_ms']:.2f} ms median "
+            f"({timing[label]['p90_ms']:.2f} p90)"
+            for label in PREDICTORS
+        )
+    )
     pairs = sorted({(c.package, c.old_version, c.new_version) for c in cases})
     write_json(
         args.json,
@@ -626,6 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed": SEED,
             "machine": platform.platform(),
             "summary": summaries,
+            "latency_2000_lines": timing,
             "cases": [
                 {
                     "case": o.case,
