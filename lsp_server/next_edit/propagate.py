@@ -195,8 +195,8 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     span = inert.around(a, b)
     in_inert = span is not None
     quotes = any(q in group.removed or q in group.inserted for q in "\"'`")
-    if span is not None and span in inert.strings and not quotes:
-        i, j = span  # a changed string literal: the whole literal
+    if span is not None and span in inert.strings and not quotes and _one_word(text, span):
+        i, j = span  # a changed one-word literal ("light", "GET"): the whole literal
         old = text[i:a] + group.removed + text[b:j]
         return _Substitution(i, j, old, text[i:j], in_string=True, in_inert=True)
     i, j = a, b
@@ -292,14 +292,23 @@ def _scope(text: str, sub: _Substitution) -> tuple[int, int]:
     before = text[: sub.start] + sub.old + text[sub.end :]
     shift = len(sub.old) - (sub.end - sub.start)
     local = edit_line <= header or _binds(before, sub.old, lo, hi + shift)
-    if _NAME.fullmatch(sub.old) and not sub.in_inert and not local:
+    if _NAME.fullmatch(sub.old) and (sub.in_inert or not local):
         # A name the block does not bind (a parameter, an assignment, a loop variable) is
         # defined elsewhere: an exception class, an attribute, a module's global. Its other
         # uses are anywhere in the file, as a rename of it is (measured on release diffs,
-        # bench/next_edit.py). A literal keeps to its block: the same number elsewhere is
+        # bench/next_edit.py). So is a word of prose (in a string or a comment): a typo fixed
+        # once is fixed everywhere. A literal keeps to its block: the same number elsewhere is
         # usually another number.
         return 0, len(text)
     return lo, hi
+
+
+def _one_word(text: str, span: tuple[int, int]) -> bool:
+    """Whether the string literal at `span` holds no white space: a value (a key, a mode, a
+    method) whose change is a change of that value; in prose, the change is a word's (a typo
+    fixed in a message, found again in other messages and comments)."""
+    i, j = span
+    return not any(char.isspace() for char in text[i + 1 : j - 1])
 
 
 def _binds(text: str, name: str, lo: int, hi: int) -> bool:

@@ -475,3 +475,44 @@ def test_any_rename_gives_whole_token_minimal_non_overlapping_proposals(
         end = edit.end + len(re.match(r"\w*", after[edit.end :])[0])
         assert after[start:end] == name[0]
         assert after[start : edit.start] + edit.text + after[edit.end : end] == replacement
+
+
+def test_a_name_its_function_does_not_bind_is_renamed_in_the_whole_file() -> None:
+    """`Exception` is not a local of `first`: its uses in other functions are the same name."""
+    before = (
+        "def first():\n    raise Exception('a')\n\n"
+        "def second(Exception_count):\n    raise Exception('b')\n"
+    )
+    after = before.replace("raise Exception('a')", "raise ValueError('a')")
+
+    assert apply(after, proposals(before, after)) == before.replace(
+        "raise Exception(", "raise ValueError("
+    )
+
+
+def test_a_local_renamed_where_it_is_bound_stays_in_its_function() -> None:
+    before = "def f():\n    n = 1\n    return n\n\ndef g(n):\n    return n\n"
+    after = before.replace("    n = 1", "    count = 1")
+
+    assert apply(after, proposals(before, after)) == (
+        "def f():\n    count = 1\n    return count\n\ndef g(n):\n    return n\n"
+    )
+
+
+def test_a_typo_fixed_in_prose_is_fixed_in_the_other_messages() -> None:
+    before = (
+        "def a():\n    warn('it will be remoevd soon')\n\n"
+        "def b():\n    # remoevd in 3.0\n    warn('remoevd: use c')\n"
+    )
+    after = before.replace("be remoevd soon", "be removed soon")
+
+    assert apply(after, proposals(before, after)) == before.replace("remoevd", "removed")
+
+
+def test_a_one_word_string_changes_only_where_the_same_literal_stands() -> None:
+    before = 'mode = "light"\ntitle = "light and dark"\ncolor("light")\n'
+    after = before.replace('mode = "light"', 'mode = "dark"')
+
+    assert apply(after, proposals(before, after)) == (
+        'mode = "dark"\ntitle = "light and dark"\ncolor("dark")\n'
+    )
