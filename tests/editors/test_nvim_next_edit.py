@@ -160,3 +160,30 @@ def test_esc_or_moving_away_dismisses_and_the_server_counts_a_rejection(
         timeout=10,
     )
     assert "\n".join(buffer[:]) + "\n" == RENAMED_FIRST  # nothing applied
+
+
+def test_edits_for_an_older_version_of_the_buffer_are_dropped_not_applied(
+    nv: Session, project: Path
+) -> None:
+    path = project / "stale.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    first = SOURCE.splitlines()[0]
+    nv.nvim.current.window.cursor = (1, byte_col(first, first.index("count")))
+    nv.nvim.input("cwitems")
+    poll(lambda: nv.mode() == "i" and buffer[0] == RENAMED_FIRST.splitlines()[0], what="typing")
+    leave_insert(nv)
+    poll(lambda: nv.lua("return require('infill').next_edits()"), what="next edits")
+    nv.nvim.input("<Tab>")  # the cursor onto the nearest edit
+    poll(lambda: nv.nvim.current.window.cursor[0] == 3, what="the jump", timeout=10)
+    # A change the plugin has not heard of yet (its TextChanged comes after this Lua), below
+    # the edits so that their ranges still fit and the cursor stays on one; then the accept:
+    # the edits are about the version before the change, so they are dropped.
+    nv.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, { '# new last line' })\n"
+        "require('infill').next_edit_accept()"
+    )
+    assert "\n".join(buffer[:]) + "\n" == RENAMED_FIRST + "# new last line\n"
+    assert nv.lua("return require('infill').next_edits()") is None
+    assert not next_edit_marks(nv)
