@@ -46,6 +46,16 @@ function M.is_stopped(client)
   return client.is_stopped()
 end
 
+--- Runs an LSP command through the client (workspace/executeCommand; 0.11 checks that the
+--- server lists it).
+function M.exec_cmd(client, command, bufnr)
+  if M.has_011 then
+    return client:exec_cmd(command, { bufnr = bufnr })
+  end
+  local params = { command = command.command, arguments = command.arguments }
+  return M.request(client, "workspace/executeCommand", params, function() end, bufnr)
+end
+
 --- A byte column of `line` in the units of `encoding` ("utf-8", "utf-16" or "utf-32").
 function M.units_of_byte(line, col, encoding)
   col = math.max(0, math.min(col, #line))

@@ -20,10 +20,13 @@ M.defaults = {
   debounce_ms = 75,
   -- Suggest while typing; :InfillToggle flips it. Next/previous still ask on demand.
   auto_trigger = true,
+  -- Next edits: after leaving insert mode or a change in normal mode (debounced), ask the
+  -- server (when it offers them) for the next change near the cursor, and show it.
+  next_edits = true,
   -- Neovim 0.12+: use the built-in vim.lsp.inline_completion instead of our ghost text.
   builtin_inline_completion = false,
-  -- Insert-mode keys; `false` disables one. Accept keys fall back to their own action when no
-  -- suggestion shows.
+  -- Insert-mode keys (and two normal-mode ones, below); `false` disables one. Accept keys fall
+  -- back to their own action when no suggestion shows.
   keymaps = {
     accept = "<Tab>",
     accept_word = "<M-Right>",
@@ -31,6 +34,9 @@ M.defaults = {
     next = "<M-]>",
     prev = "<M-[>",
     dismiss = "<C-]>",
+    -- Normal-mode keys for next edits; without one shown they do what they always do.
+    next_edit_accept = "<Tab>", -- jump to the nearest edit, then apply them all
+    next_edit_dismiss = "<Esc>",
   },
   -- Position encodings to offer the server, most wanted first (nil: Neovim's own offer,
   -- UTF-8 first). For testing the other encodings, mostly.

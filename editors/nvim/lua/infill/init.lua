@@ -5,12 +5,17 @@ local compat = require("infill.compat")
 local config = require("infill.config")
 local lsp = require("infill.lsp")
 local ghost = require("infill.ghost")
+local next_edit = require("infill.next_edit")
 
 local M = {}
 
 local function set_highlight()
   -- `default` keeps a colorscheme's own InfillSuggestion.
   vim.api.nvim_set_hl(0, "InfillSuggestion", { link = "Comment", default = true })
+  -- Next edits: the text they replace, the text they put there, the sign on their line.
+  vim.api.nvim_set_hl(0, "InfillNextEditDelete", { link = "DiffDelete", default = true })
+  vim.api.nvim_set_hl(0, "InfillNextEditInsert", { link = "DiffAdd", default = true })
+  vim.api.nvim_set_hl(0, "InfillNextEditSign", { link = "DiagnosticSignHint", default = true })
 end
 
 local function use_builtin()
@@ -63,8 +68,24 @@ local KEYMAPS = {
   { "dismiss", true, "infill: dismiss the suggestion" },
 }
 
+--- A normal-mode key that acts only while next edits show and else does what it always does.
+local function map_next_edit(lhs, action, desc)
+  vim.keymap.set("n", lhs, function()
+    if next_edit.visible() then
+      return "<Cmd>lua require('infill')." .. action .. "()<CR>"
+    end
+    return lhs
+  end, { expr = true, silent = true, desc = desc })
+end
+
 local function set_keymaps()
   local keys = config.options.keymaps or {}
+  if keys.next_edit_accept then
+    map_next_edit(keys.next_edit_accept, "next_edit_accept", "infill: jump to / apply next edits")
+  end
+  if keys.next_edit_dismiss then
+    map_next_edit(keys.next_edit_dismiss, "next_edit_dismiss", "infill: dismiss next edits")
+  end
   for _, keymap in ipairs(KEYMAPS) do
     local action, when_visible, desc = keymap[1], keymap[2], keymap[3]
     local lhs = keys[action]
@@ -110,6 +131,22 @@ end
 
 function M.dismiss()
   ghost.clear()
+end
+
+--- With the cursor away from the shown next edits, jumps to the nearest; on one, applies
+--- them all (one undo step). False when none shows.
+function M.next_edit_accept()
+  return next_edit.accept()
+end
+
+function M.next_edit_dismiss()
+  next_edit.dismiss()
+end
+
+--- The shown next edits of the current buffer, or nil: a list of { text, start, stop, id }
+--- (0-based rows, byte columns).
+function M.next_edits()
+  return next_edit.current()
 end
 
 --- The visible suggestion of the current buffer, or nil (for tests and statuslines).
@@ -259,6 +296,9 @@ function M.setup(opts)
         pcall(vim.lsp.inline_completion.enable, ghost.enabled, { bufnr = ev.buf })
       else
         ghost.attach(ev.buf)
+      end
+      if next_edit.supported(client) then
+        next_edit.attach(ev.buf)
       end
     end,
   })

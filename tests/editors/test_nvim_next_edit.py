@@ -1,0 +1,189 @@
+"""Next edits in the Neovim plugin (editors/nvim), in a real headless Neovim with the real
+server and the real default models: a rename typed in insert mode is proposed at the other
+uses, shown with extmarks, jumped to and applied with Tab as one undo step, and counted by the
+server as accepted; Esc or moving away dismisses them, counted as rejected.
+
+The Neovim session and its helpers are test_nvim.py's (one Neovim and one server per module).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nvim_helpers import Session, poll
+from test_nvim import byte_col, leave_insert, no_window_left_open, nv, project
+
+# Fixtures used here by name (pytest finds them in this module's namespace).
+__all__ = ["no_window_left_open", "nv", "project"]
+
+#: `count` is the parameter; the function's name before it on the line is not ASCII, so a
+#: UTF-16 column would differ from the UTF-8 one Neovim negotiates.
+SOURCE = (
+    "def größe(count):\n"
+    "    # count is how many\n"
+    "    total = count * 2  # ½\n"
+    '    label = "count"\n'
+    "    return total + count\n"
+)
+RENAMED_FIRST = SOURCE.replace("(count)", "(items)")
+#: Every use renamed; not the comment, not the string.
+EXPECTED = (
+    "def größe(items):\n"
+    "    # count is how many\n"
+    "    total = items * 2  # ½\n"
+    '    label = "count"\n'
+    "    return total + items\n"
+)
+
+
+STATS = """
+local client = require('infill.lsp').get_client()
+local answer = require('infill.compat').request_sync(client, 'infill/stats', vim.empty_dict(), 5000)
+return answer and answer.result
+"""
+
+
+def stats(nv: Session) -> dict[str, Any]:
+    """The server's `infill/stats`."""
+    return nv.lua(STATS)  # type: ignore[no-any-return]
+
+
+def accepted_count(nv: Session) -> int:
+    return int(stats(nv)["next_edits"]["propagation"]["accepted"])
+
+
+LAST_ERROR = "return vim.inspect(require('infill.next_edit').last_error)"
+
+
+def next_edit_marks(nv: Session) -> list[Any]:
+    return nv.lua(  # type: ignore[no-any-return]
+        "local ns = require('infill.next_edit').ns\n"
+        "return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })"
+    )
+
+
+def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(
+    nv: Session, project: Path
+) -> None:
+    folder = project / "my project"
+    folder.mkdir()
+    path = folder / "café größe.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    assert nv.lua("return require('infill.lsp').get_client().offset_encoding") == "utf-8"
+    buffer = nv.nvim.buffers[bufnr]
+    before = accepted_count(nv)
+
+    # Rename the parameter where it is first used, in insert mode (`cw`, as a user types it).
+    first = SOURCE.splitlines()[0]
+    nv.nvim.current.window.cursor = (1, byte_col(first, first.index("count")))
+    nv.nvim.input("cwitems")
+    poll(lambda: nv.mode() == "i" and buffer[0] == RENAMED_FIRST.splitlines()[0], what="typing")
+    leave_insert(nv)
+
+    # The other uses show: their old text highlighted, the new text after it, a sign.
+    edits = poll(
+        lambda: nv.lua("return require('infill').next_edits()"),
+        what="next edits to show",
+        timeout=60,
+        describe=lambda: f"last error: {nv.lua(LAST_ERROR)}",
+    )
+    assert [e["text"] for e in edits] == ["items", "items"], edits
+    marks = next_edit_marks(nv)
+    deleted = [m for m in marks if m[3].get("hl_group") == "InfillNextEditDelete"]
+    added = [m for m in marks if m[3].get("virt_text")]
+    assert [(m[1], m[2], m[3]["end_row"], m[3]["end_col"]) for m in deleted] == [
+        (e["start"][0], e["start"][1], e["stop"][0], e["stop"][1]) for e in edits
+    ]
+    assert [m[3]["virt_text"] for m in added] == [[["items", "InfillNextEditInsert"]]] * 2
+    assert all(m[3]["virt_text_pos"] == "inline" for m in added)
+    assert all(m[3].get("sign_text", "").strip() for m in added)
+
+    # Tab: the cursor is not on an edit, so it jumps to the nearest one (the next line's).
+    third = SOURCE.splitlines()[2]
+    nv.nvim.input("<Tab>")
+    poll(
+        lambda: tuple(nv.nvim.current.window.cursor) == (3, byte_col(third, third.index("count"))),
+        what="the cursor at the nearest edit",
+        timeout=10,
+    )
+    assert nv.lua("return require('infill').next_edits()") is not None  # still on show
+
+    # Tab again: every shown edit applied, the marks gone, one acceptance counted per edit.
+    nv.nvim.input("<Tab>")
+    poll(lambda: "\n".join(buffer[:]) + "\n" == EXPECTED, what="the edits to apply", timeout=10)
+    poll(lambda: not next_edit_marks(nv), what="the marks to go", timeout=10)
+    poll(
+        lambda: accepted_count(nv) - before == len(edits),
+        what="the server to count the acceptances",
+        timeout=10,
+        describe=lambda: f"accepted {accepted_count(nv) - before}",
+    )
+
+    # One undo takes back the whole application, and only it.
+    nv.nvim.input("u")
+    poll(
+        lambda: "\n".join(buffer[:]) + "\n" == RENAMED_FIRST,
+        what="one undo to take back the edits",
+        timeout=10,
+        describe=lambda: repr(buffer[:]),
+    )
+
+
+def outcome_count(nv: Session, outcome: str) -> int:
+    return int(stats(nv)["next_edits"]["propagation"][outcome])
+
+
+@pytest.mark.parametrize("key", ["<Esc>", "j"])
+def test_esc_or_moving_away_dismisses_and_the_server_counts_a_rejection(
+    nv: Session, project: Path, key: str
+) -> None:
+    path = project / f"dismiss {key.strip('<>')}.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    before = outcome_count(nv, "rejected")
+    first = SOURCE.splitlines()[0]
+    nv.nvim.current.window.cursor = (1, byte_col(first, first.index("count")))
+    nv.nvim.input("cwitems")
+    poll(lambda: nv.mode() == "i" and buffer[0] == RENAMED_FIRST.splitlines()[0], what="typing")
+    leave_insert(nv)
+    edits = poll(lambda: nv.lua("return require('infill').next_edits()"), what="next edits")
+    nv.nvim.input(key)
+    poll(lambda: not next_edit_marks(nv), what="the next edits to go", timeout=10)
+    assert nv.lua("return require('infill').next_edits()") is None
+    poll(
+        lambda: outcome_count(nv, "rejected") - before == len(edits),
+        what="the server to count the rejections",
+        timeout=10,
+    )
+    assert "\n".join(buffer[:]) + "\n" == RENAMED_FIRST  # nothing applied
+
+
+def test_edits_for_an_older_version_of_the_buffer_are_dropped_not_applied(
+    nv: Session, project: Path
+) -> None:
+    path = project / "stale.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    first = SOURCE.splitlines()[0]
+    nv.nvim.current.window.cursor = (1, byte_col(first, first.index("count")))
+    nv.nvim.input("cwitems")
+    poll(lambda: nv.mode() == "i" and buffer[0] == RENAMED_FIRST.splitlines()[0], what="typing")
+    leave_insert(nv)
+    poll(lambda: nv.lua("return require('infill').next_edits()"), what="next edits")
+    nv.nvim.input("<Tab>")  # the cursor onto the nearest edit
+    poll(lambda: nv.nvim.current.window.cursor[0] == 3, what="the jump", timeout=10)
+    # A change the plugin has not heard of yet (its TextChanged comes after this Lua), below
+    # the edits so that their ranges still fit and the cursor stays on one; then the accept:
+    # the edits are about the version before the change, so they are dropped.
+    nv.lua(
+        "vim.api.nvim_buf_set_lines(0, -1, -1, false, { '# new last line' })\n"
+        "require('infill').next_edit_accept()"
+    )
+    assert "\n".join(buffer[:]) + "\n" == RENAMED_FIRST + "# new last line\n"
+    assert nv.lua("return require('infill').next_edits()") is None
+    assert not next_edit_marks(nv)
