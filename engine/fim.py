@@ -173,8 +173,8 @@ class RepoFile:
     text: str
 
 
-#: One piece of a repository section: (is a special token, text).
-_Piece = tuple[bool, str]
+#: One piece of a prompt: (is a special token, text).
+Piece = tuple[bool, str]
 
 
 def repo_section(
@@ -184,7 +184,7 @@ def repo_section(
     path: str,
     repo: str | None,
     has_token: Callable[[str], bool],
-) -> tuple[list[_Piece], str] | None:
+) -> tuple[list[Piece], str] | None:
     """The family's repository-level context for `files` and the current file at `path`: the
     pieces that go before the FIM prompt, and a head for the prefix slot (StarCoder2 names the
     current file just after `<fim_prefix>`). None when the family has no file markers, or the
@@ -206,7 +206,7 @@ def repo_section(
     def code(text: str) -> str:
         return text if text.endswith("\n") else text + "\n"
 
-    pieces: list[_Piece] = []
+    pieces: list[Piece] = []
     head = ""
     if "<|file_sep|>" in tokens and has_token("<|file_sep|>"):
         if repo and has_token("<|repo_name|>"):
@@ -258,12 +258,12 @@ def fim_pieces(
     path: str = "",
     repo: str | None = None,
     has_token: Callable[[str], bool],
-) -> list[_Piece]:
+) -> list[Piece]:
     """The family's prompt for filling between `prefix` and `suffix`, as pieces: special
     tokens and code, in the template's order (empty code slots left out). `files`: other
     files' code first, in the family's repository format (`repo_section`), the current file
     labelled `path`; only for a family that has one."""
-    pieces: list[_Piece] = []
+    pieces: list[Piece] = []
     if files:
         section = repo_section(template, files, path=path, repo=repo, has_token=has_token)
         if section is None:
@@ -302,17 +302,9 @@ def build_fim_prompt(
     `files`: as in `fim_pieces`. The caller writes plain-text context into the prefix itself
     for a family without a repository format.
     """
-    ids: list[int] = []
-    text: list[str] = []
-    if backend.vocab.adds_bos and backend.vocab.bos_token is not None:
-        bos = backend.special_token_id(backend.vocab.bos_token)
-        if bos is not None:
-            ids.append(bos)
-            text.append(backend.vocab.bos_token)
     if template is None:
-        ids.extend(backend.tokenize(prefix, add_bos=False, special=False))
-        text.append(prefix)
-        return FimPrompt(token_ids=tuple(ids), text="".join(text), family=None, stop_token_ids=())
+        ids, text = encode_pieces(backend, [(False, prefix)], special=_no_special)
+        return FimPrompt(token_ids=tuple(ids), text=text, family=None, stop_token_ids=())
 
     def special(token: str) -> int:
         token_id = backend.special_token_id(token)
@@ -332,18 +324,39 @@ def build_fim_prompt(
         repo=repo,
         has_token=lambda t: backend.special_token_id(t) is not None,
     )
+    ids, text = encode_pieces(backend, pieces, special=special)
+    return FimPrompt(
+        token_ids=tuple(ids),
+        text=text,
+        family=template.family,
+        stop_token_ids=fim_stop_token_ids(template, backend.special_token_id),
+    )
+
+
+def encode_pieces(
+    backend: Backend, pieces: Sequence[Piece], *, special: Callable[[str], int]
+) -> tuple[list[int], str]:
+    """A prompt's pieces as `backend`'s ids, and as text (for logs): the model's BOS where it
+    wants one, then each special token by its id (`special`) and each text piece as plain text,
+    never parsed for special tokens (code that spells a marker stays code)."""
+    ids: list[int] = []
+    text: list[str] = []
+    if backend.vocab.adds_bos and backend.vocab.bos_token is not None:
+        bos = backend.special_token_id(backend.vocab.bos_token)
+        if bos is not None:
+            ids.append(bos)
+            text.append(backend.vocab.bos_token)
     for is_special, piece in pieces:
         if is_special:
             ids.append(special(piece))
         else:
             ids.extend(backend.tokenize(piece, add_bos=False, special=False))
         text.append(piece)
-    return FimPrompt(
-        token_ids=tuple(ids),
-        text="".join(text),
-        family=template.family,
-        stop_token_ids=fim_stop_token_ids(template, backend.special_token_id),
-    )
+    return ids, "".join(text)
+
+
+def _no_special(token: str) -> int:
+    raise AssertionError(f"no special token is asked for here, yet {token!r} was")
 
 
 def render_fim_text(

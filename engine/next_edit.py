@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.fim import Piece, encode_pieces
 from engine.types import StopConditions
 
 if TYPE_CHECKING:
@@ -103,9 +104,8 @@ class NextEditInput:
         return self.text[self.cursor : self.region_end]
 
 
-#: One piece of a prompt: (is a marker, text). A marker is a special token where the
-#: tokenizer has it as one, and text otherwise; other pieces are the user's text.
-Piece = tuple[bool, str]
+# A piece (`fim.Piece`) is (is a special token, text): a marker is a special piece where the
+# tokenizer has it as one, and text otherwise; other pieces are the user's text.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -410,27 +410,19 @@ def build_next_edit_prompt(
 ) -> NextEditPrompt:
     """The prompt as `backend`'s ids: the model's BOS where it wants one, the markers it has
     as special tokens by id, everything else (the user's code above all) as plain text."""
-    ids: list[int] = []
-    text: list[str] = []
-    if backend.vocab.adds_bos and backend.vocab.bos_token is not None:
-        bos = backend.special_token_id(backend.vocab.bos_token)
-        if bos is not None:
-            ids.append(bos)
-            text.append(backend.vocab.bos_token)
+
+    def special(token: str) -> int:
+        token_id = backend.special_token_id(token)
+        assert token_id is not None  # a marker is a special piece only where the tokenizer has it
+        return token_id
+
     pieces = next_edit_pieces(
         fmt, given, has_token=lambda t: backend.special_token_id(t) is not None
     )
-    for is_special, piece in pieces:
-        if is_special:
-            token_id = backend.special_token_id(piece)
-            assert token_id is not None  # flagged only where the tokenizer has it
-            ids.append(token_id)
-        else:
-            ids.extend(backend.tokenize(piece, add_bos=False, special=False))
-        text.append(piece)
+    ids, text = encode_pieces(backend, pieces, special=special)
     return NextEditPrompt(
         token_ids=tuple(ids),
-        text="".join(text),
+        text=text,
         family=fmt.family,
         stops=next_edit_stops(fmt, backend.special_token_id),
     )

@@ -37,45 +37,15 @@ local INVOKED, AUTOMATIC = 1, 2
 ---@field start integer[] 0-based {row, byte col} where it replaces from
 ---@field stop integer[] 0-based {row, byte col} where the replaced range ends
 
----@type table<integer, table>
-local states = {}
-
-local function state_of(bufnr)
-  local s = states[bufnr]
-  if not s then
-    s = { seq = 0 }
-    states[bufnr] = s
-  end
-  return s
-end
-
-local function cursor()
-  local pos = vim.api.nvim_win_get_cursor(0)
-  return pos[1] - 1, pos[2]
-end
+local states, state_of = lsp.buffer_states()
+local cursor = lsp.cursor
 
 local function in_insert_mode()
   local mode = vim.api.nvim_get_mode().mode
   return mode:sub(1, 1) == "i" or mode:sub(1, 1) == "R"
 end
 
-local function stop_timer(s)
-  if s.timer then
-    s.timer:stop()
-    s.timer:close()
-    s.timer = nil
-  end
-end
-
-local function cancel_pending(s)
-  if s.pending then
-    local client = vim.lsp.get_client_by_id(s.pending.client_id)
-    if client and not compat.is_stopped(client) then
-      compat.cancel(client, s.pending.id)
-    end
-    s.pending = nil
-  end
-end
+local stop_timer, cancel_pending = lsp.stop_timer, lsp.cancel_pending
 
 --- Removes the suggestion and stops any request for it.
 function M.clear(bufnr)

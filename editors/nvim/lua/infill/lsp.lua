@@ -10,6 +10,48 @@ M.name = "infill"
 -- the client's own `handlers` table so that they apply to this server only.
 M.handlers = {}
 
+--- Per-buffer request state: the table of states by buffer, and `state_of(bufnr)`, which
+--- makes a buffer's on first use.
+function M.buffer_states()
+  ---@type table<integer, table>
+  local states = {}
+  local function state_of(bufnr)
+    local s = states[bufnr]
+    if not s then
+      s = { seq = 0 }
+      states[bufnr] = s
+    end
+    return s
+  end
+  return states, state_of
+end
+
+--- The cursor as a 0-based row and a byte column.
+function M.cursor()
+  local pos = vim.api.nvim_win_get_cursor(0)
+  return pos[1] - 1, pos[2]
+end
+
+-- A buffer's request state (`s.timer`: the debounce, `s.pending`: the request in flight, as
+-- {client_id, id}), shared by inline suggestions and next edits.
+function M.stop_timer(s)
+  if s.timer then
+    s.timer:stop()
+    s.timer:close()
+    s.timer = nil
+  end
+end
+
+function M.cancel_pending(s)
+  if s.pending then
+    local client = vim.lsp.get_client_by_id(s.pending.client_id)
+    if client and not compat.is_stopped(client) then
+      compat.cancel(client, s.pending.id)
+    end
+    s.pending = nil
+  end
+end
+
 function M.get_client(bufnr)
   bufnr = bufnr or vim.api.nvim_get_current_buf()
   return vim.lsp.get_clients({ bufnr = bufnr, name = M.name })[1]

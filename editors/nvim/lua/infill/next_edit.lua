@@ -15,22 +15,8 @@ M.REQUEST = "textDocument/copilotInlineEdit"
 --- The last error a next-edit request got (nil if none yet).
 M.last_error = nil
 
----@type table<integer, table>
-local states = {}
-
-local function state_of(bufnr)
-  local s = states[bufnr]
-  if not s then
-    s = { seq = 0 }
-    states[bufnr] = s
-  end
-  return s
-end
-
-local function cursor()
-  local pos = vim.api.nvim_win_get_cursor(0)
-  return pos[1] - 1, pos[2]
-end
+local states, state_of = lsp.buffer_states()
+local cursor = lsp.cursor
 
 local function in_normal_mode()
   return vim.api.nvim_get_mode().mode == "n"
@@ -48,23 +34,7 @@ function M.supported(client)
   return type(experimental) == "table" and experimental.nextEditSuggestions ~= nil
 end
 
-local function stop_timer(s)
-  if s.timer then
-    s.timer:stop()
-    s.timer:close()
-    s.timer = nil
-  end
-end
-
-local function cancel_pending(s)
-  if s.pending then
-    local client = vim.lsp.get_client_by_id(s.pending.client_id)
-    if client and not compat.is_stopped(client) then
-      compat.cancel(client, s.pending.id)
-    end
-    s.pending = nil
-  end
-end
+local stop_timer, cancel_pending = lsp.stop_timer, lsp.cancel_pending
 
 --- The id the server gave an edit (its command's argument), or nil.
 local function id_of(edit)
