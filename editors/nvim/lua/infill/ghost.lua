@@ -258,19 +258,13 @@ function M.schedule(bufnr)
   if not M.enabled or not config.options.auto_trigger then
     return
   end
-  local timer = compat.uv.new_timer()
-  s.timer = timer
-  timer:start(config.options.debounce_ms, 0, vim.schedule_wrap(function()
-    if s.timer ~= timer then
-      return
-    end
-    stop_timer(s)
+  lsp.debounce(s, config.options.debounce_ms, function()
     if vim.api.nvim_get_current_buf() == bufnr and in_insert_mode() then
       request(bufnr, AUTOMATIC, function(items)
         show(bufnr, items, 1)
       end)
     end
-  end))
+  end)
 end
 
 --- Says that the user's request found nothing, rather than leaving them with silence.
@@ -444,11 +438,10 @@ end
 -- Setup -----------------------------------------------------------------------------------------
 
 function M.attach(bufnr)
-  if vim.b[bufnr].infill_ghost_attached then
+  local group = lsp.attach_once(bufnr, "ghost")
+  if not group then
     return
   end
-  vim.b[bufnr].infill_ghost_attached = true
-  local group = vim.api.nvim_create_augroup("infill_ghost_" .. bufnr, { clear = true })
   vim.api.nvim_create_autocmd({ "InsertEnter", "TextChangedI", "TextChangedP", "CursorMovedI" }, {
     group = group,
     buffer = bufnr,
@@ -463,22 +456,11 @@ function M.attach(bufnr)
       M.clear(bufnr)
     end,
   })
-  vim.api.nvim_create_autocmd({ "BufUnload", "LspDetach" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function(ev)
-      if ev.event == "LspDetach" and ev.data and ev.data.client_id then
-        local client = vim.lsp.get_client_by_id(ev.data.client_id)
-        if client and client.name ~= lsp.name then
-          return
-        end
-      end
-      M.clear(bufnr)
-      states[bufnr] = nil
-      vim.b[bufnr].infill_ghost_attached = nil
-      pcall(vim.api.nvim_del_augroup_by_id, group)
-    end,
-  })
+  lsp.on_detach(bufnr, group, function()
+    M.clear(bufnr)
+    states[bufnr] = nil
+    vim.b[bufnr].infill_ghost_attached = nil
+  end)
   -- Attached while already typing (the server started on this very buffer).
   if vim.api.nvim_get_current_buf() == bufnr and in_insert_mode() then
     M.schedule(bufnr)

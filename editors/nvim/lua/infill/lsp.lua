@@ -26,6 +26,36 @@ function M.buffer_states()
   return states, state_of
 end
 
+--- The buffer's autocommand group for `feature` ("ghost", "next_edit") the first time it is
+--- asked for, marking the buffer (`b:infill_<feature>_attached`); nil once it is attached.
+function M.attach_once(bufnr, feature)
+  local flag = "infill_" .. feature .. "_attached"
+  if vim.b[bufnr][flag] then
+    return nil
+  end
+  vim.b[bufnr][flag] = true
+  return vim.api.nvim_create_augroup("infill_" .. feature .. "_" .. bufnr, { clear = true })
+end
+
+--- Runs `forget` when the buffer unloads or our client leaves it (not another client), then
+--- deletes the buffer's autocommand group `group`.
+function M.on_detach(bufnr, group, forget)
+  vim.api.nvim_create_autocmd({ "BufUnload", "LspDetach" }, {
+    group = group,
+    buffer = bufnr,
+    callback = function(ev)
+      if ev.event == "LspDetach" and ev.data and ev.data.client_id then
+        local client = vim.lsp.get_client_by_id(ev.data.client_id)
+        if client and client.name ~= M.name then
+          return
+        end
+      end
+      forget()
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+end
+
 --- The cursor as a 0-based row and a byte column.
 function M.cursor()
   local pos = vim.api.nvim_win_get_cursor(0)
@@ -40,6 +70,21 @@ function M.stop_timer(s)
     s.timer:close()
     s.timer = nil
   end
+end
+
+--- Runs `fn` on the main loop once `ms` pass without another call for the same state `s`
+--- (a newer call, or `stop_timer`, drops the older one).
+function M.debounce(s, ms, fn)
+  M.stop_timer(s)
+  local timer = compat.uv.new_timer()
+  s.timer = timer
+  timer:start(ms, 0, vim.schedule_wrap(function()
+    if s.timer ~= timer then
+      return
+    end
+    M.stop_timer(s)
+    fn()
+  end))
 end
 
 function M.cancel_pending(s)

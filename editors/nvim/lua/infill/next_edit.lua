@@ -223,17 +223,11 @@ function M.schedule(bufnr)
   if not config.options.next_edits then
     return
   end
-  local timer = compat.uv.new_timer()
-  s.timer = timer
-  timer:start(config.options.debounce_ms, 0, vim.schedule_wrap(function()
-    if s.timer ~= timer then
-      return
-    end
-    stop_timer(s)
+  lsp.debounce(s, config.options.debounce_ms, function()
     if vim.api.nvim_get_current_buf() == bufnr and in_normal_mode() then
       M.request(bufnr)
     end
-  end))
+  end)
 end
 
 -- Accepting -------------------------------------------------------------------------------------
@@ -312,11 +306,10 @@ local function on_cursor_moved(bufnr)
 end
 
 function M.attach(bufnr)
-  if vim.b[bufnr].infill_next_edit_attached then
+  local group = lsp.attach_once(bufnr, "next_edit")
+  if not group then
     return
   end
-  vim.b[bufnr].infill_next_edit_attached = true
-  local group = vim.api.nvim_create_augroup("infill_next_edit_" .. bufnr, { clear = true })
   -- Leaving insert mode and changing text in normal mode ask (debounced); typing dismisses.
   vim.api.nvim_create_autocmd({ "InsertLeave", "TextChanged" }, {
     group = group,
@@ -340,22 +333,11 @@ function M.attach(bufnr)
       on_cursor_moved(bufnr)
     end,
   })
-  vim.api.nvim_create_autocmd({ "BufUnload", "LspDetach" }, {
-    group = group,
-    buffer = bufnr,
-    callback = function(ev)
-      if ev.event == "LspDetach" and ev.data and ev.data.client_id then
-        local client = vim.lsp.get_client_by_id(ev.data.client_id)
-        if client and client.name ~= lsp.name then
-          return
-        end
-      end
-      M.clear(bufnr)
-      states[bufnr] = nil
-      vim.b[bufnr].infill_next_edit_attached = nil
-      pcall(vim.api.nvim_del_augroup_by_id, group)
-    end,
-  })
+  lsp.on_detach(bufnr, group, function()
+    M.clear(bufnr)
+    states[bufnr] = nil
+    vim.b[bufnr].infill_next_edit_attached = nil
+  end)
 end
 
 return M
