@@ -22,6 +22,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 from lsp_server.host import STATUS_REQUEST
+from lsp_server.json_values import plain
 from lsp_server.stats import STATS_REQUEST
 
 SERVER_MODULE = "lsp_server.cli"
@@ -43,15 +44,6 @@ def items_of(result: Any) -> list[types.InlineCompletionItem]:
 def insert_text_of(item: types.InlineCompletionItem) -> str:
     text = item.insert_text
     return text if isinstance(text, str) else text.value
-
-
-def _plain(result: Any) -> Any:
-    """A custom request's result as plain JSON: pygls hands objects back as named tuples."""
-    if isinstance(result, tuple) and hasattr(result, "_asdict"):
-        return {k: _plain(v) for k, v in result._asdict().items()}
-    if isinstance(result, (list, tuple)):
-        return [_plain(v) for v in result]
-    return result
 
 
 class InfillClient:
@@ -139,7 +131,7 @@ class InfillClient:
 
     async def request(self, method: str, params: Any = None) -> Any:
         """A custom request's result, as plain JSON."""
-        return _plain(await self.lsp.protocol.send_request_async(method, params))
+        return plain(await self.lsp.protocol.send_request_async(method, params))
 
     async def status(self) -> dict[str, Any]:
         """`infill/status`: health and model information."""

@@ -23,6 +23,7 @@ from pygls.workspace.position_codec import PositionCodec
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp_server.client import SERVER_COMMAND as CLIENT_SERVER_COMMAND
+from lsp_server.json_values import plain
 
 SERVER_COMMAND = list(CLIENT_SERVER_COMMAND)
 #: The checkout under test: `-P` leaves the current folder off the server's import path, so
@@ -345,11 +346,7 @@ def plain_json(value: Any) -> Any:
     untyped messages (custom notifications, `send_raw` results) into namedtuples, and types
     some results wrongly (a `list[Command | CodeAction]` comes back as Commands): this reads
     back what was on the wire."""
-    if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: plain_json(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_json(v) for v in value]
-    return value
+    return plain(value)
 
 
 async def request_json(session: Session, method: str, params: Any) -> Any:

@@ -7,8 +7,8 @@ written for it (copilot.vim, sidekick.nvim, copilot-lsp) work unmodified:
   client after it applied the edit;
 - notifications that an edit was shown or rejected, and `textDocument/didFocus`.
 
-Params arrive as pygls hands custom methods over (named tuples) or as plain JSON: `plain`
-turns either into JSON first.
+Params arrive as pygls hands custom methods over (named tuples) or as plain JSON:
+`json_values.plain` turns either into JSON first.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
 from lsp_server.commands import ACCEPT_NEXT_EDIT_COMMAND
+from lsp_server.json_values import plain
 
 INLINE_EDIT_REQUEST = "textDocument/copilotInlineEdit"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
@@ -31,16 +32,6 @@ DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
 DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion"
 #: The `experimental` capability entry that tells a client the server offers next edits.
 CAPABILITY = "nextEditSuggestions"
-
-
-def plain(value: Any) -> Any:
-    """Params or results as plain JSON: pygls hands custom methods' objects over as named
-    tuples."""
-    if isinstance(value, tuple) and hasattr(value, "_asdict"):
-        return {k: plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
