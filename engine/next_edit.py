@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.fim import Piece, encode_pieces
+from engine.text import common_affixes
 from engine.types import StopConditions
 
 if TYPE_CHECKING:
@@ -528,13 +529,7 @@ def _offsets(lines: Sequence[str]) -> list[int]:
 
 def _trimmed(start: int, old: str, new: str) -> RegionEdit:
     """The edit replacing `old` (at `start`) by `new`, less what both begin and end with."""
-    head = 0
-    limit = min(len(old), len(new))
-    while head < limit and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    head, tail = common_affixes(old, new)
     return RegionEdit(
         start=start + head,
         end=start + len(old) - tail,

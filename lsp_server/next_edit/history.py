@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlparse
 
-from engine.text import LINE_BREAK
+from engine.text import LINE_BREAK, common_affixes
 
 #: A pause this long ends an edit group. Typing runs at 5-10 characters a second with gaps
 #: under a second between words of one identifier; 1.5 s is past those gaps, and short enough
@@ -68,57 +68,9 @@ MAX_REVERTED = 16
 #: Lines of context around a group in its unified diff and its stored context.
 CONTEXT_LINES = 3
 
-#: The first chunk compared when looking for a common prefix or suffix; chunks double from
-#: there, so two texts of n characters differing at offset p cost about 2p compared
-#: characters, in C, plus a binary search inside the last chunk.
-_FIRST_CHUNK = 256
 
 _LAST_BREAK = re.compile(r"(?:\r\n|\r|\n)\Z")
 _HUNK_HEADER = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
-
-
-def common_prefix_length(a: str, b: str) -> int:
-    """How many leading characters `a` and `b` share; no per-character Python loop, and
-    only `b`'s chunks are copied (`startswith` at an offset compares `a` in place)."""
-    limit = min(len(a), len(b))
-    lo, step = 0, _FIRST_CHUNK
-    while lo < limit:
-        hi = min(limit, lo + step)
-        if not a.startswith(b[lo:hi], lo):
-            while hi - lo > 1:  # a[:lo] == b[:lo], and they differ within [lo, hi)
-                mid = (lo + hi) // 2
-                if a.startswith(b[lo:mid], lo):
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return limit
-
-
-def common_suffix_length(a: str, b: str, limit: int | None = None) -> int:
-    """How many trailing characters `a` and `b` share, at most `limit`."""
-    la, lb = len(a), len(b)
-    limit = min(la, lb) if limit is None else min(limit, la, lb)
-    lo, step = 0, _FIRST_CHUNK
-    while lo < limit:
-        hi = min(limit, lo + step)
-        if not a.endswith(b[lb - hi : lb - lo], 0, la - lo):
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if a.endswith(b[lb - mid : lb - lo], 0, la - lo):
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return limit
-
-
-def common_affixes(a: str, b: str) -> tuple[int, int]:
-    """The common prefix and suffix lengths of `a` and `b`, which never overlap."""
-    prefix = common_prefix_length(a, b)
-    return prefix, common_suffix_length(a, b, min(len(a), len(b)) - prefix)
 
 
 def uri_path(uri: str) -> str:

@@ -42,9 +42,9 @@ import re
 from dataclasses import dataclass
 from itertools import accumulate
 
-from engine.text import split_lines
+from engine.text import common_affixes, split_lines
 from lsp_server.action_logic import enclosing_block
-from lsp_server.next_edit.history import EditGroup, common_affixes
+from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
 
 #: Proposals returned at most: an editor shows one at a time and jumps to the next; more than

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.text import common_affixes
 from lsp_server.next_edit.history import (
     MAX_DOCUMENTS,
     MAX_GROUP_BYTES,
@@ -21,7 +22,6 @@ from lsp_server.next_edit.history import (
     PAUSE_S,
     EditGroup,
     EditHistory,
-    common_affixes,
 )
 
 URI = "file:///home/me/my%20project/stats.py"
