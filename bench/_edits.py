@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from engine.text import common_affixes
+
 #: A whole token: a run of word characters, or one other non-space character. Crude on purpose:
 #: the heuristic it serves is the naive one the issue compares against, and the same notion
 #: decides which cases are "same-substitution".
@@ -63,12 +65,7 @@ def minimal(text: str, edit: Edit) -> Edit:
     """The same edit with the text it keeps at both ends trimmed off, as an editor reports it."""
     old = text[edit.start : edit.end]
     new = edit.new_text
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    head, tail = common_affixes(old, new)
     return Edit(start=edit.start + head, end=edit.end - tail, new_text=new[head : len(new) - tail])
 
 
