@@ -1,7 +1,7 @@
 """`infill-lsp doctor`: which model each role uses and how it loaded, and what the machine
 offers each local backend.
 
-`doctor_report` loads both roles' models (a model named for both loads once) and returns the
+`doctor_report` loads each role's model (a model named for several roles loads once) and returns the
 report as `doctor --json` prints it: one entry per role (`ok`, and the error of one that cannot
 load), then `machine`. `print_report` prints it, as JSON or as text.
 """
@@ -16,6 +16,7 @@ from engine.accelerators import gib, llama_cpp_view, torch_view
 from engine.completion import CompletionModel
 from engine.errors import EngineError
 from engine.models import ModelSet, model_spec
+from engine.next_edit_model import NextEditModel
 from engine.specs import ModelOptions, ModelSpec, RemoteSpec
 from engine.types import Role
 
@@ -62,8 +63,12 @@ def doctor_report(options: ModelOptions) -> dict[str, Any]:
             "chat_template": info["has_chat_template"],
             "eog_tokens": [{"id": i, "text": t} for i, t in engine.info.eog_tokens],
             "load_seconds": round(info["load_seconds"], 3),
-            "shared_with_other_role": models.shared(),
+            "shared_with_other_role": models.shares(role),
         }
+        if role is Role.NEXT_EDIT:
+            # None: no next-edit format, so next edits come from propagation alone.
+            next_edit = NextEditModel.of(engine, options.next_edit_format)
+            report[role.value]["next_edit_format"] = next_edit.format.family if next_edit else None
     models.close()
     report[MACHINE] = machine
     return report

@@ -40,17 +40,29 @@ from engine.specs import (
 )
 from engine.types import Role
 
-ENV_VARS = {Role.COMPLETION: "INFILL_MODEL", Role.CHAT: "INFILL_CHAT_MODEL"}
+ENV_VARS = {
+    Role.COMPLETION: "INFILL_MODEL",
+    Role.CHAT: "INFILL_CHAT_MODEL",
+    Role.NEXT_EDIT: "INFILL_NEXT_EDIT_MODEL",
+}
 
 
 def resolve_model_path(
-    role: Role, explicit: str | None = None, environ: Mapping[str, str] | None = None
+    role: Role,
+    explicit: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    completion_model: str | None = None,
 ) -> Path:
-    """The model file or folder for `role`: explicit setting, then environment, then default."""
+    """The model file or folder for `role`: explicit setting, then environment, then default.
+    The next-edit role's default is the completion model (its setting, environment, default):
+    a model trained for next edits completes code too, and one model then serves both."""
     environ = os.environ if environ is None else environ
     chosen = explicit or environ.get(ENV_VARS[role])
     if chosen:
         return Path(chosen).expanduser().resolve()
+    if role is Role.NEXT_EDIT:
+        return resolve_model_path(Role.COMPLETION, completion_model, environ)
     return default_completion_model() if role is Role.COMPLETION else default_chat_model()
 
 
@@ -70,6 +82,8 @@ def model_spec(
         name = options.remote_model
         if role is Role.CHAT:
             name = options.remote_chat_model or name
+        elif role is Role.NEXT_EDIT:
+            name = options.remote_next_edit_model or name
         return RemoteSpec(
             role=role,
             endpoint=remote_base_url(options.endpoint),
@@ -78,11 +92,16 @@ def model_spec(
             context_size=options.context_size,
             fim_family=options.fim_family,
         )
-    explicit = options.model if role is Role.COMPLETION else options.chat_model
+    explicit = {
+        Role.COMPLETION: options.model,
+        Role.CHAT: options.chat_model,
+        Role.NEXT_EDIT: options.next_edit_model,
+    }[role]
     loading = {f.name: getattr(options, f.name) for f in fields(LoadOptions)}
     for remote in ("endpoint", "api_key"):
         loading[remote] = None  # not the local model's: two specs differing here are one model
-    return ModelSpec(path=resolve_model_path(role, explicit, environ), **loading)
+    path = resolve_model_path(role, explicit, environ, completion_model=options.model)
+    return ModelSpec(path=path, **loading)
 
 
 def _load_llama_cpp(spec: ModelSpec) -> Backend:
@@ -190,8 +209,13 @@ class ModelSet:
         return engine
 
     def shared(self) -> bool:
-        """Whether one model serves both roles."""
+        """Whether one model serves every role."""
         return len(set(self.specs.values())) == 1
+
+    def shares(self, role: Role) -> bool:
+        """Whether `role`'s model serves another role too."""
+        spec = self.specs[role]
+        return any(other != role and each == spec for other, each in self.specs.items())
 
     def close(self) -> None:
         for engine in self._by_spec.values():

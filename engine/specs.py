@@ -1,6 +1,7 @@
 """What a model is asked to be: the options a user sets and the spec of each role's model.
 
-A leaf of the engine (it imports only errors, types and the FIM family names): the backends,
+A leaf of the engine (it imports only errors, types, and the FIM family and next-edit format
+names): the backends,
 the model loader (engine/models.py) and the language server's settings all read these, and
 nothing here loads anything. `engine.models.model_spec` is the one place a spec is built.
 """
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 from engine.errors import ModelLoadError
 from engine.fim import FIM_FAMILIES
+from engine.next_edit import NEXT_EDIT_FORMAT_SETTINGS
 from engine.types import Role
 
 #: What the settings and the command line offer. "openai": no local model; a remote
@@ -68,9 +70,15 @@ class ModelOptions(LoadOptions):
 
     model: str | None = None
     chat_model: str | None = None
+    #: The next-edit model; None: $INFILL_NEXT_EDIT_MODEL, else the completion model.
+    next_edit_model: str | None = None
+    #: Its format (a key of next_edit.NEXT_EDIT_FAMILIES, or "none"); None: detected from its
+    #: tokenizer's special tokens. Not a load option: one loaded model serves either way.
+    next_edit_format: str | None = None
     # The remote backend's models: the names to ask the server for (None: the one it lists).
     remote_model: str | None = None
     remote_chat_model: str | None = None
+    remote_next_edit_model: str | None = None  # None: the completion model's name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +106,15 @@ def check_fim_family(value: object) -> str | None:
         return None
     if value != "none" and value not in FIM_FAMILIES:
         raise ValueError("one of " + ", ".join(("none", *FIM_FAMILIES)))
+    return str(value)
+
+
+def check_next_edit_format(value: object) -> str | None:
+    """`value` if it names a next-edit format (or "none"); None (or "") for the detected one."""
+    if value is None or value == "":
+        return None
+    if value not in NEXT_EDIT_FORMAT_SETTINGS:
+        raise ValueError("one of " + ", ".join(NEXT_EDIT_FORMAT_SETTINGS))
     return str(value)
 
 

@@ -34,6 +34,9 @@ class Role(enum.StrEnum):
 
     COMPLETION = "completion"
     CHAT = "chat"
+    #: The model that rewrites the region around the cursor (engine/next_edit_model.py): the
+    #: completion model unless one is named. Its jobs wait for inline completions, as chat's.
+    NEXT_EDIT = "next_edit"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

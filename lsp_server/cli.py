@@ -26,7 +26,7 @@ from engine.doctor import doctor_report, failed, print_report
 from engine.errors import EngineError
 from engine.generate import GenerateArgs, UsageError, stream_json_lines
 from engine.specs import API_KEY_ENV, check_fim_family
-from lsp_server.model_flags import model_flags, model_options, remote_flags
+from lsp_server.model_flags import model_flags, model_options, next_edit_flags, remote_flags
 from lsp_server.serve import LOG_FORMAT, run_serve
 from lsp_server.settings import Settings
 
@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-file", metavar="PATH", help="log here instead of stderr")
     serve.add_argument("--model", help="completion model, unless the client's settings name one")
     serve.add_argument("--chat-model", help="chat model, unless the client's settings name one")
+    next_edit_flags(serve)
     remote_flags(serve, with_backend=True)
     serve.add_argument(
         "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
     doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
     doctor.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
+    next_edit_flags(doctor)
     doctor.add_argument(
         "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
     )
@@ -169,6 +171,9 @@ def _serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         remote_model=args.remote_model,
         remote_chat_model=args.remote_chat_model,
+        next_edit_model=args.next_edit_model,
+        next_edit_format=args.next_edit_format,
+        remote_next_edit_model=args.remote_next_edit_model,
     )
     if args.backend is not None:
         base = replace(base, backend=args.backend)

@@ -17,6 +17,7 @@ from engine.completion import CompletionModel
 from engine.engine import BaseEngine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import ModelSet, model_spec
+from engine.next_edit_model import NextEditModel
 from engine.prefix_cache import CacheStatus
 from engine.specs import REMOTE_BACKEND, ModelOptions, ModelSpec, RemoteSpec
 from engine.types import LoadState, Role
@@ -168,6 +169,7 @@ class ModelHost:
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
         self._chat: asyncio.Future[BaseEngine] | None = None
+        self._next_edit: asyncio.Future[NextEditModel | None] | None = None
         self._closed = False
         self._failed_at = 0.0  # when the completion model's load last failed
 
@@ -181,6 +183,7 @@ class ModelHost:
         self.state = LoadState.LOADING
         self._settings = settings
         self._chat = None
+        self._next_edit = None
 
         def loaded(model: CompletionModel) -> None:
             self.state = LoadState.READY
@@ -231,9 +234,48 @@ class ModelHost:
                 "with the chatModel setting"
             )
         log.info(
-            "chat model %s loaded (shared with completion: %s)", engine.info.path, models.shared()
+            "chat model %s loaded (shared with completion: %s)",
+            engine.info.path,
+            models.shares(Role.CHAT),
         )
         return engine
+
+    def _load_next_edit(self) -> NextEditModel | None:
+        with self._lock:  # the latest settings, as in `_load`
+            models = self._model_set(self._settings)
+            engine = models.engine(Role.NEXT_EDIT)
+        try:
+            model = NextEditModel.of(engine, self._settings.next_edit_format)
+        except ValueError as e:  # the setting is checked when parsed; a second word here
+            raise ModelLoadError(str(e)) from e
+        if model is None:
+            log.info(
+                "next edits: %s has no next-edit format (nextEditFormat names one): "
+                "propagation only",
+                engine.info.path,
+            )
+        else:
+            log.info("next-edit model %s (%s format)", engine.info.path, model.format.family)
+        return model
+
+    async def next_edit(self) -> NextEditModel | None:
+        """The next-edit model, loaded on first use; None when there is none (the model has
+        no next-edit format), or when it cannot be loaded: next edits then come from
+        propagation alone, and the reason is logged once per load (a settings change tries
+        again)."""
+        if self._next_edit is None:
+
+            def failed(error: ModelUnavailableError) -> None:
+                log.warning("next edits from propagation only: %s", error)
+
+            self._next_edit = in_background(
+                "next-edit", self._load_next_edit, lambda model: None, failed
+            )
+            self._next_edit.add_done_callback(_retrieved)
+        try:
+            return await asyncio.shield(self._next_edit)
+        except ModelUnavailableError:
+            return None
 
     async def chat(self) -> BaseEngine:
         """The chat engine, loaded on first use. Raises ModelUnavailableError if it cannot be."""
@@ -306,6 +348,9 @@ class ModelHost:
         chat = _loaded(self._chat)
         if chat is not None:
             engines[Role.CHAT] = chat
+        next_edit = _loaded(self._next_edit)
+        if next_edit is not None:
+            engines[Role.NEXT_EDIT] = next_edit.engine
         return engines
 
     def _stop_engines(self, reason: str) -> None:

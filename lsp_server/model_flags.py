@@ -13,6 +13,7 @@ from typing import Any
 
 from engine.fim import FIM_FAMILIES
 from engine.models import backend_choices
+from engine.next_edit import NEXT_EDIT_FORMAT_SETTINGS
 from engine.specs import (
     API_KEY_ENV,
     DECODE_PATHS,
@@ -20,6 +21,7 @@ from engine.specs import (
     LoadOptions,
     ModelOptions,
     check_fim_family,
+    check_next_edit_format,
 )
 
 #: The numeric model flags, each setting the `LoadOptions` field of its name: (flag, metavar,
@@ -101,6 +103,34 @@ def remote_flags(group: Any, *, with_backend: bool) -> None:
     group.add_argument(
         "--remote-model", metavar="NAME", help="with --backend openai: the model to ask for"
     )
+
+
+def next_edit_flags(parser: Any) -> None:
+    """The next-edit model's flags (`serve` and `doctor`)."""
+    parser.add_argument(
+        "--next-edit-model",
+        metavar="PATH",
+        help="next-edit model, GGUF file or Hugging Face folder (default: the completion model)",
+    )
+    parser.add_argument(
+        "--next-edit-format",
+        type=_next_edit_format,
+        metavar="NAME",
+        help=f"its prompt format: {', '.join(NEXT_EDIT_FORMAT_SETTINGS)} (default: from its "
+        "special tokens)",
+    )
+    parser.add_argument(
+        "--remote-next-edit-model",
+        metavar="NAME",
+        help="with --backend openai: the next-edit model to ask for",
+    )
+
+
+def _next_edit_format(value: str) -> str | None:
+    try:
+        return check_next_edit_format(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"must be {e}") from e
 
 
 def model_options(args: argparse.Namespace, **roles: str | None) -> ModelOptions:

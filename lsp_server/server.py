@@ -153,13 +153,18 @@ def build_server(base: Settings | None = None) -> InfillServer:
             ls.next_edits.changed(uri, document.source, time.monotonic())
 
     @server.feature(INLINE_EDIT_REQUEST)
-    def inline_edit(ls: InfillServer, params: Any) -> dict[str, Any]:
+    async def inline_edit(ls: InfillServer, params: Any) -> dict[str, Any]:
         request = parse_inline_edit(params)  # InvalidParams naming what is wrong
         document = ls.open_document(request.uri)
         if request.version is not None and request.version != document.version:
             return answer_json([])  # the client's copy is another version than ours
         snap = snapshot(document, request.position)  # InvalidParams outside the document
         codec = document.position_codec
+        suggestions = await ls.next_edits.suggest(
+            snap, ls.host.next_edit, roots=ls.workspace_roots()
+        )
+        if suggestions is None:  # superseded by a newer request for the document
+            return answer_json([])
         edits = [
             edit_json(
                 uri=snap.uri,
@@ -171,7 +176,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
                 text=suggestion.edit.text,
                 offer_id=suggestion.offer.id,
             )
-            for suggestion in ls.next_edits.suggest(snap)
+            for suggestion in suggestions
         ]
         log.info("next edits %s: %d", snap.uri.rsplit("/", 1)[-1], len(edits))
         return answer_json(edits)

@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from engine.specs import BACKENDS, DECODE_PATHS, ModelOptions, check_device, check_fim_family
+from engine.specs import (
+    BACKENDS,
+    DECODE_PATHS,
+    ModelOptions,
+    check_device,
+    check_fim_family,
+    check_next_edit_format,
+)
 
 T = TypeVar("T")
 
@@ -103,11 +110,15 @@ class Settings:
     threads: int | None = _setting(_MODEL.threads, _optional(_int(1, 512)))
     kv_cache_mb: int | None = _setting(_MODEL.kv_cache_mb, _optional(_int(0, 1 << 20)))
     fim_family: str | None = _setting(_MODEL.fim_family, check_fim_family)  # None: detected
+    # Next edits from a model (engine/next_edit_model.py); without one, only propagation.
+    next_edit_model: str | None = _setting(_MODEL.next_edit_model, _path)  # None: completion's
+    next_edit_format: str | None = _setting(_MODEL.next_edit_format, check_next_edit_format)
     # The remote backend (backend "openai"): an OpenAI-compatible server and its models.
     endpoint: str | None = _setting(_MODEL.endpoint, _text())  # e.g. http://127.0.0.1:8012/v1
     api_key: str | None = _setting(_MODEL.api_key, _text(), secret=True)  # else $INFILL_API_KEY
     remote_model: str | None = _setting(_MODEL.remote_model, _text())  # None: the server's
     remote_chat_model: str | None = _setting(_MODEL.remote_chat_model, _text())  # None: as above
+    remote_next_edit_model: str | None = _setting(_MODEL.remote_next_edit_model, _text())
 
     max_tokens_single_line: int = _setting(48, _int(1, 4096))
     max_tokens_multi_line: int = _setting(96, _int(1, 8192))  # bounds the wait on a CPU

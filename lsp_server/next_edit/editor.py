@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from engine.next_edit_model import NextEditModel, RewriteOutcome
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.next_edit.history import EditHistory
+from lsp_server.inline.latest import LatestWins
+from lsp_server.next_edit.history import EditGroup, EditHistory
 from lsp_server.next_edit.offers import Offer, Offers, Outcome, Source
 from lsp_server.next_edit.propagate import ProposedEdit, propagate
+from lsp_server.next_edit.region import document_edits, region_input
+
+log = logging.getLogger(__name__)
+
+#: What gives the next-edit model (loaded on first use), or None when there is none.
+ModelGetter = Callable[[], Awaitable[NextEditModel | None]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,11 +32,13 @@ class Suggestion:
 
 class NextEditor:
     """Next edits for every open document: the edit history each `didChange` feeds, the
-    edits proposed from it, and the offers made (for the accept command and the counts)."""
+    edits proposed from it (propagation first, a next-edit model's rewrite when propagation
+    has none), and the offers made (for the accept command and the counts)."""
 
     def __init__(self) -> None:
         self.history = EditHistory()
         self.offers = Offers()
+        self._latest = LatestWins()
 
     def opened(self, uri: str, text: str) -> None:
         self.history.opened(uri, text)
@@ -34,24 +47,90 @@ class NextEditor:
         self.history.changed(uri, text, now)
 
     def forget(self, uri: str) -> None:
-        """The document was closed (or grew over the size limit): its history and open
-        offers go."""
+        """The document was closed (or grew over the size limit): its history, open offers
+        and a rewrite under way go."""
         self.history.closed(uri)
         self.offers.forget(uri)
+        self._latest.forget(uri)
 
-    def suggest(self, snap: DocumentSnapshot) -> tuple[Suggestion, ...]:
-        """The next edits for `snap`: the last change made again at the places that still hold
-        the old text (nearest first). Nothing when the history has not seen this very text
-        (the edit the user just made is what the suggestions come from)."""
+    async def suggest(
+        self,
+        snap: DocumentSnapshot,
+        model: ModelGetter | None = None,
+        *,
+        roots: Sequence[str] = (),
+    ) -> tuple[Suggestion, ...] | None:
+        """The next edits for `snap`, nearest first. None when a newer request for the
+        document superseded this one (or the document closed) before it was answered.
+
+        1. Propagation: the last change made again at the places that still hold the old
+           text; answered at once.
+        2. Else the next-edit model, if there is one: it rewrites the region around the cursor
+           and the rewrite's differences are the edits (an undo of the user's last change
+           left out).
+        Nothing when the history has not seen this very text (the edit the user just made is
+        what the suggestions come from) or has no edit of this document.
+        """
         if self.history.text(snap.uri) != snap.text:
             return ()
         group = self.history.last_group(snap.uri)
         if group is None:
             return ()
         edits = propagate(snap.text, group, reverted=self.history.reverted(snap.uri))
+        if edits:
+            return self._offered(snap, edits, Source.PROPAGATION)
+        if model is None:
+            return ()
+        superseded = self._latest.claim(snap.uri)
+        work: asyncio.Future[tuple[ProposedEdit, ...]] | None = None
+        try:
+            work = asyncio.ensure_future(self._rewrite(snap, group, model, roots))
+            waiter = asyncio.ensure_future(superseded.wait())
+            try:
+                await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if not work.done():
+                return None
+            return self._offered(snap, work.result(), Source.MODEL)
+        finally:
+            self._latest.release(snap.uri, superseded)
+            if work is not None and not work.done():
+                work.cancel()  # closing its stream aborts the engine's job within a token
+
+    async def _rewrite(
+        self,
+        snap: DocumentSnapshot,
+        last: EditGroup,
+        model: ModelGetter,
+        roots: Sequence[str],
+    ) -> tuple[ProposedEdit, ...]:
+        next_model = await model()
+        if next_model is None:
+            return ()
+        region = region_input(snap, self.history.recent(), next_model.count_tokens, roots=roots)
+        reverted = self.history.reverted(snap.uri)
+        rewrite = await next_model.rewrite(region.given, cache_key=snap.uri)
+        log.info(
+            "next-edit rewrite %s: %s, %d edit(s), prompt %d tokens, %d written, %.0f ms%s",
+            snap.uri.rsplit("/", 1)[-1],
+            rewrite.outcome,
+            len(rewrite.edits),
+            rewrite.prompt_tokens,
+            rewrite.output_tokens,
+            rewrite.seconds * 1000,
+            f": {rewrite.error}" if rewrite.error else "",
+        )
+        if rewrite.outcome is not RewriteOutcome.EDITED:
+            return ()
+        return document_edits(region, rewrite.edits, snap.text, last=last, reverted=reverted)
+
+    def _offered(
+        self, snap: DocumentSnapshot, edits: Sequence[ProposedEdit], source: Source
+    ) -> tuple[Suggestion, ...]:
         version = snap.version or 0
         return tuple(
-            Suggestion(edit=edit, offer=self.offers.offer(snap.uri, version, Source.PROPAGATION))
+            Suggestion(edit=edit, offer=self.offers.offer(snap.uri, version, source))
             for edit in edits
         )
 

@@ -19,7 +19,12 @@ from fake_backend import FakeBackend, byte_ids
 
 from engine import default_models
 from engine.accelerators import llama_cpp_view
-from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_completion_model
+from engine.default_models import (
+    GEMMA_FILE,
+    SMOLLM2_FILE,
+    default_chat_model,
+    default_completion_model,
+)
 from engine.engine import Engine
 from engine.errors import ModelLoadError
 from engine.models import ModelSet, load_backend, model_spec, resolve_model_path
@@ -243,7 +248,7 @@ def test_generate_reports_a_prompt_too_long_for_the_context() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_doctor_describes_both_roles() -> None:
+def test_doctor_describes_every_role() -> None:
     result = run_cli("doctor", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -262,6 +267,32 @@ def test_doctor_describes_both_roles() -> None:
     # No GPU layers asked: the CPU, and nothing to warn about.
     assert (completion["device"], completion["gpu"], completion["warnings"]) == ("cpu", None, [])
     assert set(report["machine"]) == {"llama_cpp", "torch"}
+    # No next-edit model named: the completion model's, which has no next-edit format, so
+    # next edits come from propagation alone.
+    next_edit = report["next_edit"]
+    assert next_edit["model_path"] == completion["model_path"]
+    assert (next_edit["shared_with_other_role"], next_edit["next_edit_format"]) == (True, None)
+    assert completion["shared_with_other_role"] is True
+    assert chat["shared_with_other_role"] is False
+
+
+def test_a_named_next_edit_format_is_the_next_edit_models() -> None:
+    """README "Next edit suggestions": `--next-edit-format` (the `nextEditFormat` setting)
+    names the format of a model whose tokens do not say; INFILL_NEXT_EDIT_MODEL names it."""
+    chat_path = str(default_chat_model())
+    result = run_cli(
+        "doctor",
+        "--json",
+        "--next-edit-format",
+        "zeta1",
+        env={"INFILL_NEXT_EDIT_MODEL": chat_path},
+    )
+    assert result.returncode == 0, result.stderr
+    next_edit = json.loads(result.stdout)["next_edit"]
+    assert (next_edit["model_path"], next_edit["next_edit_format"]) == (chat_path, "zeta1")
+    refused = run_cli("doctor", "--next-edit-format", "sweep")
+    assert refused.returncode == 2
+    assert "--next-edit-format: must be one of zeta1, zeta2, none" in refused.stderr
 
 
 #: Whether llama-cpp-python here can offload (CI's is a CPU build).
@@ -273,7 +304,7 @@ def test_doctor_json_with_gpu_layers_on_a_cpu_only_build_warns_and_succeeds() ->
     result = run_cli("doctor", "--json", "--gpu-layers", "-1")
     assert result.returncode == 0, result.stderr  # a warning is no failure: the models work
     report = json.loads(result.stdout)
-    for role in ("completion", "chat"):
+    for role in ("completion", "chat", "next_edit"):
         entry = report[role]
         assert entry["ok"]
         assert (entry["device"], entry["gpu"]) == ("cpu", None)
@@ -299,10 +330,11 @@ def test_doctor_text_with_gpu_layers_on_a_cpu_only_build_warns_and_succeeds() ->
     result = run_cli("doctor", "--gpu-layers", "-1")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines.count("  device                   cpu") == 2
-    assert lines.count("  gpu                      none") == 2
+    # A line each for the completion, chat and next-edit roles.
+    assert lines.count("  device                   cpu") == 3
+    assert lines.count("  gpu                      none") == 3
     warnings = [line for line in lines if line.startswith("  warning ")]
-    assert len(warnings) == 2
+    assert len(warnings) == 3
     assert all("no GPU support; the model runs on the CPU. Rebuild it" in w for w in warnings)
     machine = lines[lines.index("machine:") + 1 :]
     assert machine[0].startswith("  llama.cpp                llama-cpp-python ")
@@ -506,6 +538,9 @@ def fake_model_set(backend_for: Callable[[Role], FakeBackend]) -> type:
             return self.engines[role]
 
         def shared(self) -> bool:
+            return False
+
+        def shares(self, role: Role) -> bool:
             return False
 
         def close(self) -> None:

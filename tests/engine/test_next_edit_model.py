@@ -2,7 +2,8 @@
 transformers backend, whose tokenizer carries Zeta v1's markers as special tokens (built here,
 nothing downloaded). Its answers would be noise; what is proved is the prompt: the format is
 detected from the tokenizer, each marker is one id, and code that spells a marker out is
-tokenized as plain text.
+tokenized as plain text; and that a rewrite runs on it through the engine, ending where the
+format says.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 from engine.backends.transformers import TransformersBackend  # noqa: E402
+from engine.engine import Engine  # noqa: E402
 from engine.next_edit import (  # noqa: E402
     ZETA1,
     NextEditInput,
+    RecentEdit,
+    apply_region_edits,
     build_next_edit_prompt,
     detect_next_edit_format,
     render_next_edit_text,
 )
+from engine.next_edit_model import NextEditModel, RewriteOutcome  # noqa: E402
 from engine.specs import ModelSpec  # noqa: E402
 from engine.types import StopConditions  # noqa: E402
 
@@ -101,3 +106,59 @@ def test_markers_are_single_ids_and_the_codes_spelling_stays_text(
     end_id = ids["<|editable_region_end|>"]
     assert end_id is not None
     assert prompt.stops == StopConditions(stop_token_ids_visible=(end_id,))
+
+
+async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
+    backend: TransformersBackend,
+) -> None:
+    """The whole model path on a real model: the format found from the tokenizer, the prompt
+    the engine runs is the format's ids, the rewrite ends at the end marker's id or at its
+    token limit, and what comes back is read as the format says (a random model's answer is
+    no valid rewrite, or a rewrite whose edits rebuild it)."""
+    engine = Engine(backend)
+    try:
+        model = NextEditModel.of(engine, None)
+        assert model is not None
+        assert model.format is ZETA1
+        text = "def add(a, b):\n    return a + b\n"
+        given = NextEditInput(
+            path="m.py",
+            text=text,
+            region_start=0,
+            region_end=len(text) - 1,
+            cursor=4,
+            edits=(
+                RecentEdit(path="m.py", diff="@@ -1 +1 @@\n-def sum(a, b):\n+def add(a, b):\n"),
+            ),
+            at_file_start=True,
+        )
+        request, prompt = model.request(given)
+        assert request.prompt_token_ids == build_next_edit_prompt(backend, ZETA1, given).token_ids
+        assert request.stops == prompt.stops
+        assert request.sampling.temperature == 0.0
+        rewrite = await model.rewrite(given)
+        assert 0 < rewrite.output_tokens <= model.max_tokens(given)
+        assert rewrite.prompt_tokens == len(request.prompt_token_ids or ())
+        if rewrite.outcome is RewriteOutcome.INVALID:
+            assert (rewrite.region, rewrite.edits) == (None, ())
+        else:
+            assert rewrite.region is not None
+            assert apply_region_edits(given.region, rewrite.edits) == rewrite.region
+        assert rewrite.outcome is not RewriteOutcome.FAILED, rewrite.error
+    finally:
+        engine.close()
+
+
+def test_a_model_without_next_edit_tokens_is_none_unless_its_format_is_named(
+    backend: TransformersBackend,
+) -> None:
+    engine = Engine(backend)
+    try:
+        assert NextEditModel.of(engine, "none") is None
+        named = NextEditModel.of(engine, "zeta2")
+        assert named is not None
+        assert named.format.family == "zeta2"
+        with pytest.raises(ValueError, match="nextEditFormat 'sweep'"):
+            NextEditModel.of(engine, "sweep")
+    finally:
+        engine.close()
