@@ -27,6 +27,8 @@ import {
 } from "./nextEdit";
 
 const SECTION = "infill";
+const HOVER =
+  "**Next edit**: Tab jumps to it from another line, and applies it on its own; Esc dismisses it.";
 
 /** Whether next edits are on: suggestions on (`infill.enable`) and `infill.nextEdits.enabled`. */
 export function nextEditsWanted(read: (key: string) => unknown): boolean {
@@ -208,9 +210,7 @@ export class NextEditFeature implements vscode.Disposable {
     }
     const p2c = client.protocol2CodeConverter;
     const range = p2c.asRange(edit.range);
-    const hover = new vscode.MarkdownString(
-      `**Next edit**: Tab ${isNear(edit.range, cursor) ? "applies it" : "jumps to it, Tab again applies it"}; Esc dismisses it.`,
-    );
+    const hover = new vscode.MarkdownString(HOVER);
     if (isMultiLine(edit.text)) {
       hover.appendCodeblock(edit.text, editor.document.languageId);
     }
