@@ -19,7 +19,7 @@ from lsp_server.settings import CLIENT_KEYS, Settings, parse_settings
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "editors" / "vscode" / "package.json"
 #: The extension's own keys: they choose and start the server, and never reach it.
-EXTENSION_ONLY = {"enable", "serverPath", "serverArgs", "trace.server"}
+EXTENSION_ONLY = {"enable", "nextEdits.enabled", "serverPath", "serverArgs", "trace.server"}
 
 
 def _declared() -> dict[str, Any]:

@@ -9,7 +9,9 @@ is installed into a fresh extensions folder and talks to this checkout's real la
 2. run "infill: Explain" from the command palette and watch the Explain panel (a webview)
    fill with rendered markdown until its state is "done";
 3. run "infill: Rewrite", give it an instruction, and see the edit (or the reason the server
-   gives for not making one).
+   gives for not making one);
+4. open `my project/reçu.py`, rename a variable at one place, and take the next edits the
+   extension shows at its other uses with Tab, Tab, one after the other; save, and undo the last.
 
 Needs: /usr/bin/chromium (Debian's `chromium`), code-server (tests/editors/install_code_server.sh,
 run by `make test`), the packaged extension, and the `playwright` Python package (its own
@@ -20,8 +22,8 @@ Environment:
     INFILL_VSIX             the extension package (default: editors/vscode/infill-lsp.vsix)
     INFILL_LSP_SERVER       the language server (default: .venv/bin/infill-lsp)
     INFILL_CHROMIUM         the browser (default: /usr/bin/chromium)
-    INFILL_SCREENSHOT_DIR   also write the ghost-text screenshot there, as ghost-text.png
-                            (editors/vscode/ for the README)
+    INFILL_SCREENSHOT_DIR   also write the screenshots for the README there, as ghost-text.png
+                            and next-edit.png (editors/vscode/)
     INFILL_E2E_ARTIFACTS    where screenshots and logs go, kept (default: a new temporary
                             folder, removed when every test passed)
 
@@ -86,6 +88,30 @@ def greet(name):
 # appears there.
 TYPED_HEADER = "def add(a, b):"
 
+# The next-edit test's own file, beside the other. `total` is renamed to `amount` where it is
+# first set; the server then proposes the same change at its other uses in the function, not in
+# the string or the comment (lsp_server/next_edit/propagate.py), nearest first.
+NEXT_EDIT_FILE_NAME = "reçu.py"
+NEXT_EDIT_ORIGINAL = """def receipt(prices, rate):
+    total = 0
+    for price in prices:
+        total += price
+    tax = total * rate
+    print("total:", total)  # the total, with tax
+    return total + tax
+"""
+RENAMED_FROM, RENAMED_TO = "total", "amount"
+# Each other use, in the order the server proposes them: (line, column), 1-based.
+NEXT_EDIT_USES = [(4, 9), (5, 11), (6, 21), (7, 12)]
+NEXT_EDIT_EXPECTED = """def receipt(prices, rate):
+    amount = 0
+    for price in prices:
+        amount += price
+    tax = amount * rate
+    print("total:", amount)  # the total, with tax
+    return amount + tax
+"""
+
 # Chromium's flags: as root it needs --no-sandbox; the background-networking family keeps it
 # from connecting out (connections are refused on a closed network, which slows it down).
 CHROMIUM_ARGS = [
@@ -149,6 +175,29 @@ READ_GHOST_JS = """editor => {
   const rest = Array.from(editor.querySelectorAll('.view-zones .suggest-preview-text .view-line'))
     .map(line => line.textContent);
   return [first, ...rest].join('\\n').replace(/\\u00a0/g, ' ');
+}"""
+# A next edit (editors/vscode/src/nextEditView.ts) is drawn with decorations: the replaced text
+# in spans styled `line-through`, the new text and the "⇥ Tab: next edit" marker as
+# after-content of a span (VS Code renders a decoration's `after.contentText` as CSS `content`).
+# Returns what shows in the focused editor.
+NEXT_EDIT_JS = """() => {
+  const editor = document.querySelector('.editor-instance .monaco-editor.focused');
+  const struck = [];
+  const after = [];
+  if (!editor) {
+    return { struck, after };
+  }
+  for (const span of editor.querySelectorAll('.view-lines span')) {
+    const decoration = getComputedStyle(span).textDecorationLine;
+    if (span.children.length === 0 && decoration.includes('line-through')) {
+      struck.push(span.textContent.replace(/\u00a0/g, ' '));
+    }
+    const content = getComputedStyle(span, '::after').content;
+    if (content && content !== 'none' && content !== 'normal') {
+      after.push(content.replace(/^"|"$/g, '').replace(/\u00a0/g, ' '));
+    }
+  }
+  return { struck, after };
 }"""
 # The extension's status bar item says "infill: <state>" (editors/vscode/src/status.ts).
 STATUS_JS = """() => {
@@ -395,13 +444,13 @@ class VSCode:
         expect(editor).to_have_count(1, timeout=UI_MS)
         return editor
 
-    def go_to_line(self, line: int) -> None:
-        """Moves the cursor to the start of `line` (Ctrl+G)."""
+    def go_to_line(self, line: int, column: int | None = None) -> None:
+        """Moves the cursor to the start of `line`, or to its `column` (Ctrl+G; 1-based)."""
         self.page.keyboard.press("Control+G")
         widget = self.quick_input()
         expect(widget).to_be_visible(timeout=UI_MS)
         box = widget.locator(".quick-input-box input")
-        box.fill(f":{line}")
+        box.fill(f":{line}" if column is None else f":{line}:{column}")
         box.press("Enter")
         expect(widget).to_be_hidden(timeout=UI_MS)
 
@@ -486,6 +535,7 @@ def vscode() -> Iterator[VSCode]:
         folder.mkdir(parents=True)
     file = workspace / FOLDER_NAME / FILE_NAME
     file.write_text(ORIGINAL, encoding="utf-8")
+    (workspace / FOLDER_NAME / NEXT_EDIT_FILE_NAME).write_text(NEXT_EDIT_ORIGINAL, encoding="utf-8")
     _write_settings(user_data)
     # code-server writes a default config file (with a password) under XDG_CONFIG_HOME on
     # its first run: keep that out of the user's home.
@@ -748,3 +798,66 @@ def test_an_untitled_document_gets_ghost_text(vscode: VSCode) -> None:
         # its lines are no event to wait for.)
         # Closed without saving: the next test finds the workspace as it was.
         vscode.run_command("View: Revert and Close Editor")
+
+
+def _next_edit_shown(vscode: VSCode, new: str) -> dict[str, list[str]]:
+    """Waits for a next edit that replaces `RENAMED_FROM` by `new`; what the editor shows."""
+    deadline = time.monotonic() + UI_MS / 1000
+    while True:
+        shown: dict[str, list[str]] = vscode.page.evaluate(NEXT_EDIT_JS)
+        if RENAMED_FROM in shown["struck"] and new in shown["after"]:
+            return shown
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"no next edit {RENAMED_FROM!r} -> {new!r} shows; the editor shows {shown}\n"
+                f"{vscode.extension_log()}"
+            )
+        vscode.page.wait_for_timeout(100)
+
+
+def test_next_edits_rename_every_use_with_tab(vscode: VSCode) -> None:
+    """Rename a variable where it is set: the extension shows the same rename at the next use
+    (struck through, the new name after it, a marker at the cursor's line saying where); Tab
+    jumps there and Tab applies it, use after use. One undo takes back one applied edit."""
+    page = vscode.page
+    path = vscode.workspace / FOLDER_NAME / NEXT_EDIT_FILE_NAME
+    with vscode.step("next-edit"):
+        vscode.wait_until_ready()
+        vscode.open_file(NEXT_EDIT_FILE_NAME)
+        # `total` where it is set: line 2, column 5; selected as a word, then typed over.
+        vscode.go_to_line(2, 5)
+        vscode.expect_cursor(2, 5)
+        page.keyboard.press("Control+Shift+ArrowRight")
+        page.keyboard.type(RENAMED_TO, delay=TYPING_DELAY_MS)
+        vscode.expect_cursor(2, 5 + len(RENAMED_TO))
+
+        for index, (line, column) in enumerate(NEXT_EDIT_USES):
+            shown = _next_edit_shown(vscode, RENAMED_TO)
+            print(f"\nnext edit {index + 1}: {shown}")
+            # The edit is on another line than the cursor: the marker says where.
+            assert f"⇥ Tab: next edit ↓ line {line}" in shown["after"], shown
+            if index == 0:
+                shot = vscode.artifacts / "next-edit.png"
+                page.locator(".part.editor").screenshot(path=str(shot))
+                if os.environ.get("INFILL_SCREENSHOT_DIR"):
+                    out = Path(os.environ["INFILL_SCREENSHOT_DIR"]).resolve()
+                    out.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(shot, out / "next-edit.png")
+            page.keyboard.press("Tab")  # to the edit
+            vscode.expect_cursor(line, column)
+            page.keyboard.press("Tab")  # applied: the cursor after the new name
+            vscode.expect_cursor(line, column + len(RENAMED_TO))
+
+        vscode.save()
+        on_disk = path.read_text(encoding="utf-8")
+        assert on_disk == NEXT_EDIT_EXPECTED, (
+            f"the file on disk is not renamed everywhere:\n{on_disk}\n{vscode.extension_log()}"
+        )
+        # Each applied edit is one undo step: one Ctrl+Z takes back the last one only.
+        page.keyboard.press("Control+Z")
+        expect(page.locator(f"{ACTIVE_TAB}.dirty")).to_have_count(1, timeout=UI_MS)
+        vscode.save()
+        undone = path.read_text(encoding="utf-8")
+        assert undone == NEXT_EDIT_EXPECTED.replace("return amount + tax", "return total + tax"), (
+            f"one undo did not take back exactly the last next edit:\n{undone}"
+        )

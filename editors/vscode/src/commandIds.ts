@@ -11,10 +11,21 @@ export const TOGGLE = "infill.toggle";
 export const SHOW_STATUS = "infill.showStatus";
 export const RESTART = "infill.restart";
 export const SHOW_OUTPUT = "infill.showOutput";
+/** Tab and Esc on a shown next edit (package.json binds them under NEXT_EDIT_VISIBLE). */
+export const JUMP_OR_APPLY_NEXT_EDIT = "infill.jumpOrApplyNextEdit";
+export const DISMISS_NEXT_EDIT = "infill.dismissNextEdit";
+/** The context key that is true while a next edit shows (as decorations). */
+export const NEXT_EDIT_VISIBLE = "infill.nextEditVisible";
 
 /** Server protocol extensions (lsp_server/server.py, lsp_server/code_actions.py). */
 export const STATUS_REQUEST = "infill/status";
 export const EXPLAIN_CHUNK = "infill/explainChunk";
+/** Next edits, in GitHub Copilot language server's shapes (lsp_server/next_edit/requests.py). */
+export const INLINE_EDIT_REQUEST = "textDocument/copilotInlineEdit";
+export const DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit";
+export const DID_REJECT_NEXT_EDIT = "infill/didRejectNextEdit";
+/** The `experimental` capability by which the server says it offers next edits. */
+export const NEXT_EDIT_CAPABILITY = "nextEditSuggestions";
 
 export const EXPLAIN_KIND = "refactor.explain";
 export const REWRITE_KIND = "refactor.rewrite";

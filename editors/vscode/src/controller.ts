@@ -21,6 +21,7 @@ import { EXPLAIN_CHUNK, EXPLAIN_KIND, SERVER_EXPLAIN, SERVER_REWRITE, STATUS_REQ
 import { ExplainPanel, type ExplainConnection } from "./explainPanel";
 import { isChunk } from "./explainSession";
 import { gateInline } from "./inline";
+import { NextEditFeature } from "./nextEditView";
 import { runRewrite, type RewriteConnection } from "./rewrite";
 import { hostEnvironment, resolveServerPath, SETUP_URL } from "./serverPath";
 import { logStderrLine } from "./serverLog";
@@ -30,6 +31,8 @@ import type { ServerStatus } from "./status";
 import { explainTargetIn, isEmptyRange, type CommandTarget } from "./targets";
 
 const SECTION = "infill";
+/** The documents the client syncs: every language, file or not yet saved. */
+const DOCUMENT_SELECTOR = [{ scheme: "file" }, { scheme: "untitled" }];
 /** How long a stopping server gets to exit after `shutdown` before it is killed. */
 const STOP_TIMEOUT_MS = 3000;
 
@@ -45,6 +48,7 @@ export class Controller implements vscode.Disposable {
   readonly log: vscode.LogOutputChannel;
   readonly status: StatusBar;
   readonly explainPanel: ExplainPanel;
+  readonly nextEdits: NextEditFeature;
   private readonly poller: StatusPoller;
   private client: LanguageClient | undefined;
   /** Set while the extension itself stops the client: that stop is no failure. */
@@ -64,11 +68,17 @@ export class Controller implements vscode.Disposable {
       (message) => this.log.debug(message),
     );
     this.explainPanel = new ExplainPanel(() => this.explainConnection(), this.log);
+    this.nextEdits = new NextEditFeature(
+      () => this.runningClient(),
+      (document) => vscode.languages.match(DOCUMENT_SELECTOR, document) > 0,
+      this.log,
+    );
     this.disposables.push(
       this.log,
       this.status,
       this.poller,
       this.explainPanel,
+      this.nextEdits,
       vscode.workspace.onDidChangeConfiguration((event) => this.onConfigurationChanged(event)),
     );
   }
@@ -156,6 +166,7 @@ export class Controller implements vscode.Disposable {
     const client = this.client;
     this.client = undefined;
     this.poller.stop();
+    this.nextEdits.edits.dismiss();
     if (!client) {
       return;
     }
@@ -174,8 +185,7 @@ export class Controller implements vscode.Disposable {
 
   private createClient(server: ServerOptions): LanguageClient {
     const options: LanguageClientOptions = {
-      // Every language: the server answers for any text, file or not yet saved.
-      documentSelector: [{ scheme: "file" }, { scheme: "untitled" }],
+      documentSelector: DOCUMENT_SELECTOR,
       outputChannel: this.log,
       stdioOptions: {
         stdout: (input, channel) => eachLine(input, (line) => channel.info(line)),
@@ -188,15 +198,25 @@ export class Controller implements vscode.Disposable {
       },
       synchronize: { configurationSection: SECTION },
       middleware: {
-        provideInlineCompletionItems: (document, position, context, token, next) =>
-          gateInline(
+        provideInlineCompletionItems: (document, position, context, token, next) => {
+          // A next edit that inserts at the cursor shows as ghost text; one shown elsewhere
+          // is the suggestion of the moment, and no ghost text competes with it for Tab.
+          const nextEdit = this.nextEdits.ghostItems(document, position);
+          if (nextEdit) {
+            return nextEdit;
+          }
+          if (this.nextEdits.showing) {
+            return undefined;
+          }
+          return gateInline(
             { enabled: () => this.enabled, begin: () => this.status.beginRequest() },
             next,
             document,
             position,
             context,
             token,
-          ),
+          )?.then((items) => (this.nextEdits.showing ? undefined : items));
+        },
         provideCodeActions: async (document, range, context, token, next) =>
           adaptCodeActions(await next(document, range, context, token)),
         handleWorkDoneProgress: (token, params, next) => {

@@ -1,7 +1,9 @@
 /** Entry point: the controller, and the commands the extension contributes. */
 import * as vscode from "vscode";
 import {
+  DISMISS_NEXT_EDIT,
   EXPLAIN_SELECTION,
+  JUMP_OR_APPLY_NEXT_EDIT,
   RESTART,
   REWRITE_SELECTION,
   SHOW_OUTPUT,
@@ -56,6 +58,8 @@ export function activate(context: vscode.ExtensionContext): void {
       app.status.render();
       vscode.window.setStatusBarMessage(toggleMessage(outcome), 3000);
     }),
+    vscode.commands.registerCommand(JUMP_OR_APPLY_NEXT_EDIT, () => app.nextEdits.edits.tab()),
+    vscode.commands.registerCommand(DISMISS_NEXT_EDIT, () => app.nextEdits.edits.reject()),
     vscode.commands.registerCommand(RESTART, () => app.restart()),
     vscode.commands.registerCommand(SHOW_OUTPUT, () => app.log.show()),
     vscode.commands.registerCommand(SHOW_STATUS, () => showMenu(app)),

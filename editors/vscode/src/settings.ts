@@ -16,7 +16,7 @@ export interface ServerSetting {
 }
 
 /** Keys of the `infill` section that only the extension reads. */
-export const EXTENSION_SETTINGS = ["serverPath", "serverArgs", "enable", "trace"] as const;
+export const EXTENSION_SETTINGS = ["serverPath", "serverArgs", "enable", "nextEdits", "trace"] as const;
 
 /** A setting as the manifest declares it (`contributes.configuration.properties`). */
 interface DeclaredSetting {

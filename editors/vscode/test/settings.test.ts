@@ -103,6 +103,7 @@ describe("the contributed settings (package.json)", () => {
       "infill.serverPath",
       "infill.serverArgs",
       "infill.enable",
+      "infill.nextEdits.enabled",
       "infill.trace.server",
     ]);
     expect(new Set(Object.keys(contributed))).toEqual(known);

@@ -53,6 +53,69 @@ export class ThemeColor {
   constructor(readonly id: string) {}
 }
 
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+  isEqual(other: Position): boolean {
+    return this.line === other.line && this.character === other.character;
+  }
+}
+
+export class Range {
+  constructor(
+    readonly start: Position,
+    readonly end: Position,
+  ) {}
+  get isEmpty(): boolean {
+    return this.start.isEqual(this.end);
+  }
+}
+
+export class Selection extends Range {
+  constructor(
+    readonly anchor: Position,
+    readonly active: Position,
+  ) {
+    super(anchor, active);
+  }
+}
+
+export class MarkdownString {
+  constructor(public value = "") {}
+  appendCodeblock(code: string, language = ""): MarkdownString {
+    this.value += `\n\`\`\`${language}\n${code}\n\`\`\`\n`;
+    return this;
+  }
+}
+
+export class InlineCompletionItem {
+  constructor(
+    readonly insertText: string,
+    readonly range?: Range,
+    readonly command?: Command,
+  ) {}
+}
+
+export enum OverviewRulerLane {
+  Left = 1,
+  Center = 2,
+  Right = 4,
+  Full = 7,
+}
+
+export enum DecorationRangeBehavior {
+  OpenOpen = 0,
+  ClosedClosed = 1,
+}
+
+export enum TextEditorRevealType {
+  Default = 0,
+  InCenter = 1,
+  InCenterIfOutsideViewport = 2,
+}
+
 export enum StatusBarAlignment {
   Left = 1,
   Right = 2,
@@ -164,8 +227,19 @@ export class FakeWebviewPanel {
   }
 }
 
+/** A decoration type: the options it was made with. */
+export class FakeDecorationType {
+  disposed = false;
+  constructor(readonly options: Record<string, unknown>) {}
+  dispose(): void {
+    this.disposed = true;
+  }
+}
+
 /** What the extension showed, and the settings it reads, for the current test. */
 export const recorded = {
+  commands: [] as unknown[][],
+  decorationTypes: [] as FakeDecorationType[],
   statusBarItems: [] as FakeStatusBarItem[],
   panels: [] as FakeWebviewPanel[],
   errors: [] as string[],
@@ -200,6 +274,12 @@ export class FakeLogChannel {
 }
 
 const configurationChanged = new EventEmitter<{ affectsConfiguration(section: string): boolean }>();
+/** The editor events: tests fire them as VS Code would. */
+export const events = {
+  textDocumentChanged: new EventEmitter<{ document: unknown; contentChanges: unknown[] }>(),
+  selectionChanged: new EventEmitter<{ textEditor: unknown }>(),
+  activeEditorChanged: new EventEmitter<unknown>(),
+};
 
 /** What VS Code does when the user changes settings: store them, then say which changed. */
 export function changeSettings(values: Record<string, unknown>): void {
@@ -215,6 +295,11 @@ export function changeSettings(values: Record<string, unknown>): void {
 
 export function reset(): void {
   configurationChanged.dispose(); // no listener of an earlier test hears this one's changes
+  for (const emitter of Object.values(events)) {
+    emitter.dispose();
+  }
+  recorded.commands.length = 0;
+  recorded.decorationTypes.length = 0;
   recorded.statusBarItems.length = 0;
   recorded.panels.length = 0;
   recorded.errors.length = 0;
@@ -255,10 +340,32 @@ export const window = {
   createOutputChannel(name: string): FakeLogChannel {
     return new FakeLogChannel(name);
   },
+  createTextEditorDecorationType(options: Record<string, unknown>): FakeDecorationType {
+    const type = new FakeDecorationType(options);
+    recorded.decorationTypes.push(type);
+    return type;
+  },
+  onDidChangeTextEditorSelection: events.selectionChanged.event,
+  onDidChangeActiveTextEditor: events.activeEditorChanged.event,
+};
+
+export const commands = {
+  async executeCommand(command: string, ...args: unknown[]): Promise<undefined> {
+    recorded.commands.push([command, ...args]);
+    return undefined;
+  },
+};
+
+export const languages = {
+  /** Only the scheme filters are used: 10 for a match, 0 for none. */
+  match(selector: { scheme?: string }[], document: { uri: { scheme: string } }): number {
+    return selector.some((filter) => filter.scheme === document.uri.scheme) ? 10 : 0;
+  },
 };
 
 export const workspace = {
   onDidChangeConfiguration: configurationChanged.event,
+  onDidChangeTextDocument: events.textDocumentChanged.event,
   getConfiguration(section: string) {
     return {
       get: <T>(key: string, fallback?: T): T | undefined =>
