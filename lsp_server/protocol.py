@@ -57,14 +57,15 @@ _WORK_DONE_TOKEN: contextvars.ContextVar[types.ProgressToken | None] = contextva
 
 
 class InfillProtocol(LanguageServerProtocol):
-    """pygls's protocol, with two changes to how a message is read:
+    """pygls's protocol, with these changes to how a message is read:
 
     - a request whose params do not parse still gets its one response (InvalidParams).
       pygls 2.1 only logs such a request and tells the user "Error in server" out of band:
       the client would wait for an answer forever;
     - our commands' positional arguments are folded into the one object their handlers take
       (`commands.fold_positional`);
-    - a command sent as a notification is run, unanswered.
+    - a command sent as a notification is run, unanswered;
+    - a change to a document that is not open is dropped, not an error.
     """
 
     @lsp_method(types.INITIALIZE)
@@ -74,6 +75,18 @@ class InfillProtocol(LanguageServerProtocol):
         result = yield from super().lsp_initialize(params)
         result.capabilities.experimental = {CAPABILITY: {"request": INLINE_EDIT_REQUEST}}
         return result
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(
+        self, params: types.DidChangeTextDocumentParams
+    ) -> Generator[Any, Any, Any]:
+        # A change to a document that is not open (it raced its own didClose, or the client
+        # never opened it) has nothing to apply to: pygls would raise KeyError and show the
+        # user "Error in server". It is dropped, in one line of log.
+        if find_document(self.workspace, params.text_document.uri) is None:
+            log.info("a change to %s, which is not open: ignored", params.text_document.uri)
+            return None
+        return (yield from super().lsp_text_document__did_change(params))
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         if "id" not in data and data.get("method") == types.WORKSPACE_EXECUTE_COMMAND:

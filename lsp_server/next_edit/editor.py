@@ -128,10 +128,19 @@ class NextEditor:
     def _offered(
         self, snap: DocumentSnapshot, edits: Sequence[ProposedEdit], source: Source
     ) -> tuple[Suggestion, ...]:
+        """The edits as offers: an edit offered before for this version keeps its id, and
+        one the user rejected for this version is not offered again."""
         version = snap.version or 0
+        rejected = self.offers.rejected(snap.uri, version)
         return tuple(
-            Suggestion(edit=edit, offer=self.offers.offer(snap.uri, version, source))
+            Suggestion(
+                edit=edit,
+                offer=self.offers.offer(
+                    snap.uri, version, source, (edit.start, edit.end, edit.text)
+                ),
+            )
             for edit in edits
+            if (edit.start, edit.end, edit.text) not in rejected
         )
 
     def report(self, offer_id: str, outcome: Outcome) -> Offer | None:

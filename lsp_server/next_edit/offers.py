@@ -27,15 +27,21 @@ class Outcome(enum.StrEnum):
     REJECTED = "rejected"
 
 
+#: What an edit is, for telling two offers of it apart: `(start, end, text)` in the text of
+#: its version (code points).
+EditKey = tuple[int, int, str]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Offer:
     """One edit sent to the client: its id (the accept command's argument), its document and
-    the version it was computed for, and its source."""
+    the version it was computed for, its source and the edit."""
 
     id: str
     uri: str
     version: int
     source: Source
+    edit: EditKey
 
 
 #: Offers remembered for their outcomes: far more than a client shows at once (one or a few
@@ -51,15 +57,37 @@ class Offers:
 
     def __init__(self) -> None:
         self._open: OrderedDict[str, tuple[Offer, set[Outcome]]] = OrderedDict()
+        # The open offer of each edit: asked again about the same version, the server offers
+        # the same edit under the same id (a client counts it shown once, accepts it late).
+        self._by_edit: dict[tuple[str, int, Source, EditKey], str] = {}
         self._counts = {source: dict.fromkeys(Outcome, 0) for source in Source}
         self._ids = itertools.count(1)
 
-    def offer(self, uri: str, version: int, source: Source) -> Offer:
-        offer = Offer(id=f"ne-{next(self._ids)}", uri=uri, version=version, source=source)
+    def offer(self, uri: str, version: int, source: Source, edit: EditKey = (0, 0, "")) -> Offer:
+        """The offer of `edit` to the document's `version`: the open one, if it was offered
+        before (it moves to the newest), else a new one."""
+        key = (uri, version, source, edit)
+        known = self._by_edit.get(key)
+        if known is not None and known in self._open:
+            self._open.move_to_end(known)
+            return self._open[known][0]
+        offer = Offer(
+            id=f"ne-{next(self._ids)}", uri=uri, version=version, source=source, edit=edit
+        )
         self._open[offer.id] = (offer, set())
+        self._by_edit[key] = offer.id
         while len(self._open) > KEPT_OFFERS:
-            self._open.popitem(last=False)
+            _, (gone, _) = self._open.popitem(last=False)
+            self._by_edit.pop((gone.uri, gone.version, gone.source, gone.edit), None)
         return offer
+
+    def rejected(self, uri: str, version: int) -> frozenset[EditKey]:
+        """The edits of the document's `version` the user rejected: not offered again."""
+        return frozenset(
+            offer.edit
+            for offer, seen in self._open.values()
+            if offer.uri == uri and offer.version == version and Outcome.REJECTED in seen
+        )
 
     def get(self, offer_id: str) -> Offer | None:
         entry = self._open.get(offer_id)
@@ -81,7 +109,8 @@ class Offers:
     def forget(self, uri: str) -> None:
         """The document was closed: its offers can no longer be accepted."""
         for offer_id in [i for i, (o, _) in self._open.items() if o.uri == uri]:
-            del self._open[offer_id]
+            offer, _ = self._open.pop(offer_id)
+            self._by_edit.pop((offer.uri, offer.version, offer.source, offer.edit), None)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Shown, accepted and rejected next edits per source (`infill/stats`)."""

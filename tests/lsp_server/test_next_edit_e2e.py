@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 from lsp_helpers import Session, lsp_session, request_json
+from lsprotocol import types
 from next_edit_client import INLINE_EDIT, Document
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
@@ -177,6 +178,26 @@ async def test_outcomes_are_counted_per_source_in_stats(session: Session) -> Non
     protocol.notify("infill/didRejectNextEdit", {"id": "not-an-id"})
     after = (await request_json(session, "infill/stats", {}))["next_edits"]["propagation"]
     assert {k: after[k] - before[k] for k in after} == {"shown": 3, "accepted": 2, "rejected": 1}
+    # Asked again about the same version: the same edits under the same ids, less the one
+    # the user rejected.
+    again = await document.next_edits(cursor=document.text.index("s)") + 1)
+    assert [e["command"]["arguments"][0] for e in again] == ids[:2]
+
+
+async def test_a_change_to_a_closed_document_is_no_error(session: Session) -> None:
+    """A didChange that races its own didClose (VS Code's revert-and-close of an untitled
+    document) is dropped: no "Error in server" shown, and the server serves on."""
+    document = Document(session, "x = 1\n", "untitled:Untitled-7", "python")
+    session.client.text_document_did_close(
+        types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=document.uri)
+        )
+    )
+    shown = len(session.client.messages)
+    document.replace("x", "y")
+    reopened = Document(session, "y = 1\n", document.uri, "python")
+    assert await reopened.next_edits(cursor=0) == []
+    assert session.client.messages[shown:] == []
 
 
 async def test_the_capability_is_advertised(session: Session) -> None:
