@@ -104,6 +104,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/remote.py
 	$(BIN)/python bench/next_edit.py
+	$(BIN)/python bench/next_edit_rewrite.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)

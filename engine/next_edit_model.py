@@ -152,6 +152,7 @@ class NextEditModel:
         parts: list[str] = []
         output_tokens = 0
         finish: FinishReason | None = None
+        stop_reason: str | int | None = None
         error: str | None = None
         async with contextlib.aclosing(self.engine.generate(request)) as deltas:
             async for delta in deltas:
@@ -160,8 +161,7 @@ class NextEditModel:
                 parts.append(delta.text)
                 output_tokens += len(delta.token_ids)
                 if delta.finish_reason is not None:
-                    finish = delta.finish_reason
-                    error = delta.error
+                    finish, stop_reason, error = delta.finish_reason, delta.stop_reason, delta.error
         seconds = time.perf_counter() - started
 
         def result(
@@ -182,7 +182,12 @@ class NextEditModel:
 
         if finish is FinishReason.ERROR:
             return result(RewriteOutcome.FAILED)
-        region = parse_rewrite(self.format, "".join(parts), given)
+        answer = "".join(parts)
+        if finish is FinishReason.STOP and stop_reason == self.format.end:
+            # A server that keeps no stop string in its output (include_stop_str_in_output is
+            # vLLM's, not every server's) still said the answer ended at the end marker.
+            answer = answer if answer.endswith(self.format.end) else answer + self.format.end
+        region = parse_rewrite(self.format, answer, given)
         if region is None:
             return result(RewriteOutcome.INVALID)
         edits = region_edits(given.region, region)

@@ -31,6 +31,8 @@ from engine.completion import CompletionModel
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import model_spec
+from engine.next_edit import ZETA1, NextEditInput, render_next_edit_text
+from engine.next_edit_model import NextEditModel, RewriteOutcome
 from engine.specs import ModelOptions, RemoteSpec, remote_base_url
 from engine.types import (
     ChatMessage,
@@ -596,3 +598,39 @@ def test_doctor_describes_a_remote_server_for_both_roles(
     assert status == 1
     assert report["completion"]["ok"] is False
     assert f"cannot reach {gone}/v1" in report["completion"]["error"]
+
+
+async def test_a_next_edit_rewrite_through_a_server_that_cuts_the_end_marker(
+    foreign: Foreign,
+) -> None:
+    """A remote next-edit model gets the format's prompt as text, its end marker as a stop
+    string; a server that says it stopped there but keeps no stop string in its output (not
+    every server takes include_stop_str_in_output) still gives the rewrite."""
+    text = "a = 1\nb = 1\n"
+    given = NextEditInput(
+        path="m.py", text=text, region_start=0, region_end=len(text) - 1, cursor=1
+    )
+    end = "<|editable_region_end|>"
+    foreign.answers += [
+        events(piece("done", "stop", stop_reason=None)),  # says it reports stop reasons
+        events(
+            piece("<|editable_region_start|>\na = 2\n"),
+            piece("b = 2\n", "stop", stop_reason=end),
+        ),
+    ]
+    engine = remote(foreign.url)
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x"))) == (
+        "done",
+        FinishReason.STOP,
+        None,
+    )
+    model = NextEditModel.of(engine, "zeta1")
+    assert model is not None
+    assert NextEditModel.of(engine, None) is None  # a remote server's tokens are not known
+    rewrite = await model.rewrite(given)
+    body = foreign.bodies[-1]
+    assert body["prompt"] == render_next_edit_text(ZETA1, given).text
+    assert body["stop"] == [end]
+    assert rewrite.outcome is RewriteOutcome.EDITED
+    assert rewrite.region == "a = 2\nb = 2"
+    assert [(e.start, e.end, e.text) for e in rewrite.edits] == [(4, 5, "2"), (10, 11, "2")]
