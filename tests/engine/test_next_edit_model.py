@@ -8,6 +8,8 @@ format says.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,6 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 from engine.backends.transformers import TransformersBackend  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.next_edit import (  # noqa: E402
+    NEXT_EDIT_FAMILIES,
     ZETA1,
     NextEditInput,
     RecentEdit,
@@ -38,13 +41,15 @@ MARKERS = [
     "<|user_cursor_is_here|>",
     "<|editable_region_end|>",
 ]
-SPECIALS = ["<s>", "</s>", *MARKERS]
 CORPUS = ["def add(a, b):\n    return a + b\n", "MARK = 'text'\nx = 1\n"]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
-    folder = tmp_path_factory.mktemp("tiny-zeta1-llama")
+#: Zeta 2's own tokens: Seed-Coder's FIM tokens and the cursor marker (engine/next_edit.py).
+ZETA2_MARKERS = ["<[fim-suffix]>", "<[fim-prefix]>", "<[fim-middle]>", "<|user_cursor|>"]
+
+
+def tiny_model(folder: Path, markers: list[str]) -> TransformersBackend:
+    """A random one-layer Llama whose tokenizer has `markers` as special tokens."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -52,7 +57,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
         CORPUS * 4,
         trainers.BpeTrainer(
             vocab_size=300,
-            special_tokens=SPECIALS,
+            special_tokens=["<s>", "</s>", *markers],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
@@ -74,6 +79,16 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     return TransformersBackend(ModelSpec(path=folder, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
+    return tiny_model(tmp_path_factory.mktemp("tiny-zeta1-llama"), MARKERS)
+
+
+@pytest.fixture(scope="module")
+def zeta2_backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
+    return tiny_model(tmp_path_factory.mktemp("tiny-zeta2-llama"), ZETA2_MARKERS)
 
 
 def test_the_format_is_found_in_the_models_tokenizer(backend: TransformersBackend) -> None:
@@ -108,18 +123,21 @@ def test_markers_are_single_ids_and_the_codes_spelling_stays_text(
     assert prompt.stops == StopConditions(stop_token_ids_visible=(end_id,))
 
 
+@pytest.mark.parametrize("family", ["zeta1", "zeta2"])
 async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
-    backend: TransformersBackend,
+    family: str, request: pytest.FixtureRequest
 ) -> None:
     """The whole model path on a real model: the format found from the tokenizer, the prompt
     the engine runs is the format's ids, the rewrite ends at the end marker's id or at its
     token limit, and what comes back is read as the format says (a random model's answer is
     no valid rewrite, or a rewrite whose edits rebuild it)."""
+    backend = request.getfixturevalue("backend" if family == "zeta1" else "zeta2_backend")
+    fmt = NEXT_EDIT_FAMILIES[family]
     engine = Engine(backend)
     try:
         model = NextEditModel.of(engine, None)
         assert model is not None
-        assert model.format is ZETA1
+        assert model.format is fmt  # found from the tokenizer's special tokens
         text = "def add(a, b):\n    return a + b\n"
         given = NextEditInput(
             path="m.py",
@@ -132,9 +150,17 @@ async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
             ),
             at_file_start=True,
         )
-        request, prompt = model.request(given)
-        assert request.prompt_token_ids == build_next_edit_prompt(backend, ZETA1, given).token_ids
-        assert request.stops == prompt.stops
+        request, _ = model.request(given)
+        assert request.prompt_token_ids == build_next_edit_prompt(backend, fmt, given).token_ids
+        end_id = backend.special_token_id(fmt.end)
+        if family == "zeta1":  # its end marker is a special token here: stopped by id
+            assert end_id is not None
+            assert request.stops == StopConditions(stop_token_ids_visible=(end_id,))
+        else:  # Zeta 2 ends at a line of text
+            assert end_id is None
+            assert request.stops == StopConditions(
+                stop=(">>>>>>> UPDATED",), include_stop_str_in_output=True
+            )
         assert request.sampling.temperature == 0.0
         rewrite = await model.rewrite(given)
         assert 0 < rewrite.output_tokens <= model.max_tokens(given)

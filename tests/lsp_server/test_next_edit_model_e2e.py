@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_helpers import Session, lsp_session, request_json, wait_until
+from lsp_helpers import Session, completion_engine, lsp_session, request_json, wait_until
 from next_edit_client import INLINE_EDIT, Document
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
@@ -235,3 +235,39 @@ async def test_a_stale_version_is_answered_with_nothing_and_the_model_is_not_ask
         assert len(coder.starts()) == 1
         (edit,) = unversioned["edits"]
         assert edit["textDocument"]["version"] == document.version
+
+
+# --- the real server with the real default model -----------------------------------------------
+
+
+async def test_with_the_default_model_only_propagation_runs() -> None:
+    """The default completion model has no next-edit format: an edit propagation cannot
+    repeat gets no edit, and the model is never asked."""
+    async with lsp_session(client_capabilities(NEOVIM), {"infill": {"debounceMs": 0}}) as session:
+        assert (await session.until_loaded())["status"] == "ready"
+        document = Document(session, BEFORE, "untitled:Untitled-3", "python")
+        document.replace("[p.x for", "[p.x * 2 for")
+        assert await document.next_edits(CURSOR) == []
+        engine = await completion_engine(session)
+        assert engine["roles"] == ["completion"]  # no next-edit model was loaded
+        assert [job for job in engine["jobs"] if job["document"] == document.uri] == []
+
+
+async def test_the_default_model_named_a_zeta_model_rewrites_through_the_real_engine() -> None:
+    """`nextEditFormat` names a format for the default model, which was never trained on it:
+    the rewrite runs on it through llama.cpp, within its token limit, as one job of the
+    document, and the request gets its one answer (no valid rewrite from this model: no edit,
+    or edits that apply)."""
+    settings = {"infill": {"debounceMs": 0, "nextEditFormat": "zeta1"}}
+    async with lsp_session(client_capabilities(NEOVIM), settings) as session:
+        assert (await session.until_loaded())["status"] == "ready"
+        document = Document(session, BEFORE, "file:///tmp/a%20b/n%C3%BA.py", "python")
+        document.replace("[p.x for", "[p.x * 2 for")
+        edits = await document.next_edits(CURSOR)
+        document.accept(edits)  # whatever it proposed applies to the version it was made for
+        engine = await completion_engine(session)
+        assert sorted(engine["roles"]) == ["completion", "next_edit"]  # one model, both roles
+        (job,) = [job for job in engine["jobs"] if job["document"] == document.uri]
+        region_tokens = job["prompt_tokens"]  # a bound above the region's own tokens
+        assert 0 < job["generated_tokens"] <= 2 * region_tokens + 64
+        assert job["finish_reasons"][0] in ("stop", "length")
