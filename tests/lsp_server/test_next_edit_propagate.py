@@ -516,3 +516,141 @@ def test_a_one_word_string_changes_only_where_the_same_literal_stands() -> None:
     assert apply(after, proposals(before, after)) == (
         'mode = "dark"\ntitle = "light and dark"\ncolor("dark")\n'
     )
+
+
+# --- rules settled on the main set's misses and false edits (bench/next_edit.py) ----------
+
+
+def test_a_wrapped_name_is_wrapped_only_where_the_same_bracket_stands() -> None:
+    before = (
+        "def parse(boundary):\n"
+        "    a = re.compile(b'%s--%s' % (BREAK, boundary, BREAK))\n"
+        "    b = re.compile(b'%s?--%s' % (BREAK, boundary, BREAK))\n"
+        "    self.boundary = boundary\n"
+        "    return len(boundary)\n"
+    )
+    after = before.replace("(BREAK, boundary, BREAK)", "(BREAK, re.escape(boundary), BREAK)", 1)
+
+    assert apply(after, proposals(before, after)) == before.replace(
+        "(BREAK, boundary, BREAK)", "(BREAK, re.escape(boundary), BREAK)"
+    )
+
+
+def test_a_changed_none_stays_where_the_line_is_the_same() -> None:
+    before = (
+        "def set_cookie(\n"
+        "    key: str,\n"
+        "    path: str | None = None,\n"
+        "    domain: str | None = None,\n"
+        "    secure: bool = False,\n"
+        "):\n"
+        "    return None\n"
+    )
+    after = before.replace("path: str | None = None", 'path: str | None = "/"')
+
+    assert proposals(before, after) == ()
+
+
+def test_a_keyword_replaced_names_nothing_to_repeat() -> None:
+    before = "def f():\n    try:\n        a()\n    except E:\n        pass\n    try:\n        b()\n"
+    after = before.replace("    try:\n        a()", "    if ready:\n        a()")
+
+    assert proposals(before, after) == ()
+
+
+def test_an_added_line_is_not_repeated_above_its_twins() -> None:
+    before = "def test():\n    run()\n    assert out == [\n        1,\n    ]\n    assert out == [\n"
+    after = before.replace("    run()\n", "    run()\n    # the default is not shown\n")
+
+    assert proposals(before, after) == ()
+
+
+def test_a_whole_line_pattern_matches_whole_lines_only() -> None:
+    before = "def f(proxy):\n    proxy.wrapped\n    assert proxy.wrapped is x\n    proxy.wrapped\n"
+    after = before.replace("    proxy.wrapped\n", "    proxy.wrapped  # noqa: B018\n", 1)
+
+    assert apply(after, proposals(before, after)) == before.replace(
+        "    proxy.wrapped\n", "    proxy.wrapped  # noqa: B018\n"
+    )
+
+
+def test_two_insertions_read_as_one_span_propose_nothing_at_a_shared_token() -> None:
+    before = "def f():\n    check(loads(dumps(inf)), inf)\n    check(loads(dumps(nan)), nan)\n"
+    after = before.replace("loads(dumps(inf))", "loads(dumps(inf, a=1), a=1)")
+
+    assert proposals(before, after) == ()
+
+
+def test_a_comparison_with_none_is_fixed_where_it_compares_with_none() -> None:
+    before = (
+        "def f(a, b):\n    if a == None:\n        return 0\n    return a == 0\n\n"
+        "def g(c):\n    return c == None\n"
+    )
+    after = before.replace("if a == None", "if a is None")
+
+    assert apply(after, proposals(before, after)) == before.replace("== None", "is None")
+
+
+def test_a_type_comparison_is_fixed_where_the_same_call_is_compared() -> None:
+    before = (
+        "def test_a(s):\n    assert type(s['b']) == bytes\n    assert len(s) == 3\n\n"
+        "def test_b(exc):\n    assert type(exc) == ZeroDivisionError\n    assert exc == other\n"
+    )
+    after = before.replace("type(s['b']) == bytes", "type(s['b']) is bytes")
+
+    assert apply(after, proposals(before, after)) == after.replace(
+        "type(exc) == ZeroDivisionError", "type(exc) is ZeroDivisionError"
+    )
+
+
+def test_an_expression_replaced_is_replaced_in_the_other_functions() -> None:
+    before = "def index():\n    1 // 0\n\n\ndef get(self):\n    1 // 0\n    return 1\n"
+    after = before.replace("1 // 0", "raise ZeroDivisionError", 1)
+
+    assert apply(after, proposals(before, after)) == before.replace(
+        "1 // 0", "raise ZeroDivisionError"
+    )
+
+
+def test_a_version_in_prose_changes_in_the_other_docstrings_not_in_code() -> None:
+    before = (
+        'def a():\n    """Deprecated, removed in 2.4."""\n    return 2.4\n\n'
+        'def b():\n    warn("b is deprecated and will be removed in 2.4.")\n'
+    )
+    after = before.replace('removed in 2.4."""', 'removed in 3.0."""')
+
+    assert apply(after, proposals(before, after)) == (
+        'def a():\n    """Deprecated, removed in 3.0."""\n    return 2.4\n\n'
+        'def b():\n    warn("b is deprecated and will be removed in 3.0.")\n'
+    )
+
+
+def test_a_method_renamed_at_a_call_through_self_is_renamed_at_its_definition() -> None:
+    before = (
+        "def _sync(x):\n    return x\n\n\n"
+        "class Browser:\n"
+        "    def run(self):\n        self._sync(1)\n\n"
+        "    def _sync(self, x):\n        return _sync(x)\n"
+    )
+    after = before.replace("self._sync(1)", "self._sync_all(1)")
+
+    assert apply(after, proposals(before, after)) == after.replace(
+        "    def _sync(self", "    def _sync_all(self"
+    )
+
+
+def test_a_rename_typed_letter_by_letter_proposes_the_whole_new_name() -> None:
+    """One `didChange` per keystroke, within the pause: one group, so the proposals after the
+    last letter put the whole name at the other uses."""
+    before = "def f():\n    count = 0\n    return count\n"
+    history = EditHistory()
+    history.opened(URI, before)
+    at = before.index("count")
+    text = before[:at] + before[at + len("count") :]
+    history.changed(URI, text, now=0.0)
+    for i, char in enumerate("amount"):
+        text = text[: at + i] + char + text[at + i :]
+        group = history.changed(URI, text, now=0.1 * (i + 1))
+    assert group is not None
+
+    assert apply(text, propagate(text, group)) == before.replace("count", "amount")
