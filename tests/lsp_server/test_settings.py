@@ -42,6 +42,9 @@ GOOD = [
     ("maxDocumentBytes", 1 << 20, "max_document_bytes"),
     ("maxSelectionChars", 4000, "max_selection_chars"),
     ("typeAheadDocuments", 1, "type_ahead_documents"),
+    ("nextEditModel", "/models/zeta.gguf", "next_edit_model"),
+    ("nextEditFormat", "zeta2", "next_edit_format"),
+    ("remoteNextEditModel", "zeta", "remote_next_edit_model"),
 ]
 
 #: Values each key must refuse: wrong type, out of range, or not one of the choices.
@@ -81,6 +84,9 @@ BAD = [
     ("maxDocumentBytes", 0),
     ("maxSelectionChars", "4k"),
     ("typeAheadDocuments", 0),
+    ("nextEditModel", 1),
+    ("nextEditFormat", "sweep"),
+    ("remoteNextEditModel", {"name": "zeta"}),
 ]
 
 
