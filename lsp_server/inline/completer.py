@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from engine.completion import CompletionModel
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.inline.latest import LatestWins
+from lsp_server.inline.latest import LatestWins, unless_superseded
 from lsp_server.inline.result import InlineResult
 from lsp_server.inline.speculator import Speculator
 from lsp_server.inline.suggest import suggest
@@ -81,7 +81,6 @@ class InlineCompleter:
         if cached is not None:
             self._latest.release(snap.uri, superseded)
             return cached
-        work: asyncio.Task[InlineResult] | None = None
         try:
             if settings.debounce_ms > 0:
                 with contextlib.suppress(TimeoutError):
@@ -100,7 +99,7 @@ class InlineCompleter:
                     count_tokens=model.format.count_tokens,
                     roots=roots,
                 )
-            work = asyncio.ensure_future(
+            result = await unless_superseded(
                 suggest(
                     model,
                     snap,
@@ -108,16 +107,11 @@ class InlineCompleter:
                     invoked=invoked,
                     speculator=self.speculator,
                     context=context,
-                )
+                ),
+                superseded,
             )
-            waiter = asyncio.ensure_future(superseded.wait())
-            try:
-                await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not work.done():
+            if result is None:
                 return None
-            result = work.result()
             self._type_ahead.remember(
                 snap, invoked, result, documents=settings.type_ahead_documents
             )
@@ -126,5 +120,3 @@ class InlineCompleter:
             return result
         finally:
             self._latest.release(snap.uri, superseded)
-            if work is not None and not work.done():
-                work.cancel()  # closing its stream aborts the engine job

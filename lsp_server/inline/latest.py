@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class LatestWins:
@@ -32,3 +36,18 @@ class LatestWins:
 
     def __len__(self) -> int:
         return len(self._live)
+
+
+async def unless_superseded(work: Awaitable[T], superseded: asyncio.Event) -> T | None:
+    """`work`'s result; or None as soon as `superseded` is set first, `work` then cancelled
+    (closing a generation's stream aborts the engine's job within a token). Cancelling the
+    caller cancels `work` too."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(superseded.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() and not task.cancelled() else None

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from engine.next_edit_model import NextEditModel, RewriteOutcome
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.inline.latest import LatestWins
+from lsp_server.inline.latest import LatestWins, unless_superseded
 from lsp_server.next_edit.history import EditGroup, EditHistory
 from lsp_server.next_edit.offers import Offer, Offers, Outcome, Source
 from lsp_server.next_edit.propagate import ProposedEdit, propagate
@@ -82,21 +81,13 @@ class NextEditor:
         if model is None:
             return ()
         superseded = self._latest.claim(snap.uri)
-        work: asyncio.Future[tuple[ProposedEdit, ...]] | None = None
         try:
-            work = asyncio.ensure_future(self._rewrite(snap, group, model, roots))
-            waiter = asyncio.ensure_future(superseded.wait())
-            try:
-                await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiter.cancel()
-            if not work.done():
-                return None
-            return self._offered(snap, work.result(), Source.MODEL)
+            rewritten = await unless_superseded(
+                self._rewrite(snap, group, model, roots), superseded
+            )
         finally:
             self._latest.release(snap.uri, superseded)
-            if work is not None and not work.done():
-                work.cancel()  # closing its stream aborts the engine's job within a token
+        return None if rewritten is None else self._offered(snap, rewritten, Source.MODEL)
 
     async def _rewrite(
         self,
