@@ -145,11 +145,18 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 def host_name(host_header: str) -> str:
-    """The host a Host header names, without its port: `[::1]:8012` is `[::1]`."""
+    """The host a Host header names, without its port: `[::1]:8012` is `[::1]`. A header that
+    is not `HOST` or `HOST:PORT` comes back whole (and names no loopback host)."""
     if host_header.startswith("["):
         end = host_header.find("]")
-        return host_header[: end + 1] if end > 0 else host_header
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+        rest = host_header[end + 1 :]
+        if end > 0 and (not rest or (rest[0] == ":" and rest[1:].isdigit())):
+            return host_header[: end + 1]
+        return host_header
+    name, colon, port = host_header.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        return name
+    return host_header
 
 
 class LoopbackHostCheck:
