@@ -172,13 +172,22 @@ def _generation(body: str, answer: str, summary: str) -> dict[str, Any]:
                     "description": "the answer, or with stream: true a text/event-stream",
                     "content": {
                         "application/json": {"schema": _ref(answer)},
-                        "text/event-stream": {"schema": {"type": "string"}},
+                        # One server-sent event each (as OpenAPI 3.2 reads it): `data:`
+                        # holds a chunk as JSON, an error object, or `[DONE]` last.
+                        "text/event-stream": {"schema": _EVENT},
                     },
                 },
                 **_errors(400, 401, 404, 413, 415, 500, 503),
             },
         }
     }
+
+
+_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}},
+    "required": ["data"],
+}
 
 
 def _get(answer: dict[str, Any], summary: str, *errors: int) -> dict[str, Any]:

@@ -178,6 +178,18 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _whole(value: object) -> object:
+    """An integer written as a float (`60.0`) is that integer, as JSON Schema's `integer`
+    says; `60.5`, `"60"` and `true` are not integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _whole_list(value: object) -> object:
+    return [_whole(v) for v in value] if isinstance(value, list) else value
+
+
 def _check_prompt(value: object) -> object:
     """A string, a list of one string (taken as the string), or a list of token ids."""
     if value is None:
@@ -185,6 +197,8 @@ def _check_prompt(value: object) -> object:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and value:
+        value = _whole_list(value)
+        assert isinstance(value, list)
         if len(value) == 1 and isinstance(value[0], str):
             return value[0]
         if all(_is_int(v) for v in value):
@@ -215,6 +229,7 @@ def _check_stop(value: object) -> object:
 def _check_stop_ids(value: object) -> object:
     if value is None:
         return None
+    value = _whole_list(value)
     if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
         raise _refuse("stop_token_ids must be a list of token ids (non-negative integers)")
     if len(value) > MAX_STOP_TOKEN_IDS:
@@ -259,7 +274,9 @@ def _check_content(value: object, info: ValidationInfo) -> object:
 
 #: Fields taken as JSON numbers, finite: NaN and infinities are refused.
 Number = Annotated[float, Field(allow_inf_nan=False)]
-MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+#: Fields taken as JSON integers (`2.0` too).
+Int = Annotated[int, BeforeValidator(_whole)]
+MaxTokens = Annotated[Int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
 
 _M = TypeVar("_M", bound="_Body")
 
@@ -301,16 +318,16 @@ class _Body(BaseModel):
     max_tokens: MaxTokens | None = None
     temperature: Annotated[Number, Field(ge=0)] | None = Field(None, description="default 1.0")
     top_p: Annotated[Number, Field(gt=0, le=1)] | None = Field(None, description="default 1.0")
-    top_k: Annotated[int, Field(ge=-1, le=INT32_MAX)] | None = Field(
+    top_k: Annotated[Int, Field(ge=-1, le=INT32_MAX)] | None = Field(
         None, description="0 or -1: off"
     )
-    min_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS_LIMIT)] | None = None
+    min_tokens: Annotated[Int, Field(ge=0, le=MAX_TOKENS_LIMIT)] | None = None
     repetition_penalty: Annotated[Number, Field(gt=0)] | None = None
     repeat_penalty: Annotated[Number, Field(gt=0)] | None = Field(
         None, description="llama.cpp's name, used when repetition_penalty is unset"
     )
-    n: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = Field(None, description="default 1")
-    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    n: Annotated[Int, Field(ge=1, le=MAX_CHOICES)] | None = Field(None, description="default 1")
+    seed: Annotated[Int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: Annotated[
@@ -331,7 +348,7 @@ class _Body(BaseModel):
         ),
     ] = None
     stop_token_ids: Annotated[
-        list[Annotated[int, Field(ge=0)]] | None,
+        list[Annotated[Int, Field(ge=0)]] | None,
         Field(max_length=MAX_STOP_TOKEN_IDS, description="inside the model's vocabulary"),
         BeforeValidator(_check_stop_ids),
     ] = None
@@ -350,7 +367,7 @@ class _Body(BaseModel):
     @field_validator("echo", "logprobs", "top_logprobs", mode="before")
     @classmethod
     def _unsupported(cls, value: object, info: ValidationInfo) -> object:
-        if value not in (None, False):
+        if value is not None and value is not False:  # 0 == False, and is refused
             raise _refuse(f"{info.field_name} is not supported")
         return value
 
@@ -438,14 +455,14 @@ class CompletionBody(_Body):
     """A /v1/completions body."""
 
     prompt: Annotated[
-        str | list[Annotated[int, Field(ge=0)]],
+        str | list[Annotated[Int, Field(ge=0)]],
         BeforeValidator(_check_prompt),
         Field(description="a string, a list of one string, or a list of token ids"),
     ]
     suffix: str | None = Field(
         None, description="the text after the cursor: a fill-in-the-middle prompt"
     )
-    best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = Field(
+    best_of: Annotated[Int, Field(ge=1, le=MAX_CHOICES)] | None = Field(
         None, description="only equal to n"
     )
 
