@@ -274,9 +274,10 @@ def _check_content(value: object, info: ValidationInfo) -> object:
 
 #: Fields taken as JSON numbers, finite: NaN and infinities are refused.
 Number = Annotated[float, Field(allow_inf_nan=False)]
-#: Fields taken as JSON integers (`2.0` too).
-Int = Annotated[int, BeforeValidator(_whole)]
-MaxTokens = Annotated[Int, Field(ge=1, le=MAX_TOKENS_LIMIT)]
+#: On a field taken as a JSON integer: `2.0` too. (After the bounds, so that the document
+#: says them as JSON Schema does.)
+WHOLE = BeforeValidator(_whole)
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT), WHOLE]
 
 _M = TypeVar("_M", bound="_Body")
 
@@ -318,16 +319,18 @@ class _Body(BaseModel):
     max_tokens: MaxTokens | None = None
     temperature: Annotated[Number, Field(ge=0)] | None = Field(None, description="default 1.0")
     top_p: Annotated[Number, Field(gt=0, le=1)] | None = Field(None, description="default 1.0")
-    top_k: Annotated[Int, Field(ge=-1, le=INT32_MAX)] | None = Field(
+    top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), WHOLE] | None = Field(
         None, description="0 or -1: off"
     )
-    min_tokens: Annotated[Int, Field(ge=0, le=MAX_TOKENS_LIMIT)] | None = None
+    min_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS_LIMIT), WHOLE] | None = None
     repetition_penalty: Annotated[Number, Field(gt=0)] | None = None
     repeat_penalty: Annotated[Number, Field(gt=0)] | None = Field(
         None, description="llama.cpp's name, used when repetition_penalty is unset"
     )
-    n: Annotated[Int, Field(ge=1, le=MAX_CHOICES)] | None = Field(None, description="default 1")
-    seed: Annotated[Int, Field(ge=INT64_MIN, le=INT64_MAX)] | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES), WHOLE] | None = Field(
+        None, description="default 1"
+    )
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), WHOLE] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: Annotated[
@@ -348,7 +351,7 @@ class _Body(BaseModel):
         ),
     ] = None
     stop_token_ids: Annotated[
-        list[Annotated[Int, Field(ge=0)]] | None,
+        list[Annotated[int, Field(ge=0), WHOLE]] | None,
         Field(max_length=MAX_STOP_TOKEN_IDS, description="inside the model's vocabulary"),
         BeforeValidator(_check_stop_ids),
     ] = None
@@ -455,14 +458,14 @@ class CompletionBody(_Body):
     """A /v1/completions body."""
 
     prompt: Annotated[
-        str | list[Annotated[Int, Field(ge=0)]],
+        str | list[Annotated[int, Field(ge=0), WHOLE]],
         BeforeValidator(_check_prompt),
         Field(description="a string, a list of one string, or a list of token ids"),
     ]
     suffix: str | None = Field(
         None, description="the text after the cursor: a fill-in-the-middle prompt"
     )
-    best_of: Annotated[Int, Field(ge=1, le=MAX_CHOICES)] | None = Field(
+    best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES), WHOLE] | None = Field(
         None, description="only equal to n"
     )
 
