@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from engine.detokenizer import Detokenizer
 from engine.errors import DetokenizeError
-from engine.stops import StopChecker, StopKind
+from engine.stops import StopChecker, StopKind, StopRules
 from engine.types import FinishReason, StopConditions, TextDelta
 
 #: The token id of a piece of text that came without one (`on_text`): no stop id matches it.
@@ -52,10 +52,12 @@ class OutputProcessor:
         min_tokens: int,
         new_detokenizer: Callable[[], Detokenizer],
     ) -> None:
+        # Compiled once: every choice reads the same stop strings and ids.
+        rules = StopRules.of(stops)
         self._choices = [
             _Choice(
                 new_detokenizer(),
-                StopChecker(stops, max_tokens=max_tokens, min_tokens=min_tokens),
+                StopChecker(rules, max_tokens=max_tokens, min_tokens=min_tokens),
             )
             for _ in range(n)
         ]

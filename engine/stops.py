@@ -18,14 +18,20 @@ a request means the same here as on a team's server:
 
 Per-token work is proportional to the new text: only a window as long as the longest stop
 string is kept from earlier tokens; matches are found by one compiled regular expression over
-that window, and a withheld tail is looked up in a precomputed set of stop prefixes, starting
-only where a stop string could begin.
+that window, and the withheld tail is the state of an automaton over the hidden stop strings
+(Aho-Corasick's trie and failure links), fed each new character once.
+
+A request's stops are compiled once (`StopRules`) and shared by its choices: memory is linear in
+the stop strings' total length (a set of every prefix, as before, was quadratic: 5 GB for one
+100,000-character stop string).
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.types import FinishReason, StopConditions
@@ -67,40 +73,114 @@ class StepResult:
     trigger: StopTrigger | None = None
 
 
-class StopChecker:
-    """Stop state of one choice. Not thread-safe: one choice, one thread."""
+class PrefixAutomaton:
+    """The longest suffix of a text that begins one of `strings`, kept up to date a character
+    at a time: Aho-Corasick's trie with failure links (no output links: a whole match is the
+    regular expression's to find). Built once, read-only after; its state is an int."""
 
-    def __init__(self, stops: StopConditions, *, max_tokens: int, min_tokens: int = 0) -> None:
-        self._max_tokens = max_tokens
-        self._min_tokens = min_tokens
-        self._generated = 0
+    __slots__ = ("_depth", "_fail", "_goto")
 
-        self._visible_ids = frozenset(stops.stop_token_ids_visible)
-        self._user_ids = frozenset(stops.stop_token_ids)
+    def __init__(self, strings: Iterable[str]) -> None:
+        goto: list[dict[str, int]] = [{}]
+        depth = [0]
+        for s in strings:
+            node = 0
+            for ch in s:
+                child = goto[node].get(ch)
+                if child is None:
+                    child = len(goto)
+                    goto.append({})
+                    depth.append(depth[node] + 1)
+                    goto[node][ch] = child
+                node = child
+        fail = [0] * len(goto)
+        queue = deque(goto[0].values())
+        while queue:
+            node = queue.popleft()
+            for ch, child in goto[node].items():
+                f = fail[node]
+                while f and ch not in goto[f]:
+                    f = fail[f]
+                fail[child] = goto[f].get(ch, 0)
+                queue.append(child)
+        self._goto = goto
+        self._fail = fail
+        self._depth = depth
+
+    def feed(self, state: int, text: str) -> int:
+        """The state after `text` (0: the start)."""
+        goto, fail = self._goto, self._fail
+        for ch in text:
+            while state and ch not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(ch, 0)
+        return state
+
+    def depth(self, state: int) -> int:
+        """How many of the last characters fed begin one of the strings."""
+        return self._depth[state]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StopRules:
+    """One request's stop conditions compiled once, shared read-only by its choices."""
+
+    visible_ids: frozenset[int]
+    user_ids: frozenset[int]
+    hidden_ids: frozenset[int]
+    strings: tuple[str, ...]
+    #: Stop strings are all hidden or all visible, as the request says.
+    visible_strings: bool
+    #: The longest stop string's length: how much earlier text a match can reach back into.
+    window: int
+    pattern: re.Pattern[str] | None
+    #: Over the hidden stop strings (None when they are visible or there are none).
+    prefixes: PrefixAutomaton | None
+
+    @classmethod
+    def of(cls, stops: StopConditions) -> StopRules:
+        user_ids = frozenset(stops.stop_token_ids)
         system_ids = frozenset() if stops.ignore_eos else frozenset(stops.stop_token_ids_hidden)
-        self._hidden_ids = self._user_ids | system_ids
-
-        # Stop strings are all hidden or all visible, as the request says.
         strings = tuple(dict.fromkeys(stops.stop))
-        self._strings = strings
-        self._visible_strings = stops.include_stop_str_in_output
-        self._window = max((len(s) for s in strings), default=0)
         # Leftmost match first; at the same start the regex takes the first alternative that
         # matches, so shorter strings go first: the one a stream completes first.
-        self._pattern = (
+        pattern = (
             re.compile("|".join(re.escape(s) for s in sorted(strings, key=len)))
             if strings
             else None
         )
-        hidden = () if self._visible_strings else strings
-        self._hidden_prefixes = frozenset(s[:k] for s in hidden for k in range(1, len(s)))
-        self._prefix_starts = frozenset(p[0] for p in self._hidden_prefixes)
-        self._longest_prefix = max((len(p) for p in self._hidden_prefixes), default=0)
+        hidden = strings and not stops.include_stop_str_in_output
+        return cls(
+            visible_ids=frozenset(stops.stop_token_ids_visible),
+            user_ids=user_ids,
+            hidden_ids=user_ids | system_ids,
+            strings=strings,
+            visible_strings=stops.include_stop_str_in_output,
+            window=max((len(s) for s in strings), default=0),
+            pattern=pattern,
+            prefixes=PrefixAutomaton(strings) if hidden else None,
+        )
+
+
+class StopChecker:
+    """Stop state of one choice. Not thread-safe: one choice, one thread."""
+
+    def __init__(
+        self, stops: StopConditions | StopRules, *, max_tokens: int, min_tokens: int = 0
+    ) -> None:
+        self._max_tokens = max_tokens
+        self._min_tokens = min_tokens
+        self._generated = 0
+        rules = stops if isinstance(stops, StopRules) else StopRules.of(stops)
+        self._rules = rules
+        self._window = rules.window
+        self._visible_strings = rules.visible_strings
 
         # `_tail` holds the last `_window` characters seen (at least), and its last `_withheld`
-        # characters have not been released yet.
+        # characters have not been released yet; `_state` is the prefix automaton's.
         self._tail = ""
         self._withheld = 0
+        self._state = 0
 
     @property
     def withheld(self) -> str:
@@ -130,11 +210,12 @@ class StopChecker:
         if below_min:
             return StepResult(text)
 
-        if token_id in self._visible_ids:
+        rules = self._rules
+        if token_id in rules.visible_ids:
             # Withheld text can never complete now; it is older than this token's text.
             return StepResult(self.flush() + text, StopTrigger(StopKind.VISIBLE_TOKEN, token_id))
-        if token_id in self._hidden_ids:
-            kind = StopKind.USER_TOKEN if token_id in self._user_ids else StopKind.EOS_TOKEN
+        if token_id in rules.hidden_ids:
+            kind = StopKind.USER_TOKEN if token_id in rules.user_ids else StopKind.EOS_TOKEN
             return StepResult(self.flush(), StopTrigger(kind, token_id))
 
         if not self._window or not text:
@@ -161,7 +242,12 @@ class StopChecker:
             shown = tail[release_start:start] if start > release_start else ""
             return StepResult(shown, StopTrigger(StopKind.HIDDEN_STRING, stop))
 
-        self._withheld = self._withheld_length()
+        prefixes = self._rules.prefixes
+        if prefixes is not None:
+            self._state = prefixes.feed(self._state, text)
+            # No whole stop string ends here (the match above would have found it), so this is
+            # the longest suffix that is a proper prefix of a hidden stop string.
+            self._withheld = prefixes.depth(self._state)
         release_end = len(tail) - self._withheld
         shown = tail[release_start:release_end] if release_end > release_start else ""
         # Keep only what a later match or withheld prefix could still need.
@@ -173,15 +259,6 @@ class StopChecker:
     def _earliest_match(self, search_from: int) -> tuple[int, str] | None:
         """The match that starts first; at the same start the shorter one, which a stream
         completes first."""
-        assert self._pattern is not None
-        match = self._pattern.search(self._tail, search_from)
+        assert self._rules.pattern is not None
+        match = self._rules.pattern.search(self._tail, search_from)
         return None if match is None else (match.start(), match.group())
-
-    def _withheld_length(self) -> int:
-        """Length of the longest suffix of the tail that is a proper prefix of a hidden stop."""
-        tail = self._tail
-        starts = self._prefix_starts
-        for i in range(max(0, len(tail) - self._longest_prefix), len(tail)):
-            if tail[i] in starts and tail[i:] in self._hidden_prefixes:
-                return len(tail) - i
-        return 0

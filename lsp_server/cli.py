@@ -123,10 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine.add_argument("--host", default="127.0.0.1", help="a non-loopback host wants a key")
     engine.add_argument("--port", type=int, default=8012, help="0: any free port (printed)")
-    engine.add_argument(
+    key = engine.add_mutually_exclusive_group()
+    key.add_argument(
         "--api-key", help="Bearer key for every route but /health (default: $INFILL_API_KEY)"
     )
-    engine.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN")
+    key.add_argument("--api-key-file", metavar="PATH", help="the key in a file (not seen in ps)")
+    engine.add_argument(
+        "--allow-no-key", action="store_true", help="listen on a non-loopback host without a key"
+    )
+    engine.add_argument(
+        "--cors-origin", action="append", default=[], metavar="ORIGIN", help="'*' needs a key"
+    )
+    engine.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="tokens one request may ask for, n x max_tokens (default: 16384)",
+    )
     engine.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
     engine.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
 
@@ -181,6 +195,30 @@ def _serve(args: argparse.Namespace) -> int:
     return run_serve(base, log_file=args.log_file, verbose=args.verbose, tcp=tcp)
 
 
+def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from engine.api.schema import DEFAULT_TOKEN_BUDGET
+    from engine.api.serve import read_key_file, run_server
+
+    api_key = args.api_key or os.environ.get(API_KEY_ENV)
+    if args.api_key_file is not None:
+        try:
+            api_key = read_key_file(args.api_key_file)
+        except ValueError as e:
+            parser.error(str(e))
+    budget = DEFAULT_TOKEN_BUDGET if args.max_request_tokens is None else args.max_request_tokens
+    if budget < 1:
+        parser.error("--max-request-tokens must be at least 1")
+    return run_server(
+        model_options(args),
+        host=args.host,
+        port=args.port,
+        api_key=api_key,
+        cors_origins=args.cors_origin,
+        allow_no_key=args.allow_no_key,
+        token_budget=budget,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -212,15 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return asyncio.run(run_complete(args))
         if args.command == "engine":
-            from engine.api.serve import run_server
-
-            return run_server(
-                model_options(args),
-                host=args.host,
-                port=args.port,
-                api_key=args.api_key or os.environ.get(API_KEY_ENV),
-                cors_origins=args.cors_origin,
-            )
+            return _engine(args, parser)
         return _doctor(args)
     except EngineError as e:
         print(f"infill-lsp: error: {e}", file=sys.stderr)

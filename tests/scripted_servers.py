@@ -18,7 +18,7 @@ from fake_backend import FakeBackend
 
 from engine.api.app import build_app
 from engine.api.loader import ModelLoader
-from engine.api.serve import bind, url_of
+from engine.api.serve import bind, url_of, uvicorn_config
 from engine.engine import Engine
 from engine.types import Role
 
@@ -76,10 +76,12 @@ def wait_until(predicate: Callable[[], Any], what: str, give_up_after: float = 3
     pytest.fail(f"timed out waiting for {what}")
 
 
-def serve_in_thread(app: Any, sock: socket.socket) -> Callable[[], None]:
-    """Serve the ASGI `app` with uvicorn on `sock` (bound) in a thread; returns its stop.
-    A socket that already listens keeps requests in its backlog until uvicorn accepts."""
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off"))
+def serve_in_thread(app: Any, sock: socket.socket, **config: Any) -> Callable[[], None]:
+    """Serve the ASGI `app` with uvicorn on `sock` (bound) in a thread, configured as the
+    engine server configures it (`config`: `uvicorn_config`'s deadlines and bounds); returns
+    its stop. A socket that already listens keeps requests in its backlog until uvicorn
+    accepts."""
+    server = uvicorn.Server(uvicorn_config(app, **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
 
@@ -95,9 +97,10 @@ def serve() -> Iterator[Callable[..., str]]:
     """Start the app on a free loopback port in a thread; returns its URL."""
     running: list[tuple[Callable[[], None], ModelLoader]] = []
 
-    def start(models: ModelLoader, **kw: Any) -> str:
+    def start(models: ModelLoader, *, server: dict[str, Any] | None = None, **kw: Any) -> str:
+        """`kw`: `build_app`'s; `server`: `uvicorn_config`'s."""
         sock = bind("127.0.0.1", 0)
-        running.append((serve_in_thread(build_app(models, **kw), sock), models))
+        running.append((serve_in_thread(build_app(models, **kw), sock, **(server or {})), models))
         return url_of(sock)
 
     yield start

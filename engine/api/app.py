@@ -1,11 +1,13 @@
 """The engine server's Starlette app: OpenAI-compatible routes over the loaded engines.
 
 Here the app is put together: the route table, the guards in front of it (the loopback Host
-check, CORS, the API key), and the error handlers that turn every failure into an OpenAI error
-body, so that the server keeps serving after each one. Where the rest lives:
+check, CORS, the API key and what a caller without it may see, the bound on generation
+requests at once), and the error handlers that turn every failure into an OpenAI error body,
+so that the server keeps serving after each one. Where the rest lives:
 
 - `routes`: the handlers, thin: read the body, parse it, pick the role's engine.
-- `schema`: request bodies parsed and checked; `ApiError`.
+- `schema`: request bodies as pydantic models, every bound on them; `ApiError`.
+- `openapi`: the OpenAPI document at /openapi.json.
 - `generate`: the engine request, the generation, the answer whole or streamed, engine
   failures as HTTP errors.
 - `responses`: the answers' JSON, and what each route writes its own way (`Endpoint`).
@@ -24,21 +26,31 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.api.loader import ModelLoader
-from engine.api.routes import Routes
-from engine.api.schema import ApiError
+from engine.api.openapi import openapi_document
+from engine.api.routes import RETRY_AFTER_SECONDS, Routes
+from engine.api.schema import DEFAULT_TOKEN_BUDGET, MAX_BODY_BYTES, ApiError
+from engine.api.streaming import ClientGone
+from engine.net import is_loopback
 
 log = logging.getLogger(__name__)
 
-#: A larger body is refused (413) before it is read whole.
-MAX_BODY_BYTES = 16 << 20
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+#: Generation requests at once, running or waiting for the model; one more is answered 503
+#: with Retry-After rather than queued without end.
+DEFAULT_MAX_JOBS = 64
+#: Routes anyone may call: whether the server is up, and what the API is.
+PUBLIC_PATHS = frozenset({"/health", "/openapi.json"})
+#: Routes that tell what others do (document URIs, model paths): never without the key, nor
+#: on a server others can reach without one (`--allow-no-key`).
+PRIVATE_PATHS = frozenset({"/stats", "/model-info"})
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+#: Where the guards leave their verdict for the routes (`request.state.trusted`).
+TRUSTED = "trusted"
 
 
 def build_app(
@@ -48,15 +60,23 @@ def build_app(
     cors_origins: Sequence[str] = (),
     loopback: bool = True,
     max_body_bytes: int = MAX_BODY_BYTES,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    max_jobs: int = DEFAULT_MAX_JOBS,
 ) -> Starlette:
-    """The ASGI app serving `models`. `api_key`: every route but /health needs it as a Bearer
-    token. `loopback`: the server listens on loopback only, so requests must name it as their
-    Host (a web page cannot reach it by DNS rebinding). `cors_origins`: the only web origins
-    allowed to call it (none by default)."""
-    api = Routes(models, max_body_bytes=max_body_bytes, started=int(time.time()))
+    """The ASGI app serving `models`.
+
+    `api_key`: every route but /health and /openapi.json needs it as a Bearer token, and
+    /health tells a caller without it only the status. Without a key, a caller is trusted only
+    on `loopback`. `loopback`: the server listens on loopback only, so requests must name it
+    as their Host (a web page cannot reach it by DNS rebinding). `cors_origins`: the only web
+    origins allowed to call it (none by default). `token_budget`: tokens one request may ask
+    for, all choices together. `max_jobs`: generation requests at once."""
+    api = Routes(
+        models, max_body_bytes=max_body_bytes, token_budget=token_budget, started=int(time.time())
+    )
     middleware = []
     if loopback:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK_HOSTS)))
+        middleware.append(Middleware(LoopbackHostCheck))
     if cors_origins:
         middleware.append(
             Middleware(
@@ -66,10 +86,11 @@ def build_app(
                 allow_headers=["Authorization", "Content-Type"],
             )
         )
-    if api_key:
-        middleware.append(Middleware(KeyCheck, key=api_key))
+    middleware.append(Middleware(KeyCheck, key=api_key, trusted_without_key=loopback))
+    middleware.append(Middleware(JobLimit, limit=max_jobs))
     routes = [
         Route("/health", api.health, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         Route("/stats", api.stats, methods=["GET"]),
         Route("/model-info", api.model_info, methods=["GET"]),
         Route("/v1/models", api.list_models, methods=["GET"]),
@@ -81,10 +102,16 @@ def build_app(
         middleware=middleware,
         exception_handlers={
             ApiError: _api_error,
+            ClientGone: _client_gone,
             HTTPException: _http_error,
             Exception: _server_error,
         },
     )
+
+
+async def openapi(request: Request) -> Response:
+    """GET /openapi.json."""
+    return JSONResponse(openapi_document())
 
 
 def _json_error(error: ApiError) -> JSONResponse:
@@ -98,38 +125,128 @@ async def _api_error(request: Request, exc: Exception) -> Response:
     return _json_error(exc)
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # nobody reads it
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     message = exc.detail
     if exc.status_code == 404:
-        message = f"no route {request.method} {request.url.path}"
+        message = f"no route {request.method} {request.url.path[:200]}"
     return _json_error(ApiError(exc.status_code, message, headers=exc.headers))
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:
-    # Starlette logs the traceback; the client gets the reason in OpenAI's shape.
-    return _json_error(ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
+    # Starlette logs the traceback; the client is told only that it failed: an exception's
+    # text may name paths or what a library holds.
+    log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    return _json_error(ApiError(500, "internal error: the server's log says why"))
 
 
-class KeyCheck:
-    """Every route but /health needs `Authorization: Bearer KEY` (compared in constant time)."""
+def host_name(host_header: str) -> str:
+    """The host a Host header names, without its port: `[::1]:8012` is `[::1]`. A header that
+    is not `HOST` or `HOST:PORT` comes back whole (and names no loopback host)."""
+    if host_header.startswith("["):
+        end = host_header.find("]")
+        rest = host_header[end + 1 :]
+        if end > 0 and (not rest or (rest[0] == ":" and rest[1:].isdigit())):
+            return host_header[: end + 1]
+        return host_header
+    name, colon, port = host_header.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        return name
+    return host_header
 
-    def __init__(self, app: ASGIApp, key: str) -> None:
+
+class LoopbackHostCheck:
+    """A server on loopback answers only requests that name a loopback host (`localhost`,
+    `127.0.0.1`, `[::1]`): a web page that got a name to resolve to 127.0.0.1 (DNS rebinding)
+    sends its own name."""
+
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._key = key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
-            scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self._key
-            ):
-                error = ApiError(
-                    401,
-                    "a valid API key is required: Authorization: Bearer KEY",
-                    code="invalid_api_key",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "")
+            if not is_loopback(host_name(host)):
+                error = ApiError(400, "invalid Host header: this server answers on loopback only")
                 await _json_error(error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+class KeyCheck:
+    """Who is trusted: a caller with `Authorization: Bearer KEY` (compared in constant time)
+    where the server has a key, anyone on a loopback server without one. The untrusted get
+    only the public routes (and, without a key, generation); /health says less to them."""
+
+    def __init__(self, app: ASGIApp, key: str | None, trusted_without_key: bool) -> None:
+        self.app = app
+        self._key = key.encode() if key else None
+        self._trusted_without_key = trusted_without_key
+
+    def trusted(self, scope: Scope) -> bool:
+        if self._key is None:
+            return self._trusted_without_key
+        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self._key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        trusted = self.trusted(scope)
+        scope.setdefault("state", {})[TRUSTED] = trusted
+        path = scope["path"]
+        error = None
+        if trusted or path in PUBLIC_PATHS:
+            pass
+        elif self._key is not None:
+            error = ApiError(
+                401,
+                "a valid API key is required: Authorization: Bearer KEY",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        elif path in PRIVATE_PATHS:
+            error = ApiError(
+                403,
+                f"{path} tells what other clients do: it needs the server to have an API key",
+                code="key_required",
+            )
+        if error is not None:
+            await _json_error(error)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class JobLimit:
+    """At most `limit` generation requests at once, from their body to their answer's end (a
+    stream's included); one more gets 503 with Retry-After at once, before its body is read."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self._limit = limit
+        self._running = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in GENERATION_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self._running >= self._limit:
+            error = ApiError(
+                503,
+                f"{self._limit} requests are already running or waiting for the model; "
+                "retry shortly",
+                code="too_many_requests",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+            await _json_error(error)(scope, receive, send)
+            return
+        self._running += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._running -= 1

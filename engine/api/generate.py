@@ -48,6 +48,7 @@ async def completion_request(
     stops = replace(common.stops, stop_token_ids_hidden=prompt_format.stop_token_ids)
     prompt = params.prompt
     info = loaded.engine.info
+    check_vocabulary(common.stops.stop_token_ids, "stop_token_ids", info.vocab_size)
     if params.suffix is not None:
         if prompt_format.fim is None:
             raise ApiError(
@@ -63,12 +64,8 @@ async def completion_request(
         fim = await asyncio.to_thread(prompt_format.render, prompt, params.suffix)
         assert fim.token_ids is not None  # built from the model's own tokenizer
         prompt = fim.token_ids
-    elif isinstance(prompt, tuple) and any(t >= info.vocab_size for t in prompt):
-        raise ApiError(
-            400,
-            f"prompt has token ids outside the vocabulary (size {info.vocab_size})",
-            param="prompt",
-        )
+    elif isinstance(prompt, tuple):
+        check_vocabulary(prompt, "prompt", info.vocab_size)
     return GenerationRequest(
         prompt=prompt if isinstance(prompt, str) else None,
         prompt_token_ids=None if isinstance(prompt, str) else prompt,
@@ -80,10 +77,11 @@ async def completion_request(
     )
 
 
-def chat_request(params: ChatParams, *, request_id: str) -> GenerationRequest:
+def chat_request(loaded: Loaded, params: ChatParams, *, request_id: str) -> GenerationRequest:
     """The engine request of a chat body: the worker renders the messages with the model's own
     chat template."""
     common = params.common
+    check_vocabulary(common.stops.stop_token_ids, "stop_token_ids", loaded.engine.info.vocab_size)
     return GenerationRequest(
         messages=params.messages,
         role=Role.CHAT,
@@ -92,6 +90,14 @@ def chat_request(params: ChatParams, *, request_id: str) -> GenerationRequest:
         request_id=request_id,
         cache_key=common.cache_key,
     )
+
+
+def check_vocabulary(token_ids: tuple[int, ...], field: str, vocab_size: int) -> None:
+    """A 400 when a token id is not the model's."""
+    if any(t >= vocab_size for t in token_ids):
+        raise ApiError(
+            400, f"{field} has token ids outside the vocabulary (size {vocab_size})", param=field
+        )
 
 
 # --- failures ---------------------------------------------------------------------------------

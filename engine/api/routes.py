@@ -7,15 +7,14 @@ their jobs.
 
 from __future__ import annotations
 
-from typing import Any
-
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from engine.api.generate import Call, answer, chat_request, completion_request
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS
-from engine.api.schema import ApiError, parse_chat, parse_completion, parse_json
+from engine.api.schema import ApiError, ChatBody, CompletionBody, parse_body
+from engine.api.streaming import ClientGone
 from engine.backends.openai import OURS
 from engine.jobs import ReportWords, record_json
 from engine.types import LoadState, Role
@@ -31,22 +30,28 @@ STATS_WORDS = ReportWords(finished="jobs_finished", recent="recent", document="c
 class Routes:
     """The route handlers, over one `ModelLoader`."""
 
-    def __init__(self, models: ModelLoader, *, max_body_bytes: int, started: int) -> None:
+    def __init__(
+        self, models: ModelLoader, *, max_body_bytes: int, token_budget: int, started: int
+    ) -> None:
         self.models = models
         self.max_body_bytes = max_body_bytes
+        self.token_budget = token_budget
         self.started = started
 
     async def health(self, request: Request) -> Response:
-        """`{"status", "model_loaded", "backend", "device", "models": [...]}`; never needs
-        the key. `model_loaded` (every role's model is) and the first loaded model's `backend`
-        and `device` are for a client that knows of one model; `models` has each."""
+        """`{"status", "model_loaded"}` for anyone; for a trusted caller (the key, or any on
+        a loopback server without one) also `backend`, `device` and `models` (paths and load
+        errors included). `model_loaded` (every role's model is) and the first loaded model's
+        `backend` and `device` are for a client that knows of one model; `models` has each."""
+        status = self.models.status()
+        short = {"status": status.value, "model_loaded": status is LoadState.READY}
+        if not getattr(request.state, "trusted", False):
+            return JSONResponse(short)
         models = self.models.describe()
         first = next((m for m in models if m["backend"] is not None), None)
-        status = self.models.status()
         return JSONResponse(
             {
-                "status": status.value,
-                "model_loaded": status is LoadState.READY,
+                **short,
                 "backend": first["backend"] if first else None,
                 "device": first["device"] if first else None,
                 "models": models,
@@ -101,7 +106,10 @@ class Routes:
 
     async def completions(self, request: Request) -> Response:
         """POST /v1/completions."""
-        params = parse_completion(await read_json(request, self.max_body_bytes))
+        body = parse_body(
+            await read_body(request, self.max_body_bytes), CompletionBody, budget=self.token_budget
+        )
+        params = body.params(budget=self.token_budget)
         ident, loaded = self._engine(params.common.model, Role.COMPLETION)
         call = Call.start(COMPLETIONS, model=ident, engine=loaded.engine, common=params.common)
         generation = await completion_request(loaded, params, request_id=call.header.id)
@@ -109,14 +117,15 @@ class Routes:
 
     async def chat_completions(self, request: Request) -> Response:
         """POST /v1/chat/completions."""
-        body = await read_json(request, self.max_body_bytes)
-        # Parsed twice at most: the default max_tokens is the model's context, known once
-        # the model is picked, and the model is named in the body.
-        model = body.get("model") if isinstance(body.get("model"), str) else None
-        ident, loaded = self._engine(model, Role.CHAT)
-        params = parse_chat(body, default_max_tokens=loaded.engine.info.context_size)
+        body = parse_body(
+            await read_body(request, self.max_body_bytes), ChatBody, budget=self.token_budget
+        )
+        ident, loaded = self._engine(body.model, Role.CHAT)
+        # An unset max_tokens is the model's context (within the budget): known once the
+        # model is picked.
+        params = body.params(context_size=loaded.engine.info.context_size, budget=self.token_budget)
         call = Call.start(CHAT, model=ident, engine=loaded.engine, common=params.common)
-        return await answer(request, call, chat_request(params, request_id=call.header.id))
+        return await answer(request, call, chat_request(loaded, params, request_id=call.header.id))
 
     def _engine(self, name: str | None, role: Role) -> tuple[str, Loaded]:
         """The model a request names (None: `role`'s), if it is ready to serve."""
@@ -141,22 +150,23 @@ class Routes:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         if status.loaded is None:
+            # Why is in the log and in /health for a trusted caller (it may name paths).
             raise ApiError(
                 500,
-                f"the {role.value} model {status.model_id} failed to load: {status.error}",
+                f"the {role.value} model {status.model_id} failed to load; /health says why",
                 code="model_load_failed",
             )
         return status.model_id, status.loaded
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object; 415 for another Content-Type (a web page cannot send JSON
-    without a CORS preflight), 413 past `limit` bytes, 400 for bad JSON."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, which must be JSON: 415 for another Content-Type (a web page cannot
+    send JSON without a CORS preflight), 413 past `limit` bytes."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != "application/json":
         raise ApiError(
             415,
-            f"the body must be application/json, not {media or 'untyped'}",
+            f"the body must be application/json, not {media[:40] or 'untyped'}",
             param="Content-Type",
             code="unsupported_media_type",
         )
@@ -165,9 +175,12 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         raise ApiError(413, f"the body is over {limit} bytes", code="request_too_large")
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the body is over {limit} bytes", code="request_too_large")
-        chunks.append(chunk)
-    return parse_json(b"".join(chunks))
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the body is over {limit} bytes", code="request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone from None
+    return b"".join(chunks)

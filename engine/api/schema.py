@@ -1,20 +1,40 @@
-"""OpenAI's wire format, the asking half: request bodies parsed into our types, and errors.
+"""OpenAI's wire format, the asking half: request bodies as pydantic models with every bound
+declared on them, parsed into our types, and errors.
 
-Plain functions, no web framework: a route parses the body with `parse_completion` or
-`parse_chat` (which raise `ApiError` naming the field), runs the engine, and builds its answer
-with `responses`. Field names and defaults follow OpenAI's API, with vLLM's extensions
-(`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`, `include_stop_str_in_output`,
-`ignore_eos`, and a `stop_reason` per choice).
+A route reads the body (`parse_body`: at most `MAX_BODY_BYTES`, `MAX_JSON_VALUES` values,
+nesting as deep as Python's JSON parser goes), validates it as `CompletionBody` or `ChatBody`
+(a 400 naming the field: `ApiError`), and turns it into the engine's types with `params`. The
+same models make the OpenAPI document (`openapi.py`). Field names and defaults follow OpenAI's
+API, with vLLM's extensions (`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`,
+`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice).
+
+Every bound is here, so that one request cannot make the server allocate without limit nor
+hold the model for hours: stop strings (16, of 256 characters), stop ids (64), choices (128),
+and a token budget per request (`n` x `max_tokens`, `DEFAULT_TOKEN_BUDGET` unless the server
+is started with another).
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from engine.types import ChatMessage, SamplingParams, StopConditions
 
@@ -22,6 +42,28 @@ from engine.types import ChatMessage, SamplingParams, StopConditions
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 #: More choices than any editor asks for; a bound so one request cannot occupy the model for long.
 MAX_CHOICES = 128
+#: Tokens one request may ask for, all choices together (`n` x `max_tokens`): 4 choices of a
+#: 4,096-token context. A setting (`infill-lsp engine --max-request-tokens`). A chat request
+#: without `max_tokens` gets what the budget and the context allow.
+DEFAULT_TOKEN_BUDGET = 16_384
+#: `max_tokens` and `min_tokens` past any context a model has.
+MAX_TOKENS_LIMIT = 1 << 20
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 256
+MAX_STOP_TOKEN_IDS = 64
+MAX_MESSAGES = 4096
+MAX_CONTENT_PARTS = 256
+#: A larger body is refused (413) before it is read whole. A 128K-token context of code is
+#: about 512 KB of text (as a list of token ids, about 900 KB): 4 MiB leaves room for JSON's
+#: escapes.
+MAX_BODY_BYTES = 4 << 20
+#: JSON values (outside strings) a body may hold: a prompt of 128K token ids fits. Every value
+#: Python's parser makes costs 30 to 250 bytes, so this bounds the parse to about 64 MB
+#: whatever the body holds (4 MiB of `[[]]` alone made 140 MB).
+MAX_JSON_VALUES = 1 << 18
+#: seed: a signed 64-bit integer (as vLLM takes it); top_k: a C int.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
 CHAT_ROLES = ("system", "user", "assistant")
 
 
@@ -30,6 +72,7 @@ class ErrorType(enum.StrEnum):
 
     INVALID_REQUEST = "invalid_request_error"
     AUTHENTICATION = "authentication_error"
+    PERMISSION = "permission_error"
     NOT_FOUND = "not_found_error"
     UNAVAILABLE = "service_unavailable"
     SERVER = "server_error"
@@ -64,6 +107,8 @@ class ApiError(Exception):
 def _default_type(status: int) -> ErrorType:
     if status == 401:
         return ErrorType.AUTHENTICATION
+    if status == 403:
+        return ErrorType.PERMISSION
     if status == 404:
         return ErrorType.NOT_FOUND
     if status == 503:
@@ -85,7 +130,7 @@ def invalid(param: str, message: str, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
-# --- requests ---------------------------------------------------------------------------------
+# --- what a route hands on ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +148,7 @@ class Common:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompletionParams:
-    """A parsed /v1/completions body."""
+    """A checked /v1/completions body."""
 
     common: Common
     prompt: str | tuple[int, ...]
@@ -113,86 +158,102 @@ class CompletionParams:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ChatParams:
-    """A parsed /v1/chat/completions body."""
+    """A checked /v1/chat/completions body."""
 
     common: Common
     messages: tuple[ChatMessage, ...]
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object, or a 400."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise invalid("body", f"the request body is not valid JSON: {e}", "invalid_json") from e
-    if not isinstance(body, dict):
-        raise invalid("body", "the request body must be a JSON object")
-    return body
+# --- the models's own checks ------------------------------------------------------------------
+
+#: Error types raised by our own checks: their message names the field already.
+_OURS = "infill_invalid"
 
 
-def parse_completion(body: Mapping[str, Any]) -> CompletionParams:
-    """A /v1/completions body, validated; ApiError (400, naming the field) when it is not."""
-    if "prompt" not in body or body["prompt"] is None:
-        raise invalid("prompt", "prompt is required")
-    suffix = _optional(body, "suffix", str, "a string")
-    common = _common(
-        body, max_tokens_fields=("max_tokens",), default_max_tokens=DEFAULT_COMPLETION_MAX_TOKENS
-    )
-    # A completions field (chat has none): refused rather than ignored, as `_unsupported` does.
-    best_of = body.get("best_of")
-    if best_of is not None and best_of != body.get("n", 1):
-        raise invalid("best_of", "best_of is not supported (only equal to n)")
-    return CompletionParams(common=common, prompt=_prompt(body["prompt"]), suffix=suffix or None)
+def _refuse(message: str, param: str | None = None) -> PydanticCustomError:
+    return PydanticCustomError(_OURS, message, {"param": param} if param else None)
 
 
-def parse_chat(body: Mapping[str, Any], *, default_max_tokens: int) -> ChatParams:
-    """A /v1/chat/completions body, validated; ApiError (400, naming the field) when it is not.
-    `default_max_tokens`: what an unset max_tokens means (the worker caps it at the room left)."""
-    common = _common(
-        body,
-        # OpenAI's newer name, taken when max_tokens is unset.
-        max_tokens_fields=("max_tokens", "max_completion_tokens"),
-        default_max_tokens=default_max_tokens,
-    )
-    return ChatParams(common=common, messages=_messages(body.get("messages")))
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _prompt(value: object) -> str | tuple[int, ...]:
+def _whole(value: object) -> object:
+    """An integer written as a float (`60.0`) is that integer, as JSON Schema's `integer`
+    says; `60.5`, `"60"` and `true` are not integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _whole_list(value: object) -> object:
+    return [_whole(v) for v in value] if isinstance(value, list) else value
+
+
+def _check_prompt(value: object) -> object:
+    """A string, a list of one string (taken as the string), or a list of token ids."""
+    if value is None:
+        raise _refuse("prompt is required")
     if isinstance(value, str):
         return value
     if isinstance(value, list) and value:
+        value = _whole_list(value)
+        assert isinstance(value, list)
         if len(value) == 1 and isinstance(value[0], str):
             return value[0]
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if all(_is_int(v) for v in value):
             if any(v < 0 for v in value):
-                raise invalid("prompt", "token ids in prompt must not be negative")
-            return tuple(value)
-        if all(isinstance(v, str) for v in value):
-            raise invalid("prompt", "batched prompts are not supported: send one prompt a request")
-        if all(isinstance(v, list) for v in value):
-            raise invalid("prompt", "batched prompts are not supported: send one prompt a request")
-    raise invalid("prompt", "prompt must be a string, a list of one string, or a list of token ids")
+                raise _refuse("token ids in prompt must not be negative")
+            return value
+        if all(isinstance(v, str | list) for v in value):
+            raise _refuse("batched prompts are not supported: send one prompt a request")
+    raise _refuse("prompt must be a string, a list of one string, or a list of token ids")
 
 
-def _messages(value: object) -> tuple[ChatMessage, ...]:
+def _check_stop(value: object) -> object:
+    """One string or a list of them, each non-empty, within the bounds."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise _refuse("stop must be a string or a list of strings")
+    if len(items) > MAX_STOP_STRINGS:
+        raise _refuse(f"stop takes at most {MAX_STOP_STRINGS} strings, got {len(items)}")
+    if any(not s for s in items):
+        raise _refuse("stop strings must not be empty")
+    if any(len(s) > MAX_STOP_CHARS for s in items):
+        raise _refuse(f"stop strings must be at most {MAX_STOP_CHARS} characters long")
+    return items
+
+
+def _check_stop_ids(value: object) -> object:
+    if value is None:
+        return None
+    value = _whole_list(value)
+    if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
+        raise _refuse("stop_token_ids must be a list of token ids (non-negative integers)")
+    if len(value) > MAX_STOP_TOKEN_IDS:
+        raise _refuse(f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids, got {len(value)}")
+    return value
+
+
+def _check_messages(value: object) -> object:
     if not isinstance(value, list) or not value:
-        raise invalid("messages", "messages must be a non-empty list of {role, content} objects")
-    messages = []
+        raise _refuse("messages must be a non-empty list of {role, content} objects")
+    if len(value) > MAX_MESSAGES:
+        raise _refuse(f"messages takes at most {MAX_MESSAGES} messages, got {len(value)}")
     for i, item in enumerate(value):
-        where = f"messages[{i}]"
         if not isinstance(item, dict):
-            raise invalid(where, f"{where} must be an object with role and content")
-        role = item.get("role")
-        if role not in CHAT_ROLES:
-            raise invalid(f"{where}.role", f"{where}.role must be one of {', '.join(CHAT_ROLES)}")
-        messages.append(ChatMessage(role=role, content=_content(item.get("content"), where)))
-    return tuple(messages)
+            where = f"messages[{i}]"
+            raise _refuse(f"{where} must be an object with role and content", where)
+    return value
 
 
-def _content(value: object, where: str) -> str:
+def _check_content(value: object, info: ValidationInfo) -> object:
+    """A string, or a list of text parts (joined)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
+    if isinstance(value, list) and len(value) <= MAX_CONTENT_PARTS:
         texts = []
         for j, part in enumerate(value):
             if not (
@@ -200,153 +261,335 @@ def _content(value: object, where: str) -> str:
                 and part.get("type") == "text"
                 and isinstance(part.get("text"), str)
             ):
-                raise invalid(
-                    f"{where}.content[{j}]",
-                    f'{where}.content[{j}] must be {{"type": "text", "text": ...}}: '
+                raise PydanticCustomError(
+                    _OURS,
+                    'content[{part}] must be {"type": "text", "text": ...}: '
                     "only text parts are supported",
+                    {"part": j},
                 )
             texts.append(part["text"])
         return "".join(texts)
-    raise invalid(f"{where}.content", f"{where}.content must be a string or a list of text parts")
+    raise _refuse(f"content must be a string or a list of at most {MAX_CONTENT_PARTS} text parts")
 
 
-def _common(
-    body: Mapping[str, Any], *, max_tokens_fields: Sequence[str], default_max_tokens: int
-) -> Common:
-    model = _optional(body, "model", str, "a string")
-    _unsupported(body)
-    max_tokens = _max_tokens(body, max_tokens_fields, default_max_tokens)
-    temperature = _number(body, "temperature", 1.0)
-    if temperature < 0:
-        raise invalid("temperature", f"temperature must not be negative, got {temperature}")
-    top_p = _number(body, "top_p", 1.0)
-    if not 0 < top_p <= 1:
-        raise invalid("top_p", f"top_p must be in (0, 1], got {top_p}")
-    top_k = _integer(body, "top_k", 0)
-    if top_k < -1:
-        raise invalid("top_k", f"top_k must be 0 or -1 (off) or positive, got {top_k}")
-    min_tokens = _integer(body, "min_tokens", 0)
-    if min_tokens < 0:
-        raise invalid("min_tokens", f"min_tokens must not be negative, got {min_tokens}")
-    penalty_field = "repeat_penalty" if "repetition_penalty" not in body else "repetition_penalty"
-    penalty = _number(body, penalty_field, 1.0)
-    if penalty <= 0:
-        raise invalid(penalty_field, f"{penalty_field} must be positive, got {penalty}")
-    n = _integer(body, "n", 1)
-    if not 1 <= n <= MAX_CHOICES:
-        raise invalid("n", f"n must be between 1 and {MAX_CHOICES}, got {n}")
-    seed = _optional(body, "seed", int, "an integer")
-    stream = bool(_optional(body, "stream", bool, "a boolean"))
-    options = _optional(body, "stream_options", dict, "an object")
-    include_usage = False
-    if options is not None:
-        usage = options.get("include_usage")
-        if usage is not None and not isinstance(usage, bool):
-            raise invalid("stream_options.include_usage", "include_usage must be a boolean")
-        include_usage = bool(usage)
-    sampling = SamplingParams(
-        max_tokens=max_tokens,
-        min_tokens=min_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=max(top_k, 0),
-        repetition_penalty=penalty,
-        seed=seed,
-        n=n,
+#: Fields taken as JSON numbers, finite: NaN and infinities are refused.
+Number = Annotated[float, Field(allow_inf_nan=False)]
+#: On a field taken as a JSON integer: `2.0` too. (After the bounds, so that the document
+#: says them as JSON Schema does.)
+WHOLE = BeforeValidator(_whole)
+MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT), WHOLE]
+
+_M = TypeVar("_M", bound="_Body")
+
+
+class StreamOptions(BaseModel):
+    """OpenAI's `stream_options`."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    include_usage: bool | None = Field(
+        None, description="a last chunk without choices carries the usage"
     )
-    stops = StopConditions(
-        stop=_stop_strings(body.get("stop")),
-        stop_token_ids=_token_ids(body.get("stop_token_ids"), "stop_token_ids"),
-        include_stop_str_in_output=bool(
-            _optional(body, "include_stop_str_in_output", bool, "a boolean")
+
+
+class TextPart(BaseModel):
+    """A part of a message's content: only text."""
+
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    """A chat message."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: Annotated[str | list[TextPart], BeforeValidator(_check_content)]
+
+
+class _Body(BaseModel):
+    """What completions and chat share. Unknown fields are ignored, as OpenAI's clients send
+    some (`user`); fields whose other values we cannot honour are refused rather than
+    silently ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str | None = Field(None, description="a model id or role; default: the route's role")
+    max_tokens: MaxTokens | None = None
+    temperature: Annotated[Number, Field(ge=0)] | None = Field(None, description="default 1.0")
+    top_p: Annotated[Number, Field(gt=0, le=1)] | None = Field(None, description="default 1.0")
+    top_k: Annotated[int, Field(ge=-1, le=INT32_MAX), WHOLE] | None = Field(
+        None, description="0 or -1: off"
+    )
+    min_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS_LIMIT), WHOLE] | None = None
+    repetition_penalty: Annotated[Number, Field(gt=0)] | None = None
+    repeat_penalty: Annotated[Number, Field(gt=0)] | None = Field(
+        None, description="llama.cpp's name, used when repetition_penalty is unset"
+    )
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES), WHOLE] | None = Field(
+        None, description="default 1"
+    )
+    seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), WHOLE] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None,
+        BeforeValidator(_check_stop),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
+                        "maxItems": MAX_STOP_STRINGS,
+                    },
+                    {"type": "null"},
+                ]
+            }
         ),
-        ignore_eos=bool(_optional(body, "ignore_eos", bool, "a boolean")),
+    ] = None
+    stop_token_ids: Annotated[
+        list[Annotated[int, Field(ge=0), WHOLE]] | None,
+        Field(max_length=MAX_STOP_TOKEN_IDS, description="inside the model's vocabulary"),
+        BeforeValidator(_check_stop_ids),
+    ] = None
+    include_stop_str_in_output: bool | None = None
+    ignore_eos: bool | None = None
+    cache_key: str | None = Field(
+        None, description="the document a prompt comes from: its KV cache is kept for it"
     )
-    return Common(
-        model=model,
-        sampling=sampling,
-        stops=stops,
-        stream=stream,
-        include_usage=include_usage,
-        cache_key=_optional(body, "cache_key", str, "a string"),
+    echo: Literal[False] | None = Field(None, description="not supported")
+    logprobs: Literal[False] | None = Field(None, description="not supported")
+    top_logprobs: None = Field(None, description="not supported")
+    logit_bias: dict[str, Any] | None = Field(None, description="not supported (only {})")
+    presence_penalty: Number | None = Field(None, description="only 0")
+    frequency_penalty: Number | None = Field(None, description="only 0")
+
+    @field_validator("echo", "logprobs", "top_logprobs", mode="before")
+    @classmethod
+    def _unsupported(cls, value: object, info: ValidationInfo) -> object:
+        if value is not None and value is not False:  # 0 == False, and is refused
+            raise _refuse(f"{info.field_name} is not supported")
+        return value
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _no_bias(cls, value: object) -> object:
+        if value not in (None, {}):
+            raise _refuse("logit_bias is not supported")
+        return value
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _zero(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value not in (None, 0):
+            name = info.field_name
+            raise _refuse(f"{name} is not supported (only 0); use repetition_penalty")
+        return value
+
+    @model_validator(mode="after")
+    def _within_budget(self, info: ValidationInfo) -> _Body:
+        """`n` x `max_tokens` within the server's budget (a setting: the validation context)."""
+        budget = _budget(info)
+        n = self.n or 1
+        fields = self._max_tokens_fields()
+        field = next((name for name in fields if getattr(self, name) is not None), None)
+        if field is not None and n * getattr(self, field) > budget:
+            raise _refuse(
+                f"n x {field} must be at most {budget} tokens (this server's budget for one "
+                f"request), got {n} x {getattr(self, field)}",
+                field,
+            )
+        return self
+
+    def _max_tokens_fields(self) -> tuple[str, ...]:
+        return ("max_tokens",)
+
+    def common(self, *, default_max_tokens: int, budget: int) -> Common:
+        """Our types: the sampling parameters (defaults filled in), the user's stops."""
+        n = self.n or 1
+        max_tokens = next(
+            (getattr(self, f) for f in self._max_tokens_fields() if getattr(self, f) is not None),
+            None,
+        )
+        if max_tokens is None:
+            # What an unset max_tokens means, within the budget (the worker also caps it at
+            # the room the context has left).
+            max_tokens = max(1, min(default_max_tokens, budget // n))
+        penalty = self.repetition_penalty if self.repetition_penalty is not None else None
+        if penalty is None:
+            penalty = self.repeat_penalty
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            min_tokens=self.min_tokens or 0,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=max(self.top_k or 0, 0),
+            repetition_penalty=1.0 if penalty is None else penalty,
+            seed=self.seed,
+            n=n,
+        )
+        stops = StopConditions(
+            stop=tuple(self.stop or ()),
+            stop_token_ids=tuple(self.stop_token_ids or ()),
+            include_stop_str_in_output=bool(self.include_stop_str_in_output),
+            ignore_eos=bool(self.ignore_eos),
+        )
+        options = self.stream_options
+        return Common(
+            model=self.model,
+            sampling=sampling,
+            stops=stops,
+            stream=bool(self.stream),
+            include_usage=bool(options and options.include_usage),
+            cache_key=self.cache_key,
+        )
+
+
+def _budget(info: ValidationInfo) -> int:
+    context = info.context if isinstance(info.context, dict) else {}
+    budget = context.get("budget", DEFAULT_TOKEN_BUDGET)
+    return int(budget)
+
+
+class CompletionBody(_Body):
+    """A /v1/completions body."""
+
+    prompt: Annotated[
+        str | list[Annotated[int, Field(ge=0), WHOLE]],
+        BeforeValidator(_check_prompt),
+        Field(description="a string, a list of one string, or a list of token ids"),
+    ]
+    suffix: str | None = Field(
+        None, description="the text after the cursor: a fill-in-the-middle prompt"
+    )
+    best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES), WHOLE] | None = Field(
+        None, description="only equal to n"
     )
 
+    @model_validator(mode="after")
+    def _best_of(self) -> CompletionBody:
+        # A completions field (chat has none): refused rather than ignored.
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise _refuse("best_of is not supported (only equal to n)", "best_of")
+        return self
 
-def _max_tokens(body: Mapping[str, Any], fields: Sequence[str], default: int) -> int:
-    """The first of `fields` the body sets, else `default`; at least 1. An error names the
-    first field the body has, else the last one."""
-    value = None
-    for name in fields:
-        value = _optional(body, name, int, "an integer")
-        if value is not None:
-            break
-    value = default if value is None else value
-    field = next((name for name in fields if name in body), fields[-1])
-    if value < 1:
-        raise invalid(field, f"{field} must be at least 1, got {value}")
-    return int(value)
+    def params(self, *, budget: int = DEFAULT_TOKEN_BUDGET) -> CompletionParams:
+        common = self.common(default_max_tokens=DEFAULT_COMPLETION_MAX_TOKENS, budget=budget)
+        prompt = self.prompt if isinstance(self.prompt, str) else tuple(self.prompt)
+        return CompletionParams(common=common, prompt=prompt, suffix=self.suffix or None)
 
 
-def _unsupported(body: Mapping[str, Any]) -> None:
-    """Fields whose other values we cannot honour: refused rather than silently ignored."""
-    if body.get("echo") not in (None, False):
-        raise invalid("echo", "echo is not supported")
-    if body.get("logprobs") not in (None, False):
-        raise invalid("logprobs", "logprobs is not supported")
-    if body.get("top_logprobs") is not None:
-        raise invalid("top_logprobs", "top_logprobs is not supported")
-    if body.get("logit_bias") not in (None, {}):
-        raise invalid("logit_bias", "logit_bias is not supported")
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = body.get(name)
-        if value is not None and (not _is_number(value) or value != 0):
-            raise invalid(name, f"{name} is not supported (only 0); use repetition_penalty")
+class ChatBody(_Body):
+    """A /v1/chat/completions body."""
+
+    messages: Annotated[
+        list[Message],
+        BeforeValidator(_check_messages),
+        Field(min_length=1, max_length=MAX_MESSAGES),
+    ]
+    max_completion_tokens: MaxTokens | None = Field(
+        None, description="OpenAI's newer name, used when max_tokens is unset"
+    )
+
+    def _max_tokens_fields(self) -> tuple[str, ...]:
+        return ("max_tokens", "max_completion_tokens")
+
+    def params(self, *, context_size: int, budget: int = DEFAULT_TOKEN_BUDGET) -> ChatParams:
+        """`context_size`: what an unset max_tokens means (within the budget)."""
+        common = self.common(default_max_tokens=context_size, budget=budget)
+        messages = tuple(
+            ChatMessage(role=m.role, content=m.content if isinstance(m.content, str) else "")
+            for m in self.messages
+        )
+        return ChatParams(common=common, messages=messages)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+# --- parsing ------------------------------------------------------------------------------------
+
+#: A JSON string, matched without backtracking (possessive), however long.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 
 
-def _number(body: Mapping[str, Any], name: str, default: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not _is_number(value) or not math.isfinite(value):
-        raise invalid(name, f"{name} must be a number, got {json.dumps(value)}")
-    return float(value)
+def count_values(raw: bytes) -> int:
+    """How many JSON values `raw` holds at most, strings aside: one more than its commas and
+    opening brackets outside strings (an over-estimate for bad JSON, which fails anyway)."""
+    bare = _JSON_STRING.sub(b'""', raw)
+    return 1 + bare.count(b",") + bare.count(b"[") + bare.count(b"{")
 
 
-def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
-    value = _optional(body, name, int, "an integer")
-    return default if value is None else int(value)
+def parse_body(raw: bytes, model: type[_M], *, budget: int = DEFAULT_TOKEN_BUDGET) -> _M:
+    """The body as `model`, or a 400 naming the field."""
+    if count_values(raw) > MAX_JSON_VALUES:
+        raise invalid("body", f"the request body holds more than {MAX_JSON_VALUES} JSON values")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise invalid("body", f"the request body is not valid JSON: {e}", "invalid_json") from e
+    except RecursionError as e:
+        raise invalid("body", "the request body nests too deeply", "invalid_json") from e
+    if not isinstance(body, dict):
+        raise invalid("body", "the request body must be a JSON object")
+    try:
+        return model.model_validate(body, context={"budget": budget})
+    except ValidationError as e:
+        raise error_of(e) from None
+    except RecursionError as e:  # a field we validate nested past Python's limit
+        raise invalid("body", "the request body nests too deeply", "invalid_json") from e
 
 
-def _optional(body: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
-    """body[name] if it is of `kind` (bool is no int), None if absent or null; else a 400."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise invalid(name, f"{name} must be {what}, got {json.dumps(value)}")
-    return value
+def error_of(exc: ValidationError) -> ApiError:
+    """The 400 of the first thing wrong: which field (`messages[0].content`) and why."""
+    error = exc.errors(include_url=False)[0]
+    context = error.get("ctx") or {}
+    at = param_of(error["loc"])
+    param = context.get("param") or at
+    if error["type"] == "missing":
+        return invalid(param, f"{param} is required")
+    message = error["msg"]
+    if error["type"] != _OURS:
+        return invalid(param, f"{param}: {message[:1].lower()}{message[1:]}{_got(error['input'])}")
+    # Our own messages name their field (`content must be ...`): named in full here.
+    if "part" in context:
+        param = f"{param}[{context['part']}]"
+    name = next((str(p) for p in reversed(error["loc"]) if p in _FIELD_NAMES), None)
+    if name is not None and message.startswith(name) and name != at:
+        message = at + message[len(name) :]
+    elif (name or param) not in message:
+        message = f"{param}: {message}"
+    return invalid(param, message)
 
 
-def _stop_strings(value: object) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise invalid("stop", "stop must be a string or a list of strings")
-    if any(not s for s in items):
-        raise invalid("stop", "stop strings must not be empty")
-    return tuple(items)
+def param_of(loc: tuple[int | str, ...]) -> str:
+    """`('messages', 0, 'content')` as `messages[0].content`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in _FIELD_NAMES:
+            out += f".{part}" if out else part
+        # Anything else is a union member's tag (`str`, `list[int]`), not a field.
+    return out or "body"
 
 
-def _token_ids(value: object, name: str) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-    ):
-        raise invalid(name, f"{name} must be a list of token ids (non-negative integers)")
-    return tuple(value)
+def _got(value: object) -> str:
+    """`, got VALUE` for a scalar (cut short); a list or object is only named."""
+    if isinstance(value, list):
+        return ", got a list"
+    if isinstance(value, dict):
+        return ", got an object"
+    if isinstance(value, str):
+        value = value[:40] + ("..." if len(value) > 40 else "")
+    elif not (value is None or isinstance(value, bool | int | float)):
+        return ""
+    shown = json.dumps(value)
+    return f", got {shown[:40]}..." if len(shown) > 40 else f", got {shown}"
+
+
+_FIELD_NAMES = frozenset(
+    name
+    for model in (CompletionBody, ChatBody, Message, StreamOptions, TextPart)
+    for name in model.model_fields
+)

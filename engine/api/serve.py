@@ -1,9 +1,15 @@
 """`infill-lsp engine`: the models of both roles, loaded once, served over HTTP by uvicorn.
 
-Start-up: bind the socket (port 0: any free one), print `infill-lsp engine: listening on
-http://HOST:PORT` to stderr, start loading the models in the background (completion first),
-and serve; /health says when they are ready. SIGINT or SIGTERM: stop accepting, abort the
-running jobs (their streams end with an error event), then free the models on a thread.
+Start-up: refuse what would expose the models (a host others can reach without a key unless
+`--allow-no-key`, CORS for every origin without a key), bind the socket (port 0: any free
+one), print `infill-lsp engine: listening on http://HOST:PORT` to stderr, start loading the
+models in the background (completion first), and serve; /health says when they are ready.
+SIGINT or SIGTERM: stop accepting, abort the running jobs (their streams end with an error
+event), then free the models on a thread.
+
+uvicorn runs with the connection deadlines of `connections`, at most `max_connections` open
+connections (one more is answered 503), and no proxy headers: a client cannot claim another
+address with X-Forwarded-For.
 """
 
 from __future__ import annotations
@@ -16,11 +22,15 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
-from engine.api.app import build_app
+from engine.api.app import DEFAULT_MAX_JOBS, build_app
+from engine.api.connections import Deadlines, protocol_with
 from engine.api.loader import ModelLoader
+from engine.api.schema import DEFAULT_TOKEN_BUDGET
 from engine.models import ModelSet, model_spec
 from engine.net import bare_host, host_port, is_loopback
 from engine.specs import REMOTE_BACKEND, ModelOptions
@@ -34,15 +44,58 @@ DEFAULT_PORT = 8012
 GRACEFUL_SECONDS = 10
 
 
+#: What a client gets for each part of a request (`connections`).
+DEADLINES = Deadlines()
+#: Open connections at once (slow ones included); one more request is answered 503.
+DEFAULT_MAX_CONNECTIONS = 512
+#: What lets other machines in without a key.
+NO_KEY_FLAGS = "--api-key-file, --api-key or INFILL_API_KEY"
+
+
+def exposure_problem(
+    host: str, api_key: str | None, *, allow_no_key: bool = False, cors_origins: Sequence[str] = ()
+) -> str | None:
+    """Why the server must not start as asked (None when it may): a host other machines can
+    reach without a key, unless `allow_no_key`; CORS for every origin without a key (any web
+    page a user opens could use the models)."""
+    if api_key:
+        return None
+    if "*" in cors_origins:
+        return (
+            f"--cors-origin '*' lets any web page call the server: it needs a key ({NO_KEY_FLAGS})"
+        )
+    if is_loopback(host) or allow_no_key:
+        return None
+    return (
+        f"--host {host} can be reached by other machines, and there is no API key: anyone who "
+        f"can reach it could use the models. Set one ({NO_KEY_FLAGS}), or add --allow-no-key "
+        "to listen there anyway"
+    )
+
+
 def open_to_others(host: str, api_key: str | None) -> str | None:
-    """The warning for a server on `host` that other machines can reach and no key guards;
-    None when only this machine can reach it, or a key is needed."""
+    """The warning for a server on `host` that other machines can reach and no key guards
+    (started with --allow-no-key); None when only this machine can reach it, or a key is
+    needed."""
     if is_loopback(host) or api_key:
         return None
     return (
         f"listening on {host}, which other machines can reach, without an API key: anyone who "
-        "can reach it can use the models (set --api-key or INFILL_API_KEY)"
+        f"can reach it can use the models ({NO_KEY_FLAGS} sets one)"
     )
+
+
+def read_key_file(path: str | Path) -> str:
+    """The key in a file (its first line, without surrounding spaces): a key on the command
+    line is visible to every user in `ps`. ValueError saying why when there is none."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read the API key file {path}: {e}") from e
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise ValueError(f"the API key file {path} is empty")
+    return key
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -51,7 +104,10 @@ def bind(host: str, port: int) -> socket.socket:
         bare_host(host), port, type=socket.SOCK_STREAM
     )[0]
     sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sys.platform != "win32":
+        # A restart binds at once despite the old socket's TIME_WAIT. On Windows the option
+        # lets another process take a port in use, so it stays off there.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
         sock.listen(128)
@@ -60,6 +116,25 @@ def bind(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def uvicorn_config(
+    app: Any,
+    *,
+    deadlines: Deadlines = DEADLINES,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> uvicorn.Config:
+    """How uvicorn serves `app`: h11 with our deadlines, bounded connections, no proxy
+    headers, our logging (stderr; the access log never shows headers)."""
+    return uvicorn.Config(
+        app,
+        http=protocol_with(deadlines),
+        log_config=None,
+        timeout_graceful_shutdown=GRACEFUL_SECONDS,
+        lifespan="off",
+        proxy_headers=False,
+        limit_concurrency=max_connections,
+    )
 
 
 def url_of(sock: socket.socket) -> str:
@@ -106,6 +181,10 @@ def run_server(
     port: int = DEFAULT_PORT,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
+    allow_no_key: bool = False,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    max_jobs: int = DEFAULT_MAX_JOBS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> int:
     """Serve both roles' models until SIGINT or SIGTERM; the exit status."""
     if options.backend == REMOTE_BACKEND:
@@ -116,12 +195,23 @@ def run_server(
             file=sys.stderr,
         )
         return 2
+    problem = exposure_problem(host, api_key, allow_no_key=allow_no_key, cors_origins=cors_origins)
+    if problem:
+        print(f"infill-lsp engine: error: {problem}", file=sys.stderr)
+        return 2
     if warning := open_to_others(host, api_key):
         log.warning("%s", warning)
     # Resolving the paths first: a default model that is not installed fails here, clearly.
     specs = {role: model_spec(role, options) for role in (Role.COMPLETION, Role.CHAT)}
     models = ModelLoader.for_model_set(ModelSet(specs))
-    app = build_app(models, api_key=api_key, cors_origins=cors_origins, loopback=is_loopback(host))
+    app = build_app(
+        models,
+        api_key=api_key,
+        cors_origins=cors_origins,
+        loopback=is_loopback(host),
+        token_budget=token_budget,
+        max_jobs=max_jobs,
+    )
     try:
         sock = bind(host, port)
     except OSError as e:
@@ -129,12 +219,7 @@ def run_server(
         return 1
     print(f"infill-lsp engine: listening on {url_of(sock)}", file=sys.stderr, flush=True)
     models.start()
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # our logging (stderr); the access log never shows headers
-        timeout_graceful_shutdown=GRACEFUL_SECONDS,
-        lifespan="off",
-    )
+    config = uvicorn_config(app, max_connections=max_connections)
     try:
         _Server(config, models).run(sockets=[sock])
     finally:

@@ -328,3 +328,58 @@ def test_per_token_state_stays_bounded_over_long_outputs() -> None:
         checker.step(TEXT, "x\n" if i % 3 else "y")
     # Only a window as long as the longest stop string is kept from earlier tokens.
     assert len(checker._tail) <= len("<|end|>") + 2
+
+
+def _longest_withheld(text: str, stops: tuple[str, ...]) -> int:
+    """The reference: the longest suffix of `text` that is a proper prefix of a stop."""
+    return max(
+        (k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])),
+        default=0,
+    )
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_withheld_tail_is_the_longest_proper_prefix_of_a_stop(seed: int) -> None:
+    rng = random.Random(seed)
+    alphabet = "abc"
+    stops = tuple(
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(2, 6)))
+        for _ in range(rng.randint(1, 4))
+    )
+    checker = StopChecker(StopConditions(stop=stops), max_tokens=10_000)
+    text = ""
+    for _ in range(rng.randint(1, 30)):
+        piece = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))
+        result = checker.step(TEXT, piece)
+        if result.trigger is not None:
+            break
+        text += piece
+        k = _longest_withheld(text, stops)
+        assert checker.withheld == (text[-k:] if k else "")
+
+
+def test_a_long_stop_string_costs_memory_linear_in_its_length() -> None:
+    """Issue 26: a set of every prefix of one 100,000-character stop string held about 5 GB
+    for each choice; the request's stops are compiled once and grow with their length."""
+    import tracemalloc
+
+    from engine.output import OutputProcessor
+
+    stop = "a" * 100_000
+    tracemalloc.start()
+    try:
+        processor = OutputProcessor(
+            n=2,
+            stops=StopConditions(stop=(stop,)),
+            max_tokens=1_000_000,
+            min_tokens=0,
+            new_detokenizer=lambda: None,  # type: ignore[arg-type,return-value]
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak / 2**20:.0f} MiB for one 100,000-character stop string"
+    checker = processor._choices[1].checker
+    assert checker.step(TEXT, "a" * 500).text == ""
+    assert checker.withheld == "a" * 500
+    assert checker.step(TEXT, "b").text == "a" * 500 + "b"

@@ -1,0 +1,228 @@
+"""The OpenAPI document the engine server serves at `/openapi.json`: the request bodies are
+`schema`'s models, the answers are the models below (what `responses` writes, checked against
+real answers by the tests), built once.
+
+The document is OpenAPI 3.1, whose schemas are JSON Schema 2020-12: pydantic's own output.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import models_json_schema
+
+from engine.api.schema import (
+    MAX_BODY_BYTES,
+    ChatBody,
+    CompletionBody,
+)
+
+VERSION = "1"
+
+
+class _Answer(BaseModel):
+    # Our answers may carry more than documented (vLLM's fields); clients ignore the rest.
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorDetail(_Answer):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(_Answer):
+    """OpenAI's error body."""
+
+    error: ErrorDetail
+
+
+class Usage(_Answer):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+FinishName = Literal["stop", "length"] | None
+
+
+class CompletionChoice(_Answer):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: FinishName
+    stop_reason: str | int | None = Field(
+        description="the user's stop string or id that ended the choice (vLLM's field)"
+    )
+
+
+class CompletionResponse(_Answer):
+    """A whole /v1/completions answer (streamed: `data:` events of chunks of this shape)."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class AssistantMessage(_Answer):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(_Answer):
+    index: int
+    message: AssistantMessage
+    logprobs: None
+    finish_reason: FinishName
+    stop_reason: str | int | None
+
+
+class ChatResponse(_Answer):
+    """A whole /v1/chat/completions answer (streamed: `chat.completion.chunk` events)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ModelEntry(_Answer):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    roles: list[str]
+    context_size: int | None
+    max_model_len: int | None
+    fim_family: str | None
+
+
+class ModelList(_Answer):
+    object: Literal["list"]
+    data: list[ModelEntry]
+
+
+class Health(_Answer):
+    """Without the key (where one is needed) only `status` and `model_loaded`."""
+
+    status: Literal["loading", "ready", "error"]
+    model_loaded: bool
+    backend: str | None = None
+    device: str | None = None
+    models: list[dict[str, Any]] | None = None
+
+
+_MODELS: list[type[BaseModel]] = [
+    CompletionBody,
+    ChatBody,
+    CompletionResponse,
+    ChatResponse,
+    ModelList,
+    Health,
+    ErrorResponse,
+]
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {
+        str(status): {
+            "description": description,
+            "content": {"application/json": {"schema": _ref("ErrorResponse")}},
+        }
+        for status, description in (
+            (400, "a bad request: the field it names"),
+            (401, "no valid key (when the server has one)"),
+            (403, "a route that needs a key, on a server without one"),
+            (404, "no such model or route"),
+            (413, f"a body over {MAX_BODY_BYTES} bytes"),
+            (415, "a body that is not application/json"),
+            (500, "the model failed"),
+            (503, "the model is loading, or too many requests wait: retry after Retry-After"),
+        )
+        if status in statuses
+    }
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _generation(body: str, answer: str, summary: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(body)}},
+            },
+            "responses": {
+                "200": {
+                    "description": "the answer, or with stream: true a text/event-stream",
+                    "content": {
+                        "application/json": {"schema": _ref(answer)},
+                        # One server-sent event each (as OpenAPI 3.2 reads it): `data:`
+                        # holds a chunk as JSON, an error object, or `[DONE]` last.
+                        "text/event-stream": {"schema": _EVENT},
+                    },
+                },
+                **_errors(400, 401, 404, 413, 415, 500, 503),
+            },
+        }
+    }
+
+
+_EVENT = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}},
+    "required": ["data"],
+}
+
+
+def _get(answer: dict[str, Any], summary: str, *errors: int) -> dict[str, Any]:
+    return {"get": {"summary": summary, "responses": {"200": answer, **_errors(*errors)}}}
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    """The document, built once."""
+    _, schemas = models_json_schema(
+        [(model, "validation") for model in _MODELS],
+        ref_template="#/components/schemas/{model}",
+    )
+    free = {"description": "JSON", "content": {"application/json": {"schema": {"type": "object"}}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "infill-lsp engine",
+            "version": VERSION,
+            "description": "OpenAI-compatible completions and chat over local models",
+        },
+        "paths": {
+            "/v1/completions": _generation(
+                "CompletionBody", "CompletionResponse", "a completion (fill-in-the-middle too)"
+            ),
+            "/v1/chat/completions": _generation("ChatBody", "ChatResponse", "a chat answer"),
+            "/v1/models": _get(_json("ModelList", "the models"), "the models", 401),
+            "/health": _get(_json("Health", "the server's state"), "whether the models are ready"),
+            "/model-info": _get(free, "each role's model", 401, 403),
+            "/stats": _get(free, "recent jobs of each model", 401, 403),
+            "/openapi.json": _get(free, "this document"),
+        },
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{}, {"bearer": []}],
+    }
