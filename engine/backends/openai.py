@@ -13,9 +13,10 @@ engine`, ...) serves the models; this module speaks its HTTP API with httpx:
   (ours and vLLM report `stop_reason`); a server that does not would leave us unable to tell
   a stop string from the end of the text, so it gets none and we close the stream ourselves.
 - Cancelling a request closes its connection (the server then stops generating).
-- Connection errors, timeouts, 4xx/5xx answers and errors sent mid-stream end the request
-  with an error delta naming the endpoint and the cause; the next request tries again, so a
-  server that comes back is used again at once.
+- Connection errors, timeouts, 4xx/5xx answers, errors sent mid-stream and answers past their
+  bounds (bytes, lines, time: openai_stream.py) end the request with an error delta naming the
+  endpoint and the cause; the next request tries again, so a server that comes back is used
+  again at once.
 
 There is no worker thread: nothing here holds a model, and waiting on a socket belongs to the
 event loop, where a cancel interrupts it at once.

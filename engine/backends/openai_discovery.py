@@ -4,14 +4,26 @@ for, its context size, and, from our own engine server, its FIM family and roles
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from engine.backends.openai_stream import describe, error_message, headers, status
+from engine.backends.openai_stream import (
+    ERROR_BODY_BYTES,
+    IDENTITY,
+    AnswerRefused,
+    describe,
+    error_message,
+    headers,
+    loads,
+    read_capped,
+    read_head,
+    status,
+    verifies_tls,
+)
 from engine.errors import ModelLoadError
 from engine.fim import FIM_FAMILIES
 from engine.specs import RemoteSpec
@@ -20,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds the model list may take when the backend connects.
 DISCOVERY_TIMEOUT = 10.0
+#: Bytes of the model list: a gateway listing 300 models with their descriptions sends about
+#: 1 MB; parsed, 4 MiB of JSON can take 100 MB at worst (a list of empty objects).
+MODEL_LIST_BYTES = 4 << 20
 #: Who owns the models in our own engine server's list (engine/api/).
 OURS = "infill-lsp"
 #: `owned_by` values of OpenAI's own API, which refuses parameters it does not know.
@@ -42,15 +57,25 @@ def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discove
     named one, else the one our engine server lists for the role, else the first. Raises
     ModelLoadError naming the endpoint and the cause when the server cannot be asked."""
     owned = client is None
-    client = client or httpx.Client(timeout=DISCOVERY_TIMEOUT)
+    if client is None:
+        client = httpx.Client(
+            timeout=DISCOVERY_TIMEOUT, verify=verifies_tls(spec.endpoint), headers=IDENTITY
+        )
+    deadline = time.monotonic() + DISCOVERY_TIMEOUT
     try:
-        response = client.get(f"{spec.endpoint}/models", headers=headers(spec))
-        if response.status_code >= 400:
-            raise ModelLoadError(
-                f"{spec.endpoint} answered the model list with {status(response)}: "
-                f"{error_message(response.content)}"
+        with client.stream("GET", f"{spec.endpoint}/models", headers=headers(spec)) as response:
+            if response.status_code >= 400:
+                content = read_head(response, ERROR_BODY_BYTES, deadline=deadline)
+                raise ModelLoadError(
+                    f"{spec.endpoint} answered the model list with {status(response)}: "
+                    f"{error_message(content)}"
+                )
+            content = read_capped(
+                response, MODEL_LIST_BYTES, what="a model list", deadline=deadline
             )
-        listed = _model_entries(response.content)
+        listed = _model_entries(content, spec.endpoint)
+    except AnswerRefused as e:
+        raise ModelLoadError(f"{spec.endpoint} {e}") from e
     except httpx.HTTPError as e:
         raise ModelLoadError(f"cannot reach {spec.endpoint}: {describe(e)}") from e
     finally:
@@ -71,14 +96,16 @@ def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discove
     )
 
 
-def _model_entries(content: bytes) -> list[dict[str, Any]]:
+def _model_entries(content: bytes, endpoint: str) -> list[dict[str, Any]]:
     try:
-        body = json.loads(content)
+        body = loads(content)
     except ValueError as e:
-        raise ModelLoadError(f"the model list is not JSON: {e}") from e
+        raise ModelLoadError(f"the model list of {endpoint} is not JSON: {e}") from e
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
-        raise ModelLoadError("the model list has no `data` list: not an OpenAI-compatible server")
+        raise ModelLoadError(
+            f"the model list of {endpoint} has no `data` list: not an OpenAI-compatible server"
+        )
     return [entry for entry in data if isinstance(entry, dict)]
 
 

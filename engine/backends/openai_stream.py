@@ -1,6 +1,19 @@
 """The HTTP side of the remote backend: the client and its timeouts, and reading one streamed
 choice of an OpenAI-compatible server (server-sent events) into what the request handles: pieces
 of text, then the choice's end or a failure that names the endpoint and the cause.
+
+A server is trusted with our prompts, not with our memory or our time: whatever it sends, one
+answer is read within bounds (issue 26), each refused with an error naming the endpoint:
+
+- a line of the event stream holds at most MAX_LINE_BYTES (a line that never ends is no event);
+- an answer takes at most `AnswerLimits.of(max_tokens)`: bytes and seconds scaled to the tokens
+  asked for (keep-alives or empty pieces without end run into one of them);
+- after the end, what follows (usage, `[DONE]`) is read for DRAIN_BYTES and DRAIN_SECONDS at
+  most, so that the connection goes back to the pool, else the connection is closed;
+- bodies are asked for and read uncompressed (a compressed one is refused: a few kilobytes of
+  gzip inflate to gigabytes, in one call);
+- JSON nested past Python's parser is a failure, not a RecursionError;
+- every other failure of the reader is delivered too: the request never waits for nothing.
 """
 
 from __future__ import annotations
@@ -8,14 +21,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from engine.specs import RemoteSpec
 from engine.types import FinishReason
+
+log = logging.getLogger(__name__)
 
 #: Seconds to open a connection, and to wait for the next piece of an answer (a busy cluster
 #: or a CPU server evaluating a long prompt may take a while for the first one).
@@ -23,6 +42,30 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 120.0
 #: Bytes of an error answer read to find its message.
 ERROR_BODY_BYTES = 16_384
+#: Bytes of one line of an event stream. An event carries one piece of text: 200-400 bytes
+#: as vLLM, llama.cpp's server and ours send them; a megabyte is a whole answer in one event.
+MAX_LINE_BYTES = 1 << 20
+#: Bytes of an answer: this, plus ANSWER_BYTES_PER_TOKEN for each token asked for (one event a
+#: token, 200-400 bytes, and room for the keep-alive comments between them).
+ANSWER_BASE_BYTES = 1 << 20
+ANSWER_BYTES_PER_TOKEN = 4096
+#: Seconds of an answer: the wait for its first piece (READ_TIMEOUT), plus this for each token
+#: asked for (2 tokens a second: below what a CPU server makes of a small model).
+ANSWER_SECONDS_PER_TOKEN = 0.5
+#: What is read after a choice's end to keep its connection: our server sends about 300
+#: bytes (the usage chunk and `[DONE]`) at once.
+DRAIN_BYTES = 65_536
+DRAIN_SECONDS = 5.0
+
+
+def verifies_tls(endpoint: str) -> bool:
+    """Whether connections to `endpoint` verify the server's certificate: every scheme but
+    plain `http` (URL schemes are case-insensitive: `HTTPS://` is https)."""
+    return urlsplit(endpoint.strip()).scheme.lower() != "http"
+
+
+#: Bodies uncompressed: see the module's docstring.
+IDENTITY = {"Accept-Encoding": "identity"}
 
 
 def new_client(endpoint: str) -> httpx.AsyncClient:
@@ -31,7 +74,8 @@ def new_client(endpoint: str) -> httpx.AsyncClient:
         timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
         # Loading the CA certificates takes 25-55 ms, for nothing on plain http (and on the
         # first keystroke): only an https endpoint gets them.
-        verify=endpoint.startswith("https:"),
+        verify=verifies_tls(endpoint),
+        headers=IDENTITY,
     )
 
 
@@ -45,19 +89,32 @@ def status(response: httpx.Response) -> str:
     return f"{response.status_code} {response.reason_phrase}".strip()
 
 
+def loads(data: str | bytes) -> Any:
+    """JSON from a server; ValueError for anything but JSON, nesting past Python's parser
+    included (its RecursionError would end the reader)."""
+    try:
+        return json.loads(data)
+    except RecursionError as e:
+        raise ValueError("it nests too deeply") from e
+
+
 def error_message(content: bytes) -> str:
     """The message of an error answer: OpenAI's `{"error": {"message"}}`, FastAPI's
     `{"detail"}`, or the text itself, shortened."""
     text = content[:ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
     with contextlib.suppress(ValueError):
-        body = json.loads(text)
+        body = loads(text)
         if isinstance(body, dict):
             error = body.get("error", body.get("detail"))
             if isinstance(error, dict) and error.get("message"):
-                return str(error["message"])
+                return _shortened(str(error["message"]))
             if error:
-                return str(error)
-    return (text[:300] + "…" if len(text) > 300 else text) or "no message"
+                return _shortened(str(error))
+    return _shortened(text) or "no message"
+
+
+def _shortened(text: str) -> str:
+    return text[:300] + "…" if len(text) > 300 else text
 
 
 def describe(error: httpx.HTTPError) -> str:
@@ -71,6 +128,121 @@ def describe(error: httpx.HTTPError) -> str:
     if isinstance(error, httpx.RemoteProtocolError):
         return f"the connection broke mid-answer ({error})"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+# --- reading within bounds ----------------------------------------------------------------------
+
+
+class AnswerRefused(Exception):
+    """An answer went past one of its bounds; the message says which (without the endpoint)."""
+
+
+def _check_identity(response: httpx.Response) -> None:
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise AnswerRefused(f"compressed its answer ({encoding}) though asked not to")
+
+
+async def raw_chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The body of a streamed answer as it came (never inflated)."""
+    _check_identity(response)
+    async for chunk in response.aiter_raw():
+        yield chunk
+
+
+def read_capped(response: httpx.Response, cap: int, *, what: str, deadline: float) -> bytes:
+    """The body of a streamed (blocking) answer, refused past `cap` bytes or once the clock
+    (`time.monotonic`) passes `deadline` (checked as each piece comes: a piece is waited for
+    the client's read timeout at most)."""
+    _check_identity(response)
+    content = bytearray()
+    for chunk in response.iter_raw():
+        content += chunk
+        if len(content) > cap:
+            raise AnswerRefused(f"sent {what} of over {cap:,} bytes")
+        if time.monotonic() > deadline:
+            raise AnswerRefused(f"sent {what} too slowly")
+    return bytes(content)
+
+
+def read_head(response: httpx.Response, cap: int, *, deadline: float) -> bytes:
+    """The first `cap` bytes of a streamed (blocking) answer, or what came by `deadline`."""
+    content = bytearray()
+    for chunk in response.iter_raw():
+        content += chunk[: cap - len(content)]
+        if len(content) >= cap or time.monotonic() > deadline:
+            break
+    return bytes(content)
+
+
+class CappedLines:
+    """The lines of a byte stream (ending in LF, CRLF or CR, as server-sent events do),
+    decoded, with two bounds: each line at most `max_line` bytes, and at most `cap` bytes read
+    in all (`cap` may be moved between lines; `taken` says how many were read). Past either,
+    AnswerRefused. Memory holds one chunk and one unfinished line."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], *, max_line: int, cap: int) -> None:
+        self._chunks = chunks
+        self.max_line = max_line
+        self.cap = cap
+        self.taken = 0
+        self._partial = bytearray()
+        self._ready: deque[bytes | bytearray] = deque()
+        self._done = False
+
+    def __aiter__(self) -> CappedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while not self._ready:
+            if self._done:
+                raise StopAsyncIteration
+            chunk = await anext(self._chunks, None)
+            if chunk is None:
+                self._done = True
+                if self._partial:  # the last line, without its line break
+                    self._ready.append(self._partial)
+                    self._partial = bytearray()
+            else:
+                self._take(chunk)
+        return self._ready.popleft().decode("utf-8", "replace")
+
+    def _take(self, chunk: bytes) -> None:
+        self.taken += len(chunk)
+        if self.taken > self.cap:
+            raise AnswerRefused(f"sent over {self.cap:,} bytes for one answer")
+        cut = max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) + 1
+        if cut == 0:
+            self._partial += chunk
+        else:
+            self._partial += chunk[:cut]
+            # A CR at the end of one chunk and an LF at the start of the next make one blank
+            # line more: blank lines separate events, one more changes nothing.
+            self._ready.extend(self._partial.splitlines())
+            self._partial = bytearray(chunk[cut:])
+        # Only this chunk's lines are ready (a chunk is taken when none are left).
+        if len(self._partial) > self.max_line or any(
+            len(line) > self.max_line for line in self._ready
+        ):
+            raise AnswerRefused(f"sent a line of over {self.max_line:,} bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnswerLimits:
+    """What one answer may take: bytes and seconds, scaled to the tokens asked for."""
+
+    max_tokens: int
+    bytes: int
+    seconds: float
+
+    @classmethod
+    def of(cls, max_tokens: int) -> AnswerLimits:
+        tokens = max(max_tokens, 1)
+        return cls(
+            max_tokens=tokens,
+            bytes=ANSWER_BASE_BYTES + ANSWER_BYTES_PER_TOKEN * tokens,
+            seconds=READ_TIMEOUT + ANSWER_SECONDS_PER_TOKEN * tokens,
+        )
 
 
 # --- what a stream's reader hands to the request ------------------------------------------------
@@ -124,48 +296,68 @@ class ChoiceReader:
         queue: asyncio.Queue[object],
         usage: Usage,
     ) -> None:
-        """Stream one choice from the server into `queue`: pieces, then its end or failure."""
+        """Stream one choice from the server into `queue`: pieces, then its end or a failure,
+        always one of the two (unless cancelled), within the answer's limits; then read what
+        follows the end, within the drain's."""
         endpoint = self.spec.endpoint
-        chat = path == "/chat/completions"
+        limits = AnswerLimits.of(int(body.get("max_tokens") or 0))
         response: httpx.Response | None = None
-        ended = False
+        ended = False  # the end or a failure is in the queue
+
+        def deliver(item: object) -> None:
+            nonlocal ended
+            queue.put_nowait(item)
+            ended = not isinstance(item, Piece)
+
         try:
-            request = client.build_request(
-                "POST", endpoint + path, json=body, headers=headers(self.spec)
-            )
-            response = await client.send(request, stream=True)
-            if response.status_code >= 400:
-                content = b""
-                async for chunk in response.aiter_bytes():
-                    content += chunk
-                    if len(content) >= ERROR_BODY_BYTES:
-                        break
-                queue.put_nowait(
-                    Failed(f"{endpoint} answered {status(response)}: {error_message(content)}")
+            async with asyncio.timeout(limits.seconds):
+                request = client.build_request(
+                    "POST", endpoint + path, json=body, headers=headers(self.spec)
                 )
-                return
-            async for line in response.aiter_lines():
-                if ended:
-                    continue  # read to the end: an answer read whole keeps its connection
-                item = self._event(line, chat, usage)
-                if item is None:
-                    continue
-                queue.put_nowait(item)
-                ended = not isinstance(item, Piece)
+                response = await client.send(request, stream=True)
+                if response.status_code >= 400:
+                    content = await _read_error_body(response)
+                    deliver(
+                        Failed(f"{endpoint} answered {status(response)}: {error_message(content)}")
+                    )
+                    return
+                lines = CappedLines(raw_chunks(response), max_line=MAX_LINE_BYTES, cap=limits.bytes)
+                chat = path == "/chat/completions"
+                async for line in lines:
+                    if (item := self._event(line, chat, usage)) is not None:
+                        deliver(item)
+                        if ended:
+                            break
             if not ended:
-                queue.put_nowait(
-                    Failed(f"{endpoint} ended the answer without saying why it stopped")
+                deliver(Failed(f"{endpoint} ended the answer without saying why it stopped"))
+                return
+            await _drain(lines)
+        except TimeoutError:
+            if not ended:
+                deliver(
+                    Failed(
+                        f"{endpoint} did not end an answer of at most {limits.max_tokens} "
+                        f"tokens within {limits.seconds:g} s"
+                    )
                 )
+        except AnswerRefused as e:
+            if not ended:
+                deliver(Failed(f"{endpoint} {e}"))
         except httpx.HTTPError as e:
             if not ended:
-                queue.put_nowait(Failed(f"{endpoint}: {describe(e)}"))
+                deliver(Failed(f"{endpoint}: {describe(e)}"))
+        except Exception as e:  # a fault of ours: the request must still hear of it
+            log.exception("reading an answer of %s failed", endpoint)
+            if not ended:
+                deliver(Failed(f"{endpoint}: its answer could not be read ({type(e).__name__})"))
         finally:
             if response is not None:
                 # Shielded: a cancel that lands while the response closes would leave its
                 # connection counted as in use for good (httpcore shields with anyio, which a
                 # plain task.cancel() goes through), and after 100 of them every request
-                # would wait for the pool.
-                await asyncio.shield(response.aclose())
+                # would wait for the pool. An answer not read to its end closes its connection.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(response.aclose())
 
     def _event(self, line: str, chat: bool, usage: Usage) -> object | None:
         """What one line of the event stream means: a piece, the end, a failure, or nothing."""
@@ -176,9 +368,9 @@ class ChoiceReader:
         if data == "[DONE]":
             return End(FinishReason.STOP, None)  # a server that never said why: it is done
         try:
-            event = json.loads(data)
-        except ValueError:
-            return Failed(f"{endpoint} sent an event that is not JSON: {data[:200]}")
+            event = loads(data)
+        except ValueError as e:
+            return Failed(f"{endpoint} sent an event that is not JSON ({e}): {data[:200]}")
         if not isinstance(event, dict):
             return None
         if "error" in event:
@@ -216,3 +408,23 @@ def _take_usage(raw: Mapping[str, Any], usage: Usage) -> None:
         usage.prompt_tokens = prompt
     if isinstance(completion, int):
         usage.completion_tokens += completion
+
+
+async def _read_error_body(response: httpx.Response) -> bytes:
+    """The first ERROR_BODY_BYTES of an error answer (within the answer's deadline)."""
+    content = bytearray()
+    async for chunk in response.aiter_raw():
+        content += chunk[: ERROR_BODY_BYTES - len(content)]
+        if len(content) >= ERROR_BODY_BYTES:
+            break
+    return bytes(content)
+
+
+async def _drain(lines: CappedLines) -> None:
+    """Read what follows a choice's end (usage, `[DONE]`) so that the connection goes back to
+    the pool: at most DRAIN_BYTES in DRAIN_SECONDS, else the caller closes it."""
+    lines.cap = lines.taken + DRAIN_BYTES
+    with contextlib.suppress(TimeoutError, AnswerRefused, httpx.HTTPError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in lines:
+                pass

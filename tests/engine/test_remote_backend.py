@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 import logging
+import shutil
+import ssl
+import subprocess
+import threading
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +34,7 @@ from engine.api.app import build_app
 from engine.api.loader import ModelLoader
 from engine.api.serve import bind, url_of
 from engine.backends.openai import RemoteEngine, estimate_tokens
+from engine.backends.openai_discovery import Discovery
 from engine.completion import CompletionModel
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
@@ -279,6 +287,8 @@ class Foreign:
     models: list[dict[str, Any]] = field(
         default_factory=lambda: [{"id": "their-model", "object": "model", "owned_by": "me"}]
     )
+    #: The model list's answer, when it is not `models` as JSON.
+    models_answer: Callable[[], Response] | None = None
 
 
 def events(*payloads: object, broken: bool = False) -> Callable[[dict[str, Any]], Response]:
@@ -306,6 +316,8 @@ def foreign() -> Iterator[Foreign]:
     state = Foreign()
 
     async def models(request: Request) -> Response:
+        if state.models_answer is not None:
+            return state.models_answer()
         return JSONResponse({"object": "list", "data": state.models})
 
     async def complete(request: Request) -> Response:
@@ -430,6 +442,322 @@ async def test_a_server_that_goes_silent_mid_answer_is_an_error_saying_how_long(
     assert f"{foreign.url}/v1" in (failed[-1].error or "")
     assert "nothing came for 0.3 s" in (failed[-1].error or "")
     assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "fine"
+
+
+# --- a hostile server: every answer within bounds ------------------------------------------------
+#
+# README "A remote model": whatever a server sends, an answer is read in bounded memory and
+# time and ends with an error naming the endpoint and the bound (issue 26); the next request
+# is served. Each test guards its wait with a timeout far above the bound it exercises, so a
+# regression fails instead of hanging.
+
+
+def stream_of(chunks: Callable[[], AsyncIterator[bytes]]) -> Callable[[dict[str, Any]], Response]:
+    return lambda body: StreamingResponse(chunks(), media_type="text/event-stream")
+
+
+def sse(payload: object) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def keep_alives(pause: float = 0.02) -> AsyncIterator[bytes]:
+    while True:  # ends when the client goes away
+        yield b": keep-alive\n\n"
+        await asyncio.sleep(pause)
+
+
+async def empty_pieces() -> AsyncIterator[bytes]:
+    batch = sse(piece("")) * 100
+    while True:
+        yield batch
+        await asyncio.sleep(0)
+
+
+async def a_line_without_end() -> AsyncIterator[bytes]:
+    yield b"data: "
+    block = b"x" * 65_536
+    for _ in range(16_384):  # 1 GiB, unless the client leaves first
+        yield block
+        await asyncio.sleep(0)
+
+
+async def a_slow_line_without_end() -> AsyncIterator[bytes]:
+    yield b"data: "
+    while True:
+        yield b"x"
+        await asyncio.sleep(0.02)
+
+
+async def fails_within(seconds: float, engine: RemoteEngine) -> TextDelta:
+    async with asyncio.timeout(seconds):
+        deltas = await deltas_of(
+            engine, GenerationRequest(prompt="x", sampling=SamplingParams(max_tokens=16))
+        )
+    assert deltas[-1].finish_reason is FinishReason.ERROR
+    return deltas[-1]
+
+
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        pytest.param(
+            keep_alives,
+            "did not end an answer of at most 16 tokens within 0.46 s",
+            id="endless keep-alives",
+        ),
+        pytest.param(a_slow_line_without_end, "within 0.46 s", id="a line trickled without end"),
+        pytest.param(
+            empty_pieces, "sent over 1,114,112 bytes for one answer", id="endless empty pieces"
+        ),
+        pytest.param(a_line_without_end, "sent a line of over 1,048,576 bytes", id="a 1 GiB line"),
+    ],
+)
+async def test_an_answer_without_end_is_an_error_naming_the_endpoint_and_the_bound(
+    foreign: Foreign,
+    monkeypatch: pytest.MonkeyPatch,
+    chunks: Callable[[], AsyncIterator[bytes]],
+    message: str,
+) -> None:
+    """An answer takes at most READ_TIMEOUT + 0.5 s a token asked for (here 0.3 + 0.01 x 16 =
+    0.46 s) and 1 MiB + 4 KiB a token (1,114,112 bytes for 16), a line at most 1 MiB; the
+    reader holds one line at most, never the answer (a 1 GiB line takes under 16 MB)."""
+    from engine.backends import openai_stream
+
+    monkeypatch.setattr(openai_stream, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(openai_stream, "ANSWER_SECONDS_PER_TOKEN", 0.01)
+    foreign.answers += [stream_of(chunks), events(piece("fine", "stop"))]
+    engine = remote(foreign.url)
+    tracemalloc.start()
+    try:
+        failed = await fails_within(30, engine)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert f"{foreign.url}/v1" in (failed.error or "")
+    assert message in (failed.error or "")
+    assert peak < 16 << 20, f"{peak:,} bytes"
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "fine"
+
+
+NESTED = "[" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        pytest.param(events(piece("a"), NESTED), "not JSON (it nests too deeply)", id="an event"),
+        pytest.param(
+            lambda body: Response(
+                '{"error": ' + NESTED, status_code=400, media_type="application/json"
+            ),
+            'answered 400 Bad Request: {"error": [[[',
+            id="an error answer",
+        ),
+    ],
+)
+async def test_json_nested_past_the_parser_is_an_error_not_a_dead_reader(
+    foreign: Foreign, answer: Callable[[dict[str, Any]], Response], message: str
+) -> None:
+    foreign.answers += [answer, events(piece("fine", "stop"))]
+    engine = remote(foreign.url)
+    failed = await fails_within(30, engine)
+    assert f"{foreign.url}/v1" in (failed.error or "")
+    assert message in (failed.error or "")
+    assert len(failed.error or "") < 500  # the text shortened
+    assert outcome(await deltas_of(engine, GenerationRequest(prompt="x")))[0] == "fine"
+
+
+async def test_a_compressed_answer_is_refused_unread(foreign: Foreign) -> None:
+    """Bodies are asked for uncompressed: 10 KB of gzip can hold 10 MB of text (here), or
+    gigabytes, inflated in one call."""
+    bomb = gzip.compress(sse(piece("x" * 10_000_000)))
+    assert len(bomb) < 50_000
+    foreign.answers.append(
+        lambda body: Response(
+            bomb, media_type="text/event-stream", headers={"Content-Encoding": "gzip"}
+        )
+    )
+    failed = await fails_within(30, remote(foreign.url))
+    assert failed.error == f"{foreign.url}/v1 compressed its answer (gzip) though asked not to"
+    assert foreign.bodies  # the request went out
+
+
+async def test_a_fault_in_the_reader_is_delivered_to_the_request(
+    foreign: Foreign, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever ends the reader, the request hears of it: it never waits on its queue for an
+    end that will not come."""
+    from engine.backends.openai_stream import ChoiceReader
+
+    def broken(*args: object) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ChoiceReader, "_event", broken)
+    foreign.answers.append(events(piece("a", "stop")))
+    failed = await fails_within(30, remote(foreign.url))
+    assert failed.error == f"{foreign.url}/v1: its answer could not be read (RuntimeError)"
+    assert "a bug" in caplog.text  # the traceback is logged
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param(lambda: keep_alives(0.02), id="slow keep-alives"),
+        pytest.param(lambda: keep_alives(0), id="a flood"),
+    ],
+)
+async def test_what_follows_the_end_is_read_within_bounds_then_the_connection_closes(
+    foreign: Foreign, monkeypatch: pytest.MonkeyPatch, after: Callable[[], AsyncIterator[bytes]]
+) -> None:
+    """After a choice's end, the rest of the answer is read to keep the connection (64 KiB and
+    5 s at most; 0.2 s here), then the connection is closed: the server sees it go."""
+    from engine.backends import openai_stream
+
+    monkeypatch.setattr(openai_stream, "DRAIN_SECONDS", 0.2)
+    closed = threading.Event()
+
+    async def answer() -> AsyncIterator[bytes]:
+        try:
+            yield sse(piece("done", "stop"))
+            async for chunk in after():
+                yield chunk
+        finally:
+            closed.set()
+
+    foreign.answers.append(stream_of(answer))
+    engine = remote(foreign.url)
+    async with asyncio.timeout(30):
+        got = await deltas_of(engine, GenerationRequest(prompt="x"))
+        assert outcome(got) == ("done", FinishReason.STOP, None)
+        assert await asyncio.to_thread(closed.wait, 30)
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        pytest.param(
+            lambda: StreamingResponse(empty_pieces(), media_type="application/json"),
+            "sent a model list of over 4,194,304 bytes",
+            id="endless",
+        ),
+        pytest.param(
+            lambda: StreamingResponse(keep_alives(0.05), media_type="application/json"),
+            "sent a model list too slowly",
+            id="trickled",
+        ),
+        pytest.param(
+            lambda: Response(NESTED, media_type="application/json"),
+            "it nests too deeply",
+            id="nested",
+        ),
+    ],
+)
+def test_a_hostile_model_list_is_a_load_error_naming_the_endpoint(
+    foreign: Foreign,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: Callable[[], Response],
+    message: str,
+) -> None:
+    from engine.backends import openai_discovery
+
+    monkeypatch.setattr(openai_discovery, "DISCOVERY_TIMEOUT", 0.5)
+    foreign.models_answer = answer
+    with pytest.raises(ModelLoadError) as caught:
+        remote(foreign.url)
+    assert f"{foreign.url}/v1" in str(caught.value)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "verifies"),
+    [
+        ("http://127.0.0.1:8012/v1", False),
+        ("HTTP://127.0.0.1:8012/v1", False),
+        ("https://gpu.example/v1", True),
+        ("HTTPS://gpu.example/v1", True),
+        ("Https://gpu.example/v1", True),
+    ],
+)
+def test_certificates_are_verified_for_https_however_it_is_written(
+    endpoint: str, verifies: bool
+) -> None:
+    from engine.backends.openai_stream import verifies_tls
+
+    assert verifies_tls(endpoint) is verifies
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no authority signed, and its key."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed: no certificate to test with")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_a_self_signed_certificate_behind_upper_case_https_is_refused(
+    self_signed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`HTTPS://` is https: the server's certificate is verified, and one no authority signed
+    is refused (it was read as plain http's "no verification" before). Trusted, the same
+    server answers: the refusal is the verification's."""
+    cert, key = self_signed
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    answer = sse(piece("x = 1", "stop")) + b"data: [DONE]\n\n"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+                + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+                + answer
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    discovery = Discovery(
+        model="m", context_size=4096, fim_family=None, ours=False, extensions=False
+    )
+    spec = RemoteSpec(role=Role.COMPLETION, endpoint=f"HTTPS://127.0.0.1:{port}/v1")
+    try:
+        refused = await fails_within(30, RemoteEngine(spec, discovery))
+        assert f"HTTPS://127.0.0.1:{port}/v1: cannot connect" in (refused.error or "")
+        assert "CERTIFICATE_VERIFY_FAILED" in (refused.error or "")
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trusted from here on
+        served = await deltas_of(RemoteEngine(spec, discovery), GenerationRequest(prompt="x"))
+        assert outcome(served) == ("x = 1", FinishReason.STOP, None)
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 # --- the language server's side ------------------------------------------------------------------
