@@ -65,7 +65,6 @@ def render_chat_template(
 ) -> str:
     """Render a Jinja chat template in a sandbox, as transformers' `apply_chat_template` does,
     within `limits` of time and size (engine/template_sandbox.py)."""
-    template = _compile(source)
     variables = {
         "messages": [{"role": m.role, "content": m.content} for m in messages],
         "bos_token": bos_token or "",
@@ -74,7 +73,7 @@ def render_chat_template(
     }
     input_chars = sum(len(m.content) + len(m.role) for m in messages)
     try:
-        return render_bounded(template, variables, input_chars=input_chars, limits=limits)
+        return render_bounded(source, _compile, variables, input_chars=input_chars, limits=limits)
     except ChatTemplateError:
         raise  # raise_exception(): the template's own refusal; or a limit
     except Exception as e:

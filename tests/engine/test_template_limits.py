@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,12 @@ from engine.chat_template import render_chat_template
 from engine.errors import ChatTemplateError, ModelLoadError
 from engine.models import ModelSet
 from engine.specs import ModelSpec
-from engine.template_sandbox import TemplateLimitError, TemplateLimits
+from engine.template_sandbox import (
+    BoundedSandbox,
+    TemplateLimitError,
+    TemplateLimits,
+    render_bounded,
+)
 from engine.types import ChatMessage, Role
 
 HI = (ChatMessage(role="user", content="hi"),)
@@ -107,3 +113,148 @@ def test_a_chat_model_whose_template_runs_away_is_refused_when_it_loads(
         "the chat template of runaway.gguf is refused: the model's chat template builds "
         "10,000,000 characters or items, over the limit of 1,000,044"
     )
+
+
+# --- one call that would build too much: refused before it runs ----------------------------------
+#
+# One C call (`str.center`, `json.dumps`, `str.join`) cannot be stopped by the deadline once it
+# runs, so each operation that makes more than its inputs is bounded before it runs
+# (engine/template_bounds.py). Each probe below asks for 100 MB or more; it is refused naming
+# the operation, and what the rendering allocates stays small. bench/template_limits.py times
+# them (each is refused in milliseconds).
+
+BIG = "{% set s = 'x' * 900000 %}"  # under the limit of 1,000,012 characters, alone
+
+BEFORE_BUILDING = {
+    "center": ("{{ 'x'|center(200000000) }}", "with `center`"),
+    "format, a width": ("{{ '%0200000000d'|format(1) }}", "with `format`"),
+    "format, a width from its values": ("{{ '%*d'|format(200000000, 1) }}", "with `format`"),
+    "format, a precision": ("{{ '%.200000000f'|format(1.0) }}", "with `format`"),
+    "%, a width": ("{{ '%0200000000d' % 1 }}", "with `%`"),
+    "%, a width after a key in parentheses": (
+        "{{ '%((a))200000000s' % {'(a)': 1} }}",
+        "with `%`",
+    ),
+    "indent, a width": ("{{ 'a\nb'|indent(200000000) }}", "with `indent`"),
+    "indent, many lines": ("{{ ('a\n' * 100000)|indent(1000) }}", "with `indent`"),
+    "indent, a string": ("{{ ('a\n' * 100000)|indent('-' * 1000) }}", "with `indent`"),
+    "tojson, an indent": ("{{ messages|tojson(indent=100000000) }}", "with `tojson`"),
+    "tojson, separators": (
+        "{{ (range(100000)|list)|tojson(separators=('x' * 1000, ':')) }}",
+        "with `tojson`",
+    ),
+    "replace, the empty string": (
+        "{{ ('x' * 100000)|replace('', 'y' * 1000) }}",
+        "with `replace`",
+    ),
+    "replace, a longer string": ("{{ ('x' * 900000)|replace('x', 'y' * 1000) }}", "`replace`"),
+    "join, a separator": ("{{ range(100000)|join('x' * 100000) }}", "with `join`"),
+    "join, one string many times": (BIG + "{{ [s, s, s, s, s]|join }}", "over the limit"),
+    "wordwrap, a wrap string": (
+        "{{ ('x ' * 400000)|wordwrap(1, wrapstring='y' * 1000) }}",
+        "with `wordwrap`",
+    ),
+    "urlize, a target": (
+        "{{ ('http://a ' * 100000)|urlize(target='t' * 10000) }}",
+        "with `urlize`",
+    ),
+    "batch, filled": ("{{ [1]|batch(200000000, 'x')|list }}", "with `batch`"),
+    "slice, many": ("{{ [1]|slice(1000000000)|list|length }}", "with `slice`"),
+    "sum of lists": ("{{ ([[1]] * 200000)|sum(start=[]) }}", "with `sum`"),
+    "lipsum": ("{{ lipsum(1000000, false, 1000, 1000) }}", "with `lipsum`"),
+    "a list of one string, repeated": (BIG + "{{ ([s] * 1000)|length }}", "900,001,000"),
+    "str.center": ("{{ 'x'.center(200000000) }}", "with `center`"),
+    "str.zfill": ("{{ '1'.zfill(200000000) }}", "with `zfill`"),
+    "str.expandtabs": ("{{ ('\t' * 1000).expandtabs(1000000) }}", "with `expandtabs`"),
+    "str.replace": ("{{ ('x' * 100000).replace('', 'y' * 1000) }}", "with `replace`"),
+    "str.join": ("{{ ('y' * 100000).join(range(10000)|map('string')) }}", "with `join`"),
+    "str.translate": ("{{ ('x' * 100000).translate({120: 'y' * 10000}) }}", "`translate`"),
+    "str.format, a width": ("{{ '{:>200000000}'.format(1) }}", "with `format`"),
+    "str.format, a nested width": ("{{ '{0:{1}}'.format(1, 200000000) }}", "with `format`"),
+    "str.format, a field repeated": (BIG + "{{ ('{0}' * 1000).format(s) }}", "with `format`"),
+    "str.format_map": ("{{ '{a:>200000000}'.format_map({'a': 1}) }}", "with `format_map`"),
+    "~": (BIG + "{{ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s }}", "with `~`"),
+    "a list written out": (BIG + "{{ [s, s, s, s, s, s, s, s] }}", "over the limit"),
+    "a namespace written out": (
+        BIG + "{% set ns = namespace(a=s, b=s, c=s, d=s) %}{{ ns }}",
+        "over the limit",
+    ),
+    "a macro's extra arguments": (
+        BIG + "{% macro f() %}{{ varargs }}{% endmacro %}{{ f(s, s, s, s) }}",
+        "with a macro's extra arguments",
+    ),
+    "a macro's output": (
+        BIG + "{% macro f() %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endmacro %}"
+        "{{ f()|length }}",
+        "writes",
+    ),
+    "a block's output": (
+        BIG + "{% set l = [s] %}{% set b %}{% for i in range(1000) %}{{ l }}{{ l }}{{ l }}"
+        "{% endfor %}{% endset %}{{ b|length }}",
+        "writes",
+    ),
+    "lists nested deep": (
+        "{% set ns = namespace(l=[]) %}{% for i in range(10000) %}{% set ns.l = [ns.l] %}"
+        "{% endfor %}{{ ns.l }}",
+        "nests values more than 100 deep",
+    ),
+    "a source too long": ("{# " + "x" * 300_000 + " #}", "has 300,006 characters"),
+}
+
+
+@pytest.mark.parametrize(("source", "message"), BEFORE_BUILDING.values(), ids=BEFORE_BUILDING)
+def test_one_call_that_would_build_too_much_is_refused_before_it_runs(
+    source: str, message: str
+) -> None:
+    """Each would build 100 MB or more (a 1 GB string, some); refused naming the operation,
+    the rendering allocating under 50 MB."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError) as caught:
+            render_chat_template(source, HI, bos_token=None, eos_token=None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert message in str(caught.value)
+    assert peak < 50 << 20, f"{peak:,} bytes"
+
+
+def test_a_constant_filter_is_not_run_while_the_template_compiles() -> None:
+    """Jinja runs a filter on constants as it compiles; outside a rendering's limits ours are
+    left for the rendering, which refuses them."""
+    tracemalloc.start()
+    try:
+        template = BoundedSandbox().from_string("{{ 'x'|center(200000000) }}")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 << 20, f"{peak:,} bytes"
+    with pytest.raises(TemplateLimitError, match="with `center`"):
+        render_bounded(
+            "{{ 'x'|center(200000000) }}",
+            lambda source: template,
+            {},
+            input_chars=0,
+            limits=TemplateLimits(),
+        )
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            "{{ 'ab'|center(6) }}|{{ '%05.1f'|format(2.25) }}|{{ '%s-%s' % (1, 2) }}",
+            "  ab  |002.2|1-2",
+        ),
+        ("{{ 'a\nb'|indent(2, first=true) }}", "  a\n  b"),
+        ("{{ [1, 'x']|tojson(indent=1) }}", '[\n 1,\n "x"\n]'),
+        ("{{ 'a-b'|replace('-', '--') }}|{{ [1, 2]|join(', ') }}", "a--b|1, 2"),
+        ("{{ '{:>4}|{a}'.format('x', a=[1]) }}|{{ 'ab' ~ 1 }}", "   x|[1]|ab1"),
+        (
+            "{{ [[1], [2]]|sum(start=[]) }}|{{ [1, 2, 3]|batch(2, 0)|list }}",
+            "[1, 2]|[[1, 2], [3, 0]]",
+        ),
+    ],
+)
+def test_the_bounded_operations_make_what_jinja_makes(source: str, expected: str) -> None:
+    assert render_chat_template(source, HI, bos_token=None, eos_token=None) == expected
