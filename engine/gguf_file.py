@@ -5,11 +5,18 @@ log says more, but it goes to stderr, and only when verbose). After such a failu
 file's header ourselves (GGUF: header, key-value metadata, tensor descriptions, then the
 aligned tensor data; github.com/ggml-org/ggml/blob/master/docs/gguf.md) and name what is
 wrong: where it ends early, or what it holds that cannot be.
+
+The file may be hostile: the walk keeps nothing it reads (a value is skipped, its size checked
+against the file's; an array's items are never gathered), refuses names over 64 KiB and arrays
+nested over 8 deep, shows at most 80 characters of a name, and gives up after 0.5 s.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,6 +35,7 @@ _SCALARS = {
     12: "d",
 }
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")
 #: Bytes per block and values per block of the common tensor types (ggml's type traits).
 _TENSOR_BLOCKS = {
     0: (4, 1),  # F32
@@ -48,29 +56,57 @@ _TENSOR_BLOCKS = {
 #: Bounds no real file comes near: a count past them means a corrupt header, not a big model.
 _MAX_COUNT = 1 << 24
 _MAX_STRING = 1 << 26
+#: A metadata key or a tensor name longer than this is corruption (llama.cpp's tensor names
+#: hold 64 bytes; keys are dotted words).
+_MAX_NAME = 1 << 16
+#: Arrays of arrays nested deeper than this: no real file has one inside another.
+_MAX_NESTING = 8
+#: Characters of a key or a name shown in a message.
+_SHOWN = 80
+#: Seconds the walk may take: a file that holds millions of strings is not walked to its end
+#: (its cause stays unknown, and llama.cpp's message is shown). The default models' headers
+#: take 0.016 s (SmolLM2) and 0.04 s (Gemma 3: 262,144 tokens, their scores and types).
+DIAGNOSE_SECONDS = 0.5
 
 
 class _Corrupt(Exception):
     pass
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+def _shown(name: str) -> str:
+    return name if len(name) <= _SHOWN else name[:_SHOWN] + "…"
+
+
 class _Reader:
-    def __init__(self, file: BinaryIO, size: int) -> None:
+    """Reads the header's structure without keeping its values: a value is skipped (its size
+    checked against the file's), an array's items never gathered."""
+
+    def __init__(self, file: BinaryIO, size: int, deadline: float) -> None:
         self.file = file
         self.size = size
+        self.deadline = deadline
+
+    def truncated(self, what: str) -> _Corrupt:
+        return _Corrupt(f"the file is truncated: it ends at byte {self.size:,}, inside its {what}")
 
     def read(self, n: int, what: str) -> bytes:
         data = self.file.read(n)
         if len(data) < n:
-            raise _Corrupt(
-                f"the file is truncated: it ends at byte {self.size:,}, inside its {what}"
-            )
+            raise self.truncated(what)
         return data
 
+    def skip(self, n: int, what: str) -> None:
+        if self.file.tell() + n > self.size:
+            raise self.truncated(what)
+        self.file.seek(n, os.SEEK_CUR)
+
     def scalar(self, fmt: str, what: str) -> int | float | bool:
-        value: int | float | bool = struct.unpack("<" + fmt, self.read(struct.calcsize(fmt), what))[
-            0
-        ]
+        data = self.read(struct.calcsize(fmt), what)
+        value: int | float | bool = struct.unpack("<" + fmt, data)[0]
         return value
 
     def count(self, what: str, things: str, limit: int = _MAX_COUNT) -> int:
@@ -79,30 +115,73 @@ class _Reader:
             raise _Corrupt(f"the file is corrupt: its {what} claims {value:,} {things}")
         return value
 
-    def string(self, what: str) -> str:
-        size = self.count(what, "bytes in a string", _MAX_STRING)
+    def name(self, what: str) -> str:
+        """A key or a tensor's name (short in any real file)."""
+        size = self.count(what, "bytes in a name", _MAX_NAME)
         return self.read(size, what).decode("utf-8", "replace")
 
-    def value(self, kind: int, what: str) -> object:
+    def skip_value(self, kind: int, what: str, depth: int = 0) -> None:
         if kind in _SCALARS:
-            return self.scalar(_SCALARS[kind], what)
-        if kind == _STRING:
-            return self.string(what)
-        if kind == _ARRAY:
+            self.skip(struct.calcsize(_SCALARS[kind]), what)
+        elif kind == _STRING:
+            self.skip(self.count(what, "bytes in a string", _MAX_STRING), what)
+        elif kind == _ARRAY:
+            if depth >= _MAX_NESTING:
+                raise _Corrupt(
+                    f"the file is corrupt: its {what} nests arrays more than {_MAX_NESTING} deep"
+                )
             item_kind = int(self.scalar("I", what))
-            return [self.value(item_kind, what) for _ in range(self.count(what, "items"))]
-        raise _Corrupt(f"the file is corrupt: metadata {what} has an unknown type {kind}")
+            items = self.count(what, "items")
+            if item_kind in _SCALARS:
+                self.skip(items * struct.calcsize(_SCALARS[item_kind]), what)
+            elif item_kind == _STRING:
+                self.skip_strings(items, what)
+            else:
+                self.skip_arrays(item_kind, items, what, depth)
+        else:
+            raise _Corrupt(f"the file is corrupt: its {what} has an unknown type {kind}")
+
+    def skip_strings(self, items: int, what: str) -> None:
+        """An array's strings, each skipped."""
+        read, seek, unpack, tell = self.file.read, self.file.seek, _LENGTH.unpack, self.file.tell
+        if tell() + 8 * items > self.size:
+            raise self.truncated(what)
+        for done in range(items):
+            if done % 4096 == 0 and time.monotonic() > self.deadline:
+                raise _OutOfTime
+            data = read(8)
+            if len(data) < 8:
+                raise self.truncated(what)
+            (length,) = unpack(data)
+            if length > _MAX_STRING:
+                raise _Corrupt(
+                    f"the file is corrupt: its {what} claims {length:,} bytes in a string"
+                )
+            seek(length, os.SEEK_CUR)
+        if tell() > self.size:
+            raise self.truncated(what)
+
+    def skip_arrays(self, kind: int, items: int, what: str, depth: int) -> None:
+        for done in range(items):
+            if done % 4096 == 0 and time.monotonic() > self.deadline:
+                raise _OutOfTime
+            self.skip_value(kind, what, depth + 1)
 
 
 def diagnose(path: Path) -> str | None:
-    """What makes the GGUF file at `path` unloadable, if its structure shows it; else None."""
+    """What makes the GGUF file at `path` unloadable, if its structure shows it; else None
+    (None too when it is not a regular file, or when the walk takes over DIAGNOSE_SECONDS).
+    Memory stays small whatever the file claims: nothing it holds is gathered."""
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return None  # a FIFO or a device would block or never end
         with path.open("rb") as file:
-            return _walk(_Reader(file, size), size)
+            deadline = time.monotonic() + DIAGNOSE_SECONDS
+            return _walk(_Reader(file, info.st_size, deadline), info.st_size)
     except _Corrupt as e:
         return str(e)
-    except OSError:
+    except (OSError, _OutOfTime):
         return None
 
 
@@ -115,13 +194,18 @@ def _walk(reader: _Reader, size: int) -> str | None:
     entries = reader.count("header", "metadata entries")
     alignment = 32
     for _ in range(entries):
-        key = reader.string("metadata")
-        value = reader.value(int(reader.scalar("I", f"metadata {key}")), f"metadata {key}")
-        if key == "general.alignment" and isinstance(value, int) and value > 0:
-            alignment = value
+        key = reader.name("metadata")
+        what = f"metadata {_shown(key)}"
+        kind = int(reader.scalar("I", what))
+        if key == "general.alignment" and kind in _SCALARS and kind not in (6, 12):
+            value = reader.scalar(_SCALARS[kind], what)
+            if isinstance(value, int) and value > 0:
+                alignment = value
+        else:
+            reader.skip_value(kind, what)
     end = 0
     for _ in range(tensors):
-        name = reader.string("tensor descriptions")
+        name = _shown(reader.name("tensor descriptions"))
         dims = int(reader.scalar("I", f"tensor {name}"))
         if dims > 8:
             raise _Corrupt(f"the file is corrupt: tensor {name} has {dims} dimensions")

@@ -165,6 +165,9 @@ def load_backend(spec: ModelSpec) -> Backend:
         )
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
+    if not (spec.path.is_file() or spec.path.is_dir()):
+        # A FIFO would hold the loader until something writes to it; a device never ends.
+        raise ModelLoadError(f"{spec.path} is not a model file or folder (a pipe or a device?)")
     try:
         return load(spec)
     except EngineError:
