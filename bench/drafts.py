@@ -7,8 +7,8 @@ Run from the repository root:
     .venv/bin/python bench/drafts.py [--suggestions 20] [--rewrites 12] [--next-edit 6]
                                      [--roles completion chat] [--json PATH]
 
-Three kinds of answer, each on the default completion model (Gemma 3 270M) and the default
-chat model (SmolLM2-135M), both greedy:
+Three kinds of answer, on the default completion model (Gemma 3 270M) and the default chat
+model (SmolLM2-135M), all greedy:
 
 - "suggestion": a multi-line suggestion in a real file: a HumanEval program (shared/data,
   written by others) cut after the first lines of its solution, 64 tokens on from there.
@@ -17,13 +17,20 @@ chat model (SmolLM2-135M), both greedy:
   same code with the function's first parameter renamed and starts it with the renamed
   `def` line; the answer is as long as the rest of the region.
 - "next-edit copy": bench/next_edit_rewrite.py's "a copy of the region" case (the language
-  server's own next-edit prompt, Zeta v1 format, as many tokens as the region and its markers),
-  through the engine, for the completion model only.
+  server's own next-edit prompt, Zeta v1 format, as many tokens as the region and its
+  markers), through the engine, its own measuring as it is; completion model only.
 
-Each prompt is evaluated once, untimed; then its answer with drafts and without, in turn (the
-order alternates from case to case, so that the machine's load drifts over both alike). The
-prompt's last token is evaluated by both. "passes" counts forward passes (llama.cpp decode
-calls) per answer: one per token without drafts.
+Each case is answered three ways (`MODES`): "plain", a token per pass (`generate()`, as before
+drafts); "drafts", as shipped (passes no longer than the model's kernels keep exact, as much
+of a draft as pays); "every draft", each draft of up to 8 tokens checked in full, exact or
+not: what drafts could give. Each prompt is evaluated once first, untimed; the ways take
+turns (the order rotates from case to case, so that the machine's load drifts over all
+alike). "passes" counts forward passes (llama.cpp decode calls) per answer.
+
+Exactness: every answer is compared with the plain one, token for token; for suggestions the
+plain answer is also compared with itself when the prompt's last 6 tokens were evaluated
+apart from the rest (as a keystroke's request evaluates them on top of the cache): how much a
+greedy answer depends on how its prompt was split into passes, without any draft.
 
 Prints tables to stdout and writes JSON to bench/results/drafts.json; logs go to stderr.
 Target (the issue's): a rewrite at least 2x faster, its tokens the same.
@@ -71,6 +78,8 @@ SUGGESTION_TOKENS = 64
 #: Lines of a program's solution before the cut where a suggestion starts.
 SUGGESTION_LINES = 2
 REGION_LINES = 20
+#: Prompt tokens evaluated apart for the exactness baseline (`Measured.split_differs_at`).
+SPLIT = 6
 _DEF = re.compile(r"^def \w+\((\w+)", re.MULTILINE)
 
 
@@ -105,6 +114,10 @@ class Measured:
     prompt_tokens: int
     tokens: int
     answers: dict[str, Answer]
+    #: Where the answer without drafts parts from itself when its prompt's last tokens were
+    #: evaluated apart from the rest (as after a keystroke); None: it does not; not measured
+    #: for every kind.
+    split_differs_at: int | None = None
 
 
 def programs() -> dict[str, str]:
@@ -215,11 +228,21 @@ def measure(backend: LlamaCppBackend, case: Case, index: int) -> Measured:
         tokens, seconds = answer(backend, ids, case.tokens, key)
         runs[name] = (tokens, seconds, backend.draft_counts - before)
     plain = runs["plain"][0]
+    split_differs_at = None
+    if case.kind == "suggestion":
+        # The baseline of exactness: the same answer without drafts, its prompt evaluated in
+        # two passes instead of one (the last SPLIT tokens apart, as a keystroke's request
+        # evaluates them on top of the previous one's cache).
+        use_mode(backend, MODES["plain"])
+        answer(backend, ids[:-SPLIT], 1, key + "-split")
+        split, _ = answer(backend, ids, case.tokens, key + "-split")
+        split_differs_at = None if split == plain else shared_prefix(split, plain)
     return Measured(
         kind=case.kind,
         name=case.name,
         prompt_tokens=len(ids),
         tokens=len(plain),
+        split_differs_at=split_differs_at,
         answers={
             name: Answer(
                 seconds=seconds,
@@ -282,6 +305,9 @@ def summarize(measured: Sequence[Measured]) -> dict[str, Any]:
         "cases": len(measured),
         "tokens_per_answer": median(m.tokens for m in measured),
     }
+    if measured and measured[0].kind == "suggestion":
+        parted = sorted(m.split_differs_at for m in measured if m.split_differs_at is not None)
+        summary["plain_prompt_split"] = {"same": len(measured) - len(parted), "differs_at": parted}
     for name in MODES:
         answers = [m.answers[name] for m in measured]
         summary[name] = {
@@ -331,6 +357,21 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
                     )
                 )
     table.print(rows)
+    for model, kinds in results.items():
+        for kind, summary in kinds.items():
+            for name in MODES:
+                if summary[name]["differs_at"]:
+                    print(
+                        f"{model}: {kind}, {name}: answers part from those without drafts at "
+                        f"tokens {summary[name]['differs_at']}"
+                    )
+        split = kinds.get("suggestion", {}).get("plain_prompt_split")
+        if split is not None:
+            print(
+                f"{model}: suggestions without drafts, the prompt's last {SPLIT} tokens "
+                f"evaluated apart: {split['same']}/{kinds['suggestion']['cases']} the same "
+                f"tokens (parting at tokens {split['differs_at']})"
+            )
     print(
         "medians per answer; speedup: the median of each case's plain/this time; passes: "
         "forward passes (one per token without drafts)"
@@ -358,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(backend, LlamaCppBackend):
             raise SystemExit("drafts are the llama.cpp backend's: the benchmark needs a GGUF")
         name = backend.info.name
-        exact = backend.exact_pass_tokens  # measured now, on the empty cache
+        exact = backend.exact_pass_tokens
         models[name] = {
             "role": role_name,
             "exact_pass_tokens": exact,

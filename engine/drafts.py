@@ -21,7 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-#: The n-gram lengths tried, longest first (measured in bench/drafts.py: see README "Drafts").
+#: The n-gram lengths tried, longest first. Measured on the answers of bench/drafts.py's cases
+#: (Gemma 3 270M, each draft checked against the plain answer): a rewrite writes 5.8 tokens
+#: per pass with drafts of up to 8 from 4-grams down to 2-grams, 5.4 from 3-grams, 5.9 from
+#: 5-grams; stopping at 3-grams checks 40% fewer draft tokens in vain but writes 10% fewer
+#: tokens per pass, going down to single tokens checks 75% more in vain.
 LONGEST_NGRAM = 4
 SHORTEST_NGRAM = 2
 #: How much of the past an estimate keeps per new observation (acceptance, pass costs).

@@ -90,11 +90,16 @@ class LlamaContext(LiveCache[State, None]):
         cache), and the seconds a pass of each of those sizes took. The cache is cut back to
         what it held (or started over, where it cannot drop a tail: then it holds nothing).
 
-        llama.cpp's CPU kernels are chosen by the batch: Gemma 3 270M Q4_K_M's logits differ
-        by up to 1.3 from 4 tokens on (the Q4_K weights repacked for products of 4 rows at a
-        time) and by up to 2.7 from 8 on without the repacking, here; SmolLM2-135M's are the
-        same bit for bit up to 16. Where they differ, a checked draft could part from what a
-        token at a time gives, at a near tie. Other text goes through the same kernels.
+        llama.cpp's CPU kernels are chosen by the batch. Here, on a short cache, Gemma 3 270M
+        Q4_K_M's logits differ by up to 1.3 from passes of 4 tokens on (its Q4_K weights are
+        repacked for products of 4 rows at a time), SmolLM2-135M's are the same bit for bit up
+        to 16 tokens. Once the cache holds 256 tokens, with flash attention, a pass of one token
+        on 2 threads gives logits that differ by up to 2.5 from those of a longer pass, and
+        from those of the same pass on 1 thread: a greedy answer then depends on the machine's
+        load (engine/threads.py), drafts or not. On 1 thread, SmolLM2's passes of up to 9
+        tokens stay exact there too.
+        Where logits differ, a checked draft could part from what a token at a time gives, at a
+        near tie. Other text goes through the same kernels.
         """
         base = self.length
         seconds: dict[int, float] = {}

@@ -53,9 +53,12 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 512
 
 #: The most draft tokens a greedy step checks with the token before them (engine/drafts.py).
+#: A rewrite writes 4.0 / 5.8 / 7.3 / 8.0 tokens per pass with up to 4 / 8 / 12 / 16, for
+#: 0.9 / 1.2 / 1.3 / 1.5 draft tokens checked per token written (Gemma 3 270M, bench/drafts.py's
+#: rewrites); where a pass costs about its tokens' worth, as on a CPU, the waste decides.
 DRAFT_TOKENS = 8
-#: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`),
-#: once per model, on its first greedy answer with a draft: as many tokens as a pass checks.
+#: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
+#: once the model is loaded: as many tokens as a pass checks.
 PROBE_TEXT = "for size in range(1, 10):\n    print(size, area(size, size + 1))\n"
 
 
@@ -174,7 +177,8 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         super().__init__(info=info, vocab=vocab, live=self._context, cache_bytes=spec.cache_bytes)
         self._counts = DraftCounts()
         self._pass_costs = PassCosts()
-        self._exact_pass_tokens: int | None = None  # probed on the first draft
+        #: The most tokens a pass evaluates with the logits a pass per token gives.
+        self.exact_pass_tokens = self._probe()
         #: The most draft tokens a greedy step checks; 0: greedy requests decode a token per
         #: pass, through `generate()` like the others.
         self.draft_tokens = DRAFT_TOKENS
@@ -182,30 +186,26 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
-    @property
-    def exact_pass_tokens(self) -> int:
+    def _probe(self) -> int:
         """The most tokens a pass may evaluate and still give the logits of a pass per token,
-        here (`LlamaContext.exact_batches`): measured on the first call, on top of the live
-        cache, which keeps what it held. The passes' costs start `PassCosts`. About 0.25 s
-        on a CPU here, once per model."""
-        if self._exact_pass_tokens is None:
-            context = self._context
-            ids = self.tokenize(PROBE_TEXT, add_bos=False)[: DRAFT_TOKENS + 1]
-            if len(ids) < 2 or context.length + len(ids) >= self.info.context_size:
-                return 1  # no room now: measured another time
-            started = time.perf_counter()
-            exact, seconds = context.exact_batches(ids)
-            for size, took in seconds.items():
-                self._pass_costs.record(size, took)
-            self._exact_pass_tokens = exact
-            log.info(
-                "%s: passes of up to %d tokens give the logits of a pass per token "
-                "(measured in %.0f ms)",
-                self.info.name,
-                exact,
-                (time.perf_counter() - started) * 1000,
-            )
-        return self._exact_pass_tokens
+        here (`LlamaContext.exact_batches`), measured on the empty cache once the model is
+        loaded (0.15-0.25 s here): on a short cache the thread count changes no logit, so
+        the machine's load changes no answer. The passes' costs start `PassCosts`."""
+        ids = self.tokenize(PROBE_TEXT, add_bos=False)[: DRAFT_TOKENS + 1]
+        if len(ids) < 2 or len(ids) >= self.info.context_size:
+            return 1
+        started = time.perf_counter()
+        exact, seconds = self._context.exact_batches(ids)
+        for size, took in seconds.items():
+            self._pass_costs.record(size, took)
+        log.debug(
+            "%s: passes of up to %d tokens give the logits of a pass per token (measured in "
+            "%.0f ms)",
+            self.info.name,
+            exact,
+            (time.perf_counter() - started) * 1000,
+        )
+        return exact
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -334,10 +334,8 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                 room = min(sampling.max_tokens - handed, self.info.context_size - held - 1) - 1
                 proposal = lookup.draft(min(self.draft_tokens, room)) if drafting else []
                 draft = proposal
-                if proposal and self.draft_checking is not DraftChecking.EVERY:
+                if self.draft_checking is not DraftChecking.EVERY:
                     draft = proposal = proposal[: self.exact_pass_tokens - 1]
-                    if context.length < held:  # the measuring could not cut the cache back
-                        context.evaluate(list(lookup.history[:held]))
                 if self.draft_checking is DraftChecking.WORTH_IT:
                     draft = proposal[: worth_checking(len(proposal), acceptance.rate, costs)]
                 if not draft:

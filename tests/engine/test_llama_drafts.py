@@ -18,7 +18,9 @@ from job_events import JobWatch
 
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.engine import Engine
-from engine.types import FinishReason, GenerationRequest, SamplingParams, StopConditions
+from engine.models import load_backend, model_spec
+from engine.specs import ModelOptions
+from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 
 pytestmark = pytest.mark.slow
 
@@ -84,15 +86,25 @@ def drafting(backend: LlamaCppBackend, checking: DraftChecking, tokens: int) -> 
         backend.draft_checking, backend.draft_tokens = before
 
 
-@pytest.fixture(params=["completion", "chat"])
-def backend(
-    request: pytest.FixtureRequest,
-    completion_backend: LlamaCppBackend,
-    chat_backend: LlamaCppBackend,
-) -> LlamaCppBackend:
-    """Each default model; one whose passes of two tokens already differ from a token at a
-    time has no draft that keeps its answer exact to check."""
-    chosen = completion_backend if request.param == "completion" else chat_backend
+@pytest.fixture(scope="module", params=["completion", "chat"])
+def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[LlamaCppBackend, Engine]]:
+    """Each default model computing on 1 thread, and an engine over it. A pass of one token on
+    2 threads gives other logits than on 1 once 256 tokens are cached (LlamaContext.
+    exact_batches): with the count following the machine's load, an answer would then depend
+    on the load, drafts or not."""
+    spec = model_spec(Role(request.param), ModelOptions(threads=1), environ={})
+    backend = load_backend(spec)
+    assert isinstance(backend, LlamaCppBackend)
+    engine = Engine(backend, name=request.param)
+    yield backend, engine
+    engine.close()  # and the model
+
+
+@pytest.fixture
+def backend(loaded: tuple[LlamaCppBackend, Engine]) -> LlamaCppBackend:
+    """The model, where some pass of several tokens gives the logits of one token at a time:
+    else it has no draft to check that keeps its answer exact."""
+    chosen = loaded[0]
     if chosen.exact_pass_tokens < 2:
         pytest.skip(
             f"{chosen.info.name}: on this machine no pass of 2 tokens gives the logits of one "
@@ -125,16 +137,17 @@ def test_greedy_answers_are_the_same_with_every_draft_checked(
     assert counts.steps < total  # fewer passes than tokens
 
 
-def test_the_shipped_checking_keeps_the_answer(
-    completion_backend: LlamaCppBackend, shared_data: Path
+def test_as_shipped_a_rewrite_is_the_same_as_without_drafts(
+    loaded: tuple[LlamaCppBackend, Engine], shared_data: Path
 ) -> None:
-    """As shipped (`WORTH_IT`), a rewrite's answer is the answer without drafts, whatever
-    the passes cost on this machine."""
-    ids = completion_backend.tokenize(rewrite_prompt(programs(shared_data)[30]), add_bos=True)
-    with drafting(completion_backend, DraftChecking.WORTH_IT, 0):
-        plain = greedy(completion_backend, ids, 80)
-    with drafting(completion_backend, DraftChecking.WORTH_IT, DRAFT_TOKENS):
-        assert greedy(completion_backend, ids, 80) == plain
+    """As shipped (`WORTH_IT`: exact passes, as much of a draft as pays here), a rewrite's
+    answer is the answer without drafts."""
+    backend = loaded[0]
+    ids = backend.tokenize(rewrite_prompt(programs(shared_data)[30]), add_bos=True)
+    with drafting(backend, DraftChecking.WORTH_IT, 0):
+        plain = greedy(backend, ids, 80)
+    with drafting(backend, DraftChecking.WORTH_IT, DRAFT_TOKENS):
+        assert greedy(backend, ids, 80) == plain
 
 
 def test_a_stop_inside_a_draft_leaves_the_cache_holding_what_was_handed_over(
@@ -163,16 +176,14 @@ def test_a_stop_inside_a_draft_leaves_the_cache_holding_what_was_handed_over(
 
 @pytest.mark.parametrize("how", ["closing the stream", "engine.cancel"])
 async def test_cancel_stops_within_one_token_with_drafts(
-    completion_engine: Engine,
-    completion_backend: LlamaCppBackend,
+    backend: LlamaCppBackend,
+    loaded: tuple[LlamaCppBackend, Engine],
     shared_data: Path,
     how: str,
 ) -> None:
     """README: a cancelled job "stops its model work within one token", drafts or not; the
     next request on the same document is unaffected."""
-    backend, engine = completion_backend, completion_engine
-    if backend.exact_pass_tokens < 2:
-        pytest.skip(f"{backend.info.name}: no exact pass of 2 tokens here, so no drafts")
+    engine = loaded[1]
     prompt = rewrite_prompt(programs(shared_data)[50])
 
     def request(n: int) -> GenerationRequest:
