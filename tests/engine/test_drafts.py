@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.drafts import DraftCounts, PromptLookup
+from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
 
 
 def naive_draft(history: list[int], limit: int, longest: int, shortest: int) -> list[int]:
@@ -100,3 +100,68 @@ def test_counts_subtract() -> None:
     later = DraftCounts(steps=10, drafted=30, accepted=12)
     earlier = DraftCounts(steps=4, drafted=10, accepted=2)
     assert later - earlier == DraftCounts(steps=6, drafted=20, accepted=10)
+
+
+def costs(*seconds: float) -> PassCosts:
+    """Passes of 1, 2, ... tokens taking these seconds."""
+    known = PassCosts()
+    for tokens, took in enumerate(seconds, start=1):
+        known.record(tokens, took)
+    return known
+
+
+@pytest.mark.parametrize(
+    ("proposed", "rate", "passes", "expected"),
+    [
+        # A pass of several tokens costs what one does: every token is worth checking.
+        (4, 0.5, costs(1, 1, 1, 1, 1), 4),
+        # It costs its tokens' worth: checking k tokens writes fewer than k + 1 on average.
+        (4, 0.95, costs(1, 2, 3, 4, 5), 0),
+        # Costs between: the drafts must mostly stand (Gemma's 3-token pass, 3.8 times).
+        (2, 0.95, costs(12.2, 28.3, 45.8), 0),
+        # SmolLM2's passes here: 7 of 8 draft tokens, since a pass of 8 costs less than one
+        # of 7 or 9 (the kernels take rows 4 at a time).
+        (8, 0.95, costs(6.2, 13.5, 17.8, 17.5, 22.0, 21.8, 25.8, 24.1, 28.1), 7),
+        (8, 0.5, costs(6.2, 13.5, 17.8, 17.5, 22.0, 21.8, 25.8, 24.1, 28.1), 0),
+        # A size never measured is not checked, nor any past it.
+        (4, 0.95, costs(1, 1), 1),
+        (4, 0.95, PassCosts(), 0),
+        (0, 0.95, costs(1, 1), 0),
+    ],
+)
+def test_a_draft_is_checked_as_far_as_it_promises_the_most_tokens_per_second(
+    proposed: int, rate: float, passes: PassCosts, expected: int
+) -> None:
+    assert worth_checking(proposed, rate, passes) == expected
+
+
+def test_pass_costs_follow_the_machine() -> None:
+    passes = costs(10.0, 20.0)
+    assert passes.ratio(2) == 2.0
+    assert passes.ratio(3) is None
+    for _ in range(30):  # the machine got busier for passes of 2: the average follows
+        passes.record(2, 40.0)
+    ratio = passes.ratio(2)
+    assert ratio is not None
+    assert 3.9 < ratio <= 4.0
+
+
+def test_acceptance_learns_from_drafts_checked_and_not() -> None:
+    acceptance = Acceptance()
+    assert acceptance.rate == 0.5  # as many stood as broke, before anything was seen
+    acceptance.observe(8, 8)
+    assert acceptance.rate > 0.8
+    broken = Acceptance()
+    broken.observe(8, 0)
+    assert broken.rate < 0.5
+    # A draft not checked is judged by the tokens written after it: 2 of 3 stood.
+    watched = Acceptance()
+    watched.watch([7, 8, 9])
+    watched.watch([1, 2])  # one at a time: the first is still being judged
+    for token in (7, 8, 5):
+        watched.written(token)
+    expected = Acceptance()
+    expected.observe(3, 2)
+    assert watched.rate == expected.rate
+    watched.written(1)  # nothing watched now: nothing changes
+    assert watched.rate == expected.rate
