@@ -105,6 +105,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/remote.py
 	$(BIN)/python bench/next_edit.py
 	$(BIN)/python bench/next_edit_rewrite.py
+	$(BIN)/python bench/drafts.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)

@@ -76,6 +76,69 @@ class LlamaContext(LiveCache[State, None]):
         self.use_threads()
         self._llm.eval(ids)
 
+    def most_likely(self, ids: list[int]) -> list[int]:
+        """Evaluate `ids` on top of the cache in one pass with every position's logits: the
+        most likely token after each position. Ties go to the lowest id, as llama.cpp's greedy
+        sampler breaks them, so that one position's answer is the one `generate()` gives."""
+        self._decode(ids)
+        best: list[int] = self._logits(len(ids)).argmax(axis=1).tolist()
+        return best
+
+    def exact_batches(self, ids: list[int]) -> tuple[int, dict[int, float]]:
+        """The most tokens one pass may evaluate and still give, at every position, the very
+        logits a pass per token gives (from 1 to `len(ids)`, tried on `ids` on top of the
+        cache), and the seconds a pass of each of those sizes took. The cache is cut back to
+        what it held (or started over, where it cannot drop a tail: then it holds nothing).
+
+        llama.cpp's CPU kernels are chosen by the batch. Here, on a short cache, Gemma 3 270M
+        Q4_K_M's logits differ by up to 1.3 from passes of 4 tokens on (its Q4_K weights are
+        repacked for products of 4 rows at a time), SmolLM2-135M's are the same bit for bit up
+        to 16 tokens. Once the cache holds 256 tokens, with flash attention, a pass of one token
+        on 2 threads gives logits that differ by up to 2.5 from those of a longer pass, and
+        from those of the same pass on 1 thread: a greedy answer then depends on the machine's
+        load (engine/threads.py), drafts or not. On 1 thread, SmolLM2's passes of up to 9
+        tokens stay exact there too.
+        Where logits differ, a checked draft could part from what a token at a time gives, at a
+        near tie. Other text goes through the same kernels.
+        """
+        base = self.length
+        seconds: dict[int, float] = {}
+        try:
+            one_by_one = []
+            for token in ids:
+                started = time.perf_counter()
+                self._decode([token])
+                seconds[1] = min(seconds.get(1, np.inf), time.perf_counter() - started)
+                one_by_one.append(self._logits(1)[0].copy())
+            exact = 1
+            for size in range(2, len(ids) + 1):
+                if self.cut(base) < base:  # a cache that cannot drop a tail: no drafts either
+                    exact = 1
+                    break
+                started = time.perf_counter()
+                self._decode(ids[:size])
+                took = time.perf_counter() - started
+                if not np.array_equal(self._logits(size), np.stack(one_by_one[:size])):
+                    break
+                seconds[size] = took
+                exact = size
+            return exact, seconds
+        finally:
+            self.cut(base)
+
+    def _decode(self, ids: list[int]) -> None:
+        """Evaluate `ids` on top of the cache, with every position's logits."""
+        llm = self._llm
+        self.use_threads()
+        llm._batch.set_batch(batch=ids, n_past=llm.n_tokens, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[llm.n_tokens : llm.n_tokens + len(ids)] = ids
+        llm.n_tokens += len(ids)
+
+    def _logits(self, rows: int) -> LogProbs:
+        """The last decode's logits, a row per position (a view of llama.cpp's buffer)."""
+        return np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(rows, self._vocab_size))
+
     def log_probs(self, ids: list[int], at: int) -> LogProbs:
         """Evaluate `ids` at position `at` (the cache cut there first) with every position's
         logits: each row is the log-probabilities of the token after that position. The
@@ -88,13 +151,8 @@ class LlamaContext(LiveCache[State, None]):
         out = np.empty((len(ids), n_vocab), dtype=np.float32)
         for start in range(0, len(ids), llm.n_batch):
             batch = ids[start : start + llm.n_batch]
-            self.use_threads()
-            llm._batch.set_batch(batch=batch, n_past=llm.n_tokens, logits_all=True)
-            llm._ctx.decode(llm._batch)
-            logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(len(batch), n_vocab))
-            out[start : start + len(batch)] = logits
-            llm.input_ids[llm.n_tokens : llm.n_tokens + len(batch)] = batch
-            llm.n_tokens += len(batch)
+            self._decode(batch)
+            out[start : start + len(batch)] = self._logits(len(batch))
         # log-softmax, row by row, shifted by each row's maximum so that exp cannot overflow
         out -= out.max(axis=1, keepdims=True)
         out -= np.log(np.exp(out).sum(axis=1, keepdims=True))

@@ -14,6 +14,7 @@ call, which per-line token counting cannot afford.
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import random
 import threading
@@ -35,6 +36,7 @@ from engine.backend import ModelInfo, Vocabulary
 from engine.backends.llama_context import EVAL_CHUNK as EVAL_CHUNK
 from engine.backends.llama_context import LlamaContext, LogProbs, State
 from engine.detokenizer import ByteDetokenizer, Detokenizer
+from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
 from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
 from engine.local_backend import LocalBackend
@@ -49,6 +51,33 @@ log = logging.getLogger(__name__)
 
 #: Prompt tokens evaluated per batch (at most the context size).
 BATCH_SIZE = 512
+
+#: The most draft tokens a greedy step checks with the token before them (engine/drafts.py).
+#: A rewrite writes 4.0 / 5.8 / 7.3 / 8.0 tokens per pass with up to 4 / 8 / 12 / 16, for
+#: 0.9 / 1.2 / 1.3 / 1.5 draft tokens checked per token written (Gemma 3 270M, bench/drafts.py's
+#: rewrites); where a pass costs about its tokens' worth, as on a CPU, the waste decides.
+DRAFT_TOKENS = 8
+#: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
+#: once the model is loaded: as many tokens as a pass checks.
+PROBE_TEXT = "for size in range(1, 10):\n    print(size, area(size, size + 1))\n"
+
+
+class DraftChecking(enum.Enum):
+    """Which drafts a greedy step checks."""
+
+    #: As much of a draft as promises the most tokens per second (`worth_checking`), in
+    #: passes that give the logits of one token at a time: the answer is the same as without.
+    WORTH_IT = "worth it"
+    #: Every draft, as far as such passes go (tests: the answer is still the same).
+    EXACT = "exact"
+    #: Every draft in full, whatever the passes give (benchmarks: what drafts could give).
+    EVERY = "every"
+
+
+def drafts_apply(sampling: SamplingParams) -> bool:
+    """Whether a request's tokens may come from checked drafts: greedy and unpenalized, where
+    the answer after each position is its most likely token, whatever came in the same pass."""
+    return sampling.greedy and sampling.repetition_penalty == 1.0
 
 
 def llama_params(spec: ModelSpec) -> dict[str, Any]:
@@ -146,8 +175,37 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         )
         self._context = LlamaContext(self._llm, lib, vocab_size=n_vocab, threads=spec.threads)
         super().__init__(info=info, vocab=vocab, live=self._context, cache_bytes=spec.cache_bytes)
+        self._counts = DraftCounts()
+        self._pass_costs = PassCosts()
+        #: The most tokens a pass evaluates with the logits a pass per token gives.
+        self.exact_pass_tokens = self._probe()
+        #: The most draft tokens a greedy step checks; 0: greedy requests decode a token per
+        #: pass, through `generate()` like the others.
+        self.draft_tokens = DRAFT_TOKENS
+        self.draft_checking = DraftChecking.WORTH_IT
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
+
+    def _probe(self) -> int:
+        """The most tokens a pass may evaluate and still give the logits of a pass per token,
+        here (`LlamaContext.exact_batches`), measured on the empty cache once the model is
+        loaded (0.15-0.25 s here): on a short cache the thread count changes no logit, so
+        the machine's load changes no answer. The passes' costs start `PassCosts`."""
+        ids = self.tokenize(PROBE_TEXT, add_bos=False)[: DRAFT_TOKENS + 1]
+        if len(ids) < 2 or len(ids) >= self.info.context_size:
+            return 1
+        started = time.perf_counter()
+        exact, seconds = self._context.exact_batches(ids)
+        for size, took in seconds.items():
+            self._pass_costs.record(size, took)
+        log.debug(
+            "%s: passes of up to %d tokens give the logits of a pass per token (measured in "
+            "%.0f ms)",
+            self.info.name,
+            exact,
+            (time.perf_counter() - started) * 1000,
+        )
+        return exact
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -214,6 +272,9 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
     def _sample(
         self, prompt: list[int], sampling: SamplingParams, cancelled: threading.Event, first: None
     ) -> Iterator[int]:
+        if self.draft_tokens > 0 and drafts_apply(sampling):
+            yield from self._greedy(prompt, sampling, cancelled)
+            return
         # The cache holds all of the prompt but its last token: `generate()` finds that prefix
         # and evaluates the last token itself (only a decode gives the logits to sample from).
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
@@ -239,6 +300,81 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         finally:
             tokens.close()
 
+    def _greedy(
+        self, prompt: list[int], sampling: SamplingParams, cancelled: threading.Event
+    ) -> Iterator[int]:
+        """Greedy decoding that checks drafts from the document (engine/drafts.py).
+
+        A step evaluates the history's last token and a draft in one pass, with every
+        position's logits: the draft's tokens stand while each is the most likely after the
+        one before it, and the most likely token after the last one that stands comes with
+        them. So a pass gives from 1 to `len(draft) + 1` tokens. Checked as shipped
+        (`DraftChecking.WORTH_IT`), they are the ones a pass per token gives: no pass is
+        longer than `exact_pass_tokens`, the most whose logits are those of one token at a
+        time, and of a draft only as much is checked as promises the most tokens per second,
+        from what passes cost here and how often this answer's drafts stood (`worth_checking`).
+
+        Whenever the consumer stops (it may, between any two tokens, for good or to resume
+        later from them), the cache holds the prompt and the tokens handed over, nothing after:
+        rejected draft positions are cut before a step's tokens go out, and a stop among a
+        step's accepted tokens cuts the ones not handed over.
+        """
+        context, costs = self._context, self._pass_costs
+        lookup = PromptLookup(prompt)
+        acceptance = Acceptance()
+        drafting = True
+        last = prompt[-1]
+        held = len(prompt) - 1  # the cache holds the history but its last token
+        keep = held  # what the cache keeps if the consumer stops now
+        handed = 0
+        try:
+            while not cancelled.is_set():
+                # A draft and the token after it never run past the answer's end, nor past
+                # the context's.
+                room = min(sampling.max_tokens - handed, self.info.context_size - held - 1) - 1
+                proposal = lookup.draft(min(self.draft_tokens, room)) if drafting else []
+                draft = proposal
+                if self.draft_checking is not DraftChecking.EVERY:
+                    draft = proposal = proposal[: self.exact_pass_tokens - 1]
+                if self.draft_checking is DraftChecking.WORTH_IT:
+                    draft = proposal[: worth_checking(len(proposal), acceptance.rate, costs)]
+                if not draft:
+                    acceptance.watch(proposal)
+                started = time.perf_counter()
+                best = context.most_likely([last, *draft])
+                costs.record(1 + len(draft), time.perf_counter() - started)
+                accepted = 0
+                while accepted < len(draft) and draft[accepted] == best[accepted]:
+                    accepted += 1
+                if draft:
+                    acceptance.observe(len(draft), accepted)
+                self._counts = DraftCounts(
+                    steps=self._counts.steps + 1,
+                    drafted=self._counts.drafted + len(draft),
+                    accepted=self._counts.accepted + accepted,
+                )
+                start = held + 1  # where this step's tokens begin in the history
+                held = start + accepted  # `last` and the drafts that stood
+                if context.cut(held) < held:
+                    # The cache could not drop the tail and started over: bring it back once,
+                    # and go on without drafts.
+                    context.evaluate([*lookup.history, *draft[:accepted]])
+                    drafting = False
+                new = best[: accepted + 1]
+                for i, token in enumerate(new):
+                    # A draft token handed over stays in the cache; the step's last token (not
+                    # evaluated yet) does not.
+                    keep = start + min(i + 1, accepted)
+                    lookup.append(token)
+                    acceptance.written(token)
+                    handed += 1
+                    yield token
+                    if cancelled.is_set():
+                        return
+                last = new[-1]
+        finally:
+            context.cut(keep)
+
     def _after_prompt(self, prompt: list[int], first: None) -> LogProbs:
         # The prompt's last token gives the distribution of every continuation's first token;
         # each continuation then goes on top of the prompt, in place of the one before.
@@ -257,6 +393,16 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
     def _most_likely(self, after: LogProbs, top: int) -> tuple[tuple[int, float], ...]:
         best = np.argsort(after)[::-1][:top]
         return tuple((int(t), float(after[t])) for t in best)
+
+    @property
+    def draft_counts(self) -> DraftCounts:
+        """Greedy steps, draft tokens checked and accepted since the model was loaded."""
+        return self._counts
+
+    @property
+    def pass_seconds(self) -> dict[int, float]:
+        """What a pass of each size costs here, as last measured (for benchmarks)."""
+        return self._pass_costs.known()
 
     @property
     def threads(self) -> int:
