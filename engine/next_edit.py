@@ -437,12 +437,13 @@ def render_next_edit_text(fmt: NextEditFormat, given: NextEditInput) -> NextEdit
         token_ids=None,
         text="".join(text for _, text in fmt.pieces(given)),
         family=fmt.family,
-        stops=next_edit_stops(fmt, _no_token),
+        stops=next_edit_stops(fmt, no_special_token),
     )
 
 
-def _no_token(token: str) -> int | None:
-    """A remote server's ids are unknown here: its stops are text."""
+def no_special_token(token: str) -> int | None:
+    """A remote server's ids are unknown here: it has no special token we could name (its
+    stops are text, its format is the one named)."""
     return None
 
 

@@ -31,6 +31,7 @@ from engine.next_edit import (
     RegionEdit,
     build_next_edit_prompt,
     next_edit_format,
+    no_special_token,
     parse_rewrite,
     region_edits,
     render_next_edit_text,
@@ -102,7 +103,7 @@ class NextEditModel:
         # question about its tokens: its tokenizer and its token counter are what is needed.
         plain = engine.prompt_format("none")
         backend = plain.backend
-        special = backend.special_token_id if backend is not None else _no_token
+        special = backend.special_token_id if backend is not None else no_special_token
         fmt = next_edit_format(setting, special)
         if fmt is None:
             return None
@@ -192,8 +193,3 @@ class NextEditModel:
             return result(RewriteOutcome.INVALID)
         edits = region_edits(given.region, region)
         return result(RewriteOutcome.EDITED if edits else RewriteOutcome.UNCHANGED, region, edits)
-
-
-def _no_token(token: str) -> int | None:
-    """A remote server's ids are not known here."""
-    return None
