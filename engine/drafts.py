@@ -33,6 +33,10 @@ MEMORY = 0.8
 #: What is believed of a generation's drafts before any was judged: as many stood as broke.
 PRIOR_STOOD = 1.0
 PRIOR_BROKE = 1.0
+#: How many more tokens per second a checked draft must promise than a pass of one token: the
+#: pass costs are averages over a changing load, and a check that barely pays on paper paid
+#: nothing measured (Gemma 3 270M, bench/drafts.py: rewrites with 3-token passes at 0.98x).
+MARGIN = 1.15
 
 
 class PromptLookup:
@@ -187,7 +191,8 @@ class Acceptance:
 def worth_checking(proposed: int, rate: float, costs: PassCosts) -> int:
     """How many of a draft's first `proposed` tokens to check with the next token: the number
     that promises the most tokens per second, if each stands with probability `rate` once the
-    one before it stood; 0 where none beats a pass of one token (or the costs are unknown).
+    one before it stood; 0 where none beats a pass of one token by `MARGIN` (or the costs are
+    unknown).
 
     Checking k tokens writes 1 + rate + ... + rate^k tokens on average, for a pass of k + 1
     tokens. On these 2 cores a pass of 9 tokens costs 4.5 times a pass of one for SmolLM2-135M,
@@ -195,7 +200,7 @@ def worth_checking(proposed: int, rate: float, costs: PassCosts) -> int:
     vocabulary, is computed for every token), so only drafts that mostly stand pay; where a
     pass of several tokens costs about what one does (a GPU; not measured here), any does.
     """
-    best_rate, best = 1.0, 0
+    best_rate, best = MARGIN, 0
     expected, term = 1.0, 1.0
     for k in range(1, proposed + 1):
         term *= rate

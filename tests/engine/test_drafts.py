@@ -123,6 +123,9 @@ def costs(*seconds: float) -> PassCosts:
         # of 7 or 9 (the kernels take rows 4 at a time).
         (8, 0.95, costs(6.2, 13.5, 17.8, 17.5, 22.0, 21.8, 25.8, 24.1, 28.1), 7),
         (8, 0.5, costs(6.2, 13.5, 17.8, 17.5, 22.0, 21.8, 25.8, 24.1, 28.1), 0),
+        # A check that pays on paper by less than the costs' noise (MARGIN) is not made.
+        (1, 0.1, costs(1, 1), 0),
+        (1, 0.2, costs(1, 1), 1),
         # A size never measured is not checked, nor any past it.
         (4, 0.95, costs(1, 1), 1),
         (4, 0.95, PassCosts(), 0),
