@@ -28,11 +28,16 @@ from dataclasses import dataclass
 #: tokens per pass, going down to single tokens checks 75% more in vain.
 LONGEST_NGRAM = 4
 SHORTEST_NGRAM = 2
-#: How much of the past an estimate keeps per new observation (acceptance, pass costs).
+#: How much of the past the acceptance estimate keeps per new observation.
 MEMORY = 0.8
 #: What is believed of a generation's drafts before any was judged: as many stood as broke.
 PRIOR_STOOD = 1.0
 PRIOR_BROKE = 1.0
+#: How many more tokens per second a checked draft must promise than a pass of one token: a
+#: busy machine makes passes of several tokens costlier next to a pass of one than the least
+#: times seen say (fewer threads), and a check that barely pays on paper paid nothing
+#: measured (Gemma 3 270M, bench/drafts.py: rewrites with 3-token passes at 0.98x).
+MARGIN = 1.15
 
 
 class PromptLookup:
@@ -119,18 +124,17 @@ class DraftCounts:
 
 
 class PassCosts:
-    """Seconds of one forward pass by how many tokens it evaluates, as measured on this
-    machine: a moving average per size, since the load changes. A size never measured is
-    unknown, and a draft that needs it is not checked."""
+    """Seconds of one forward pass by how many tokens it evaluates, on this machine: the least
+    seen for each size, which is what the pass costs the machine itself; a busy moment only
+    hides it. (Moving averages were tried: sizes measured at different moments then compared
+    a busy moment with a quiet one, and Gemma 3's rewrites checked drafts at 0.83x the speed.)
+    A size never measured is unknown, and a draft that needs it is not checked."""
 
     def __init__(self) -> None:
         self._seconds: dict[int, float] = {}
 
     def record(self, tokens: int, seconds: float) -> None:
-        before = self._seconds.get(tokens)
-        self._seconds[tokens] = (
-            seconds if before is None else MEMORY * before + (1 - MEMORY) * seconds
-        )
+        self._seconds[tokens] = min(seconds, self._seconds.get(tokens, seconds))
 
     def ratio(self, tokens: int) -> float | None:
         """A pass of `tokens` tokens over a pass of one; None while either is unknown."""
@@ -187,7 +191,8 @@ class Acceptance:
 def worth_checking(proposed: int, rate: float, costs: PassCosts) -> int:
     """How many of a draft's first `proposed` tokens to check with the next token: the number
     that promises the most tokens per second, if each stands with probability `rate` once the
-    one before it stood; 0 where none beats a pass of one token (or the costs are unknown).
+    one before it stood; 0 where none beats a pass of one token by `MARGIN` (or the costs are
+    unknown).
 
     Checking k tokens writes 1 + rate + ... + rate^k tokens on average, for a pass of k + 1
     tokens. On these 2 cores a pass of 9 tokens costs 4.5 times a pass of one for SmolLM2-135M,
@@ -195,7 +200,7 @@ def worth_checking(proposed: int, rate: float, costs: PassCosts) -> int:
     vocabulary, is computed for every token), so only drafts that mostly stand pay; where a
     pass of several tokens costs about what one does (a GPU; not measured here), any does.
     """
-    best_rate, best = 1.0, 0
+    best_rate, best = MARGIN, 0
     expected, term = 1.0, 1.0
     for k in range(1, proposed + 1):
         term *= rate

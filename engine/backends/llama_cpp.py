@@ -190,7 +190,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         """The most tokens a pass may evaluate and still give the logits of a pass per token,
         here (`LlamaContext.exact_batches`), measured on the empty cache once the model is
         loaded (0.15-0.25 s here): on a short cache the thread count changes no logit, so
-        the machine's load changes no answer. The passes' costs start `PassCosts`."""
+        the machine's load changes no answer. The passes' times are `PassCosts`' first."""
         ids = self.tokenize(PROBE_TEXT, add_bos=False)[: DRAFT_TOKENS + 1]
         if len(ids) < 2 or len(ids) >= self.info.context_size:
             return 1
@@ -401,7 +401,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
 
     @property
     def pass_seconds(self) -> dict[int, float]:
-        """What a pass of each size costs here, as last measured (for benchmarks)."""
+        """What a pass of each size costs here: the least time seen (for benchmarks)."""
         return self._pass_costs.known()
 
     @property
