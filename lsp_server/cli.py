@@ -8,7 +8,8 @@
 - `infill-lsp generate`: one JSON object per delta, stable for scripts:
   `{"index", "text", "finish_reason", "stop_reason"}` (plus `"error"` on an error delta),
   `engine/generate.py`;
-- `infill-lsp doctor [--json]`: which model each role uses and how it loaded, `engine/doctor.py`;
+- `infill-lsp doctor [--json]`: which model each role uses and how it loaded, `engine/doctor.py`,
+  and the usage counts kept on this machine (`usage_file.py`);
 - `infill-lsp engine [--port N]`: both models over an OpenAI-compatible HTTP API (engine/api/).
 """
 
@@ -171,9 +172,17 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from lsp_server.usage_file import USAGE_KEY, print_usage, usage_report
+
     report = doctor_report(model_options(args))
-    print_report(report, as_json=args.json)
-    return 1 if failed(report) else 0
+    status = 1 if failed(report) else 0
+    usage = usage_report()
+    if args.json:
+        print_report({**report, USAGE_KEY: usage}, as_json=True)
+    else:
+        print_report(report, as_json=False)
+        print_usage(usage)
+    return status
 
 
 def _serve(args: argparse.Namespace) -> int:

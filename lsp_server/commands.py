@@ -24,6 +24,7 @@ from pygls.protocol import default_converter
 EXPLAIN_COMMAND = "infill.explain"
 REWRITE_COMMAND = "infill.rewrite"
 ACCEPT_NEXT_EDIT_COMMAND = "infill.acceptNextEdit"
+ACCEPT_COMPLETION_COMMAND = "infill.acceptCompletion"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,13 +53,26 @@ class AcceptNextEditArguments:
     id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptCompletionArguments:
+    """`infill.acceptCompletion`: the id of the inline suggestion the client inserted (the one
+    argument of the command each inline item carries while usage is counted)."""
+
+    id: str
+
+
 #: Each command's argument class; its fields, in order, name the positional arguments.
 COMMAND_ARGUMENTS: dict[
-    str, type[ExplainArguments] | type[RewriteArguments] | type[AcceptNextEditArguments]
+    str,
+    type[ExplainArguments]
+    | type[RewriteArguments]
+    | type[AcceptNextEditArguments]
+    | type[AcceptCompletionArguments],
 ] = {
     EXPLAIN_COMMAND: ExplainArguments,
     REWRITE_COMMAND: RewriteArguments,
     ACCEPT_NEXT_EDIT_COMMAND: AcceptNextEditArguments,
+    ACCEPT_COMPLETION_COMMAND: AcceptCompletionArguments,
 }
 
 _T = TypeVar("_T")

@@ -37,6 +37,7 @@ from lsp_server.neighbors import OtherDocument
 from lsp_server.next_edit.editor import NextEditor
 from lsp_server.next_edit.requests import CAPABILITY, INLINE_EDIT_REQUEST
 from lsp_server.settings import Settings
+from lsp_server.usage_file import KeptUsage
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,7 @@ class InfillServer(LanguageServer):
         self.host = ModelHost()
         self.inline = InlineCompleter(self.host.completion, speculator=Speculator())
         self.next_edits = NextEditor()
+        self.usage = KeptUsage()  # counts of inline suggestions, kept on this machine
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
 
@@ -174,9 +176,10 @@ class InfillServer(LanguageServer):
 
     def forget_document(self, uri: str) -> None:
         """Drop what we keep for a closed document: what inline completion and next edits
-        hold of it, and its size note."""
+        hold of it, its suggestions' counts (checked as it was left), and its size note."""
         self.inline.forget(uri)
         self.next_edits.forget(uri)
+        self.usage.forget(uri)
         self.large_documents.discard(uri)
 
     def other_documents(self, uri: str) -> dict[str, OtherDocument]:

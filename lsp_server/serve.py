@@ -44,11 +44,14 @@ def run_serve(
     server.client_log.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     for name in ("engine", "lsp_server"):
         logging.getLogger(name).addHandler(server.client_log)
-    if tcp is not None:
-        from lsp_server.tcp import serve_tcp
+    try:
+        if tcp is not None:
+            from lsp_server.tcp import serve_tcp
 
-        return serve_tcp(server, *tcp)
-    server.start_io(sys.stdin.buffer, protocol_stdout())
+            return serve_tcp(server, *tcp)
+        server.start_io(sys.stdin.buffer, protocol_stdout())
+    finally:
+        server.usage.close()  # a client gone without `shutdown`: the counts still written
     return 0
 
 

@@ -20,9 +20,11 @@ from pygls.workspace import TextDocument
 
 from lsp_server import action_handlers
 from lsp_server.commands import (
+    ACCEPT_COMPLETION_COMMAND,
     ACCEPT_NEXT_EDIT_COMMAND,
     EXPLAIN_COMMAND,
     REWRITE_COMMAND,
+    AcceptCompletionArguments,
     AcceptNextEditArguments,
     ExplainArguments,
     RewriteArguments,
@@ -38,14 +40,17 @@ from lsp_server.next_edit.requests import (
     DID_SHOW_INLINE_EDIT,
     INLINE_EDIT_REQUEST,
     answer_json,
+    completion_id,
     edit_json,
     focused_uri,
     mentioned_ids,
     parse_inline_edit,
+    partial_accept,
 )
 from lsp_server.protocol import InfillServer, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
+from lsp_server.usage import Offered
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         use_lsp_lines(ls.workspace)
         settings, problems = parse_settings(params.initialization_options, ls.base_settings)
         ls.settings = settings
+        ls.usage.set_enabled(settings.usage_counts)
         for problem in problems:  # allowed before the initialize response (LSP 3.17)
             ls.show_once(problem, types.MessageType.Warning)
 
@@ -78,6 +84,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
             ls.show_once(problem, types.MessageType.Warning)
         reload = settings.model_options() != ls.settings.model_options()
         ls.settings = settings
+        ls.usage.set_enabled(settings.usage_counts)
         if reload:
             log.info("model settings changed: loading the models again")
             await load_models(ls)
@@ -108,18 +115,42 @@ def build_server(base: Settings | None = None) -> InfillServer:
             return []
 
         # 3. Items: the range covers the cursor and the closers a suggestion absorbs, measured
-        # on the snapshot (the document may have changed while the model ran).
+        # on the snapshot (the document may have changed while the model ran). While usage is
+        # counted, each carries the accept command with its id, if the document is still the
+        # snapshot's (else its place could not be followed).
         codec = document.position_codec
+        ids = (
+            ls.usage.offer(
+                snap.uri,
+                snap.language_id,
+                snap.text,
+                snap.offset,
+                [Offered(text=f.text, absorbed=f.replace_chars) for f in result.suggestions],
+            )
+            if document.version == snap.version
+            else None
+        )
         items = []
-        for fitted in result.suggestions:
+        for i, fitted in enumerate(result.suggestions):
             absorbed = snap.suffix[: fitted.replace_chars]
             end = types.Position(
                 line=params.position.line,
                 character=params.position.character + codec.client_num_units(absorbed),
             )
+            command = (
+                None
+                if ids is None
+                else types.Command(
+                    title="Accept suggestion",
+                    command=ACCEPT_COMPLETION_COMMAND,
+                    arguments=[ids[i]],
+                )
+            )
             items.append(
                 types.InlineCompletionItem(
-                    insert_text=fitted.text, range=types.Range(start=params.position, end=end)
+                    insert_text=fitted.text,
+                    range=types.Range(start=params.position, end=end),
+                    command=command,
                 )
             )
         log.info(
@@ -147,6 +178,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
             if isinstance(change, types.TextDocumentContentChangePartial):
                 ls.inline.note_edit(uri, change.range.start.line)
         document = ls.open_document(uri)
+        ls.usage.changed(uri, document.source)  # a no-op for a document without suggestions
         if exceeds_bytes(document.source, ls.settings.max_document_bytes):
             ls.next_edits.forget(uri)  # no copy of a document this large, no next edits
         else:
@@ -201,10 +233,19 @@ def build_server(base: Settings | None = None) -> InfillServer:
         # or `{}`); the recent documents are already known from their edits and requests.
         log.debug("focus: %s", focused_uri(params))
 
-    for taken in (DID_SHOW_COMPLETION, DID_PARTIALLY_ACCEPT_COMPLETION):
-        # Sent by Copilot's clients about inline completions; taken, so that they get no
-        # "method not found" (their counts are a later step).
-        server.feature(taken)(_ignored)
+    @server.command(ACCEPT_COMPLETION_COMMAND)
+    def accept_completion(ls: InfillServer, arguments: AcceptCompletionArguments) -> None:
+        ls.usage.accepted(arguments.id)
+
+    @server.feature(DID_SHOW_COMPLETION)
+    def did_show_completion(ls: InfillServer, params: Any) -> None:
+        if (suggestion_id := completion_id(params)) is not None:
+            ls.usage.shown(suggestion_id)
+
+    @server.feature(DID_PARTIALLY_ACCEPT_COMPLETION)
+    def did_partially_accept_completion(ls: InfillServer, params: Any) -> None:
+        if (notice := partial_accept(params)) is not None:
+            ls.usage.partially_accepted(notice)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: InfillServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -221,10 +262,12 @@ def build_server(base: Settings | None = None) -> InfillServer:
         if ls.inline.speculator is not None:
             report["ahead"] = ls.inline.speculator.status()
         report["next_edits"] = ls.next_edits.offers.counts()
+        report["usage"] = ls.usage.report()
         return report
 
     @server.feature(types.SHUTDOWN)
     async def shutdown(ls: InfillServer, params: Any) -> None:
+        ls.usage.close()  # the accepted parts checked as they are, the counts written
         await ls.host.aclose()
 
     @server.feature(
@@ -250,10 +293,6 @@ def build_server(base: Settings | None = None) -> InfillServer:
         return await action_handlers.rewrite(ls, arguments)
 
     return server
-
-
-def _ignored(ls: InfillServer, params: Any) -> None:
-    """A notification the server takes and has nothing to do with."""
 
 
 def too_large(ls: InfillServer, document: TextDocument, settings: Settings) -> bool:

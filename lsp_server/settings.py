@@ -73,6 +73,12 @@ def _optional(check: Check[T]) -> Check[T | None]:
     return optional
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("true or false")
+    return value
+
+
 def _float(low: float, high: float) -> Check[float]:
     def check(value: Any) -> float:
         if (
@@ -142,6 +148,10 @@ class Settings:
     max_document_bytes: int = _setting(4 << 20, _int(1, 1 << 40))  # UTF-8; larger: no completion
     max_selection_chars: int = _setting(16_000, _int(1, 100_000_000))  # Explain and Rewrite
     type_ahead_documents: int = _setting(32, _int(1, 100_000))  # documents whose answer is kept
+
+    # Counts of what happens to inline suggestions, per language, kept on this machine only
+    # (lsp_server/usage.py, usage_file.py); false: nothing counted, nothing written.
+    usage_counts: bool = _setting(True, _bool)
 
     def model_options(self) -> ModelOptions:
         """The values that decide which models are loaded and how."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,10 @@ from engine.specs import ModelOptions
 from engine.types import Role
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# Every server a test starts (and the servers they start: the variable is inherited) keeps its
+# usage counts here, never in the user's own state folder (lsp_server/usage_file.py).
+os.environ.setdefault("INFILL_STATE_DIR", tempfile.mkdtemp(prefix="infill-test-state-"))
 
 #: The order the tests run in, to show they pass in any order (DESIGN §6):
 #: `INFILL_TEST_ORDER=reverse`, or `shuffle` / `shuffle:SEED` (modules in a random order, and

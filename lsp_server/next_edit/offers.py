@@ -1,6 +1,6 @@
 """Next edits offered to the client, by id: what the accept command and the shown / rejected
 notifications name, and the counts per source that `infill/stats` reports (kept in this
-process, never sent anywhere)."""
+process, never sent anywhere; counted by the rule inline completions share, `outcomes.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import enum
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from lsp_server.outcomes import Outcome, Tally
+
+__all__ = ["KEPT_OFFERS", "EditKey", "Offer", "Offers", "Outcome", "Source"]
 
 
 class Source(enum.StrEnum):
@@ -19,12 +23,8 @@ class Source(enum.StrEnum):
     MODEL = "model"
 
 
-class Outcome(enum.StrEnum):
-    """What became of an offered edit, as the client tells it."""
-
-    SHOWN = "shown"
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"
+#: The outcomes a next edit has: taken whole or not at all (no part of one is accepted).
+NEXT_EDIT_OUTCOMES = (Outcome.SHOWN, Outcome.ACCEPTED, Outcome.REJECTED)
 
 
 #: What an edit is, for telling two offers of it apart: `(start, end, text)` in the text of
@@ -60,7 +60,7 @@ class Offers:
         # The open offer of each edit: asked again about the same version, the server offers
         # the same edit under the same id (a client counts it shown once, accepts it late).
         self._by_edit: dict[tuple[str, int, Source, EditKey], str] = {}
-        self._counts = {source: dict.fromkeys(Outcome, 0) for source in Source}
+        self._tally: Tally[Source] = Tally(NEXT_EDIT_OUTCOMES, Source)
         self._ids = itertools.count(1)
 
     def offer(self, uri: str, version: int, source: Source, edit: EditKey = (0, 0, "")) -> Offer:
@@ -100,10 +100,7 @@ class Offers:
         if entry is None:
             return None
         offer, seen = entry
-        implied = {outcome} if outcome is Outcome.SHOWN else {Outcome.SHOWN, outcome}
-        for each in implied - seen:
-            self._counts[offer.source][each] += 1
-        seen |= implied
+        self._tally.note(offer.source, seen, outcome)
         return offer
 
     def forget(self, uri: str) -> None:
@@ -114,7 +111,4 @@ class Offers:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Shown, accepted and rejected next edits per source (`infill/stats`)."""
-        return {
-            source.value: {outcome.value: n for outcome, n in counts.items()}
-            for source, counts in self._counts.items()
-        }
+        return {source.value: counts for source, counts in self._tally.counts().items()}

@@ -5,7 +5,11 @@ written for it (copilot.vim, sidekick.nvim, copilot-lsp) work unmodified:
   `{edits: [{text, textDocument: {uri, version}, range, command}]}`;
 - the accept command (`infill.acceptNextEdit`, its one argument the edit's id), run by the
   client after it applied the edit;
-- notifications that an edit was shown or rejected, and `textDocument/didFocus`.
+- notifications that an edit was shown or rejected, and `textDocument/didFocus`;
+- about inline completions, `textDocument/didShowCompletion` `{item}` and
+  `textDocument/didPartiallyAcceptCompletion` `{item, acceptedLength}`, the item as the server
+  sent it (its accept command's one argument is its id; `acceptedLength` counts UTF-16 units
+  from the start of its insert text).
 
 Params arrive as pygls hands custom methods over (named tuples) or as plain JSON:
 `json_values.plain` turns either into JSON first.
@@ -22,6 +26,7 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from lsp_server.commands import ACCEPT_NEXT_EDIT_COMMAND
 from lsp_server.json_values import plain
+from lsp_server.usage import PartialAccept
 
 INLINE_EDIT_REQUEST = "textDocument/copilotInlineEdit"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
@@ -101,6 +106,31 @@ def mentioned_ids(params: Any) -> Iterator[str]:
                 yield from walk(item, depth + 1)
 
     yield from walk(plain(params), 0)
+
+
+def completion_id(params: Any) -> str | None:
+    """The id in a completion notice's `item`: its command's first argument."""
+    value = plain(params)
+    item = value.get("item") if isinstance(value, dict) else None
+    command = item.get("command") if isinstance(item, dict) else None
+    arguments = command.get("arguments") if isinstance(command, dict) else None
+    first = arguments[0] if isinstance(arguments, list) and arguments else None
+    return first if isinstance(first, str) else None
+
+
+def partial_accept(params: Any) -> PartialAccept | None:
+    """A `didPartiallyAcceptCompletion`; None without an id or a length from 0."""
+    suggestion_id = completion_id(params)
+    value = plain(params)
+    length = _count(value.get("acceptedLength") if isinstance(value, dict) else None)
+    if suggestion_id is None or length is None:
+        return None
+    text = value["item"].get("insertText")
+    if isinstance(text, dict):  # a snippet string: {kind: "snippet", value}
+        text = text.get("value")
+    return PartialAccept(
+        id=suggestion_id, accepted_length=length, item_text=text if isinstance(text, str) else None
+    )
 
 
 def edit_json(

@@ -45,6 +45,7 @@ GOOD = [
     ("nextEditModel", "/models/zeta.gguf", "next_edit_model"),
     ("nextEditFormat", "zeta2", "next_edit_format"),
     ("remoteNextEditModel", "zeta", "remote_next_edit_model"),
+    ("usageCounts", False, "usage_counts"),
 ]
 
 #: Values each key must refuse: wrong type, out of range, or not one of the choices.
@@ -87,6 +88,8 @@ BAD = [
     ("nextEditModel", 1),
     ("nextEditFormat", "sweep"),
     ("remoteNextEditModel", {"name": "zeta"}),
+    ("usageCounts", "off"),
+    ("usageCounts", 0),
 ]
 
 

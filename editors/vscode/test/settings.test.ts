@@ -43,6 +43,7 @@ describe("the server's settings section", () => {
       maxDocumentBytes: 4194304,
       maxSelectionChars: 16000,
       typeAheadDocuments: 32,
+      usageCounts: true,
     });
   });
 
