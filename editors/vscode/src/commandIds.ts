@@ -24,6 +24,13 @@ export const EXPLAIN_CHUNK = "infill/explainChunk";
 export const INLINE_EDIT_REQUEST = "textDocument/copilotInlineEdit";
 export const DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit";
 export const DID_REJECT_NEXT_EDIT = "infill/didRejectNextEdit";
+/**
+ * Inline suggestions' outcomes, counted per language on the user's machine (lsp_server/usage.py):
+ * the accept command each item carries (run by VS Code itself) and Copilot's two notifications.
+ */
+export const SERVER_ACCEPT_COMPLETION = "infill.acceptCompletion";
+export const DID_SHOW_COMPLETION = "textDocument/didShowCompletion";
+export const DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion";
 /** The `experimental` capability by which the server says it offers next edits. */
 export const NEXT_EDIT_CAPABILITY = "nextEditSuggestions";
 

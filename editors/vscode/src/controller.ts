@@ -27,6 +27,7 @@ import { hostEnvironment, resolveServerPath, SETUP_URL } from "./serverPath";
 import { logStderrLine } from "./serverLog";
 import { needsRestart, serverSection } from "./settings";
 import { StatusBar, StatusPoller } from "./statusBar";
+import { itemsOf, SuggestionNotices } from "./suggestionNotices";
 import type { ServerStatus } from "./status";
 import { explainTargetIn, isEmptyRange, type CommandTarget } from "./targets";
 
@@ -49,6 +50,8 @@ export class Controller implements vscode.Disposable {
   readonly status: StatusBar;
   readonly explainPanel: ExplainPanel;
   readonly nextEdits: NextEditFeature;
+  /** Tells the server which of its inline suggestions showed and which parts were taken. */
+  private readonly notices: SuggestionNotices;
   private readonly poller: StatusPoller;
   private client: LanguageClient | undefined;
   /** Set while the extension itself stops the client: that stop is no failure. */
@@ -73,6 +76,11 @@ export class Controller implements vscode.Disposable {
       (document) => vscode.languages.match(DOCUMENT_SELECTOR, document) > 0,
       this.log,
     );
+    this.notices = new SuggestionNotices((method, params) => {
+      void this.runningClient()
+        ?.sendNotification(method, params)
+        .catch((error: unknown) => this.log.debug(`${method}: ${String(error)}`));
+    });
     this.disposables.push(
       this.log,
       this.status,
@@ -80,6 +88,12 @@ export class Controller implements vscode.Disposable {
       this.explainPanel,
       this.nextEdits,
       vscode.workspace.onDidChangeConfiguration((event) => this.onConfigurationChanged(event)),
+      vscode.workspace.onDidChangeTextDocument((event) =>
+        this.notices.changed(
+          event.document.uri.toString(),
+          event.contentChanges.map((change) => ({ range: change.range, text: change.text })),
+        ),
+      ),
     );
   }
 
@@ -167,6 +181,7 @@ export class Controller implements vscode.Disposable {
     this.client = undefined;
     this.poller.stop();
     this.nextEdits.edits.dismiss();
+    this.notices.clear();
     if (!client) {
       return;
     }
@@ -208,6 +223,7 @@ export class Controller implements vscode.Disposable {
           if (this.nextEdits.showing) {
             return undefined;
           }
+          const version = document.version;
           return gateInline(
             { enabled: () => this.enabled, begin: () => this.status.beginRequest() },
             next,
@@ -215,7 +231,16 @@ export class Controller implements vscode.Disposable {
             position,
             context,
             token,
-          )?.then((items) => (this.nextEdits.showing ? undefined : items));
+          )?.then((items) => {
+            if (this.nextEdits.showing) {
+              return undefined;
+            }
+            // Shown: an answer for the document and cursor VS Code still asks about.
+            if (!token.isCancellationRequested && document.version === version) {
+              this.notices.answered(document.uri.toString(), position, itemsOf(items));
+            }
+            return items;
+          });
         },
         provideCodeActions: async (document, range, context, token, next) =>
           adaptCodeActions(await next(document, range, context, token)),

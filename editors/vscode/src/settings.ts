@@ -9,10 +9,10 @@ import manifest from "../package.json";
 /** One server setting: its camelCase key (as the server reads it) and default. */
 export interface ServerSetting {
   readonly key: string;
-  /** What the value is: a path or a choice (string) or a number. */
-  readonly kind: "string" | "number";
+  /** What the value is: a path or a choice (string), a number, or on/off. */
+  readonly kind: "string" | "number" | "boolean";
   /** null: the server decides (its default model, the free cores, ...). */
-  readonly default: string | number | null;
+  readonly default: string | number | boolean | null;
 }
 
 /** Keys of the `infill` section that only the extension reads. */
@@ -37,16 +37,17 @@ export const SERVER_SETTINGS: readonly ServerSetting[] = Object.entries(
   .filter(([key]) => !(EXTENSION_SETTINGS as readonly string[]).includes(key.split(".")[0] ?? key))
   .map(([key, schema]) => {
     const types = typeof schema.type === "string" ? [schema.type] : schema.type;
-    const kind = types.includes("string") ? "string" : "number";
+    const kind = types.includes("string") ? "string" : types.includes("boolean") ? "boolean" : "number";
     const value = schema.default;
-    const fallback = typeof value === "string" || typeof value === "number" ? value : null;
+    const fallback =
+      typeof value === "string" || typeof value === "number" || typeof value === "boolean" ? value : null;
     return { key, kind, default: fallback === "" ? null : fallback };
   });
 
 /** Keys whose change needs a new server process (it is started with them). */
 export const RESTART_SETTINGS = ["serverPath", "serverArgs"] as const;
 
-export type ServerSection = Record<string, string | number | null>;
+export type ServerSection = Record<string, string | number | boolean | null>;
 
 /** Reads one key of the `infill` section (WorkspaceConfiguration.get fits). */
 export type SettingReader = (key: string) => unknown;
@@ -66,11 +67,14 @@ export function serverSection(read: SettingReader): ServerSection {
   return section;
 }
 
-function normalise(value: unknown, setting: ServerSetting): string | number | null {
+function normalise(value: unknown, setting: ServerSetting): string | number | boolean | null {
   if (setting.kind === "string" && typeof value === "string" && value.trim() !== "") {
     return value.trim();
   }
   if (setting.kind === "number" && typeof value === "number" && Number.isFinite(value)) {
+    return value;
+  }
+  if (setting.kind === "boolean" && typeof value === "boolean") {
     return value;
   }
   return setting.default;

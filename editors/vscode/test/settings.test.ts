@@ -55,9 +55,11 @@ describe("the server's settings section", () => {
         gpuLayers: -1,
         threads: 2,
         temperature: 0.4,
+        usageCounts: false,
       }),
     );
     expect(section).toMatchObject({
+      usageCounts: false,
       model: "/models/coder.gguf",
       backend: "llama.cpp",
       gpuLayers: -1,
@@ -84,9 +86,15 @@ describe("the server's settings section", () => {
 
   it("sends the default for nulls and wrongly typed values instead of something the server rejects", () => {
     const section = serverSection(
-      reader({ contextSize: null, debounceMs: "fast", backend: 3, threads: "many" }),
+      reader({ contextSize: null, debounceMs: "fast", backend: 3, threads: "many", usageCounts: "no" }),
     );
-    expect(section).toMatchObject({ contextSize: 4096, debounceMs: 20, backend: "auto", threads: null });
+    expect(section).toMatchObject({
+      contextSize: 4096,
+      debounceMs: 20,
+      backend: "auto",
+      threads: null,
+      usageCounts: true,
+    });
   });
 });
 
