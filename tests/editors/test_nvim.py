@@ -90,6 +90,8 @@ MULTI_LINE_ANSWER = "if x < 0:\n        return -1\n    return 1"
 #: The paced session's options: a long debounce and changed keymaps (accept on `<C-l>`, no
 #: dismiss key), as a user would write them in setup().
 PACED_OPTIONS = 'debounce_ms = 600, keymaps = { accept = "<C-l>", dismiss = false },'
+#: The paced session's answer in `scripted_counts` (below): a word, then the rest.
+COUNTED_ANSWER = "total + tax"
 #: Its scripted completion: ten digits at 0.15 s each, so that a request is still under way
 #: when the next key comes.
 PACED_ANSWER = "0123456789"
@@ -108,6 +110,7 @@ def nv_paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Session
     # unless it is the only one left: the paced entry is there for each call of the module.
     entries = [
         {"text": "    " + MULTI_LINE_ANSWER + "\n", "match": "def scripted_sign("},
+        {"text": COUNTED_ANSWER + "\n", "match": "def scripted_counts("},
         *[{"text": PACED_ANSWER + "\n", "step_seconds": 0.15}] * 50,
     ]
     coder = write_script(folder, "coder", entries)
@@ -936,3 +939,53 @@ def test_multi_line_ghost_text_is_shown_and_accepted_exactly(
     poll(lambda: buffer[:] == expected, what="the rest to be accepted", timeout=10)
     assert nv.nvim.current.window.cursor == (len(expected), len(expected[-1]))
     leave_insert(nv)
+
+
+USAGE = """
+local client = require('infill.lsp').get_client()
+local answer = require('infill.compat').request_sync(client, 'infill/stats', vim.empty_dict(), 5000)
+return answer and answer.result and answer.result.usage.languages.python or vim.NIL
+"""
+
+COUNT_KEYS = ("shown", "accepted", "partially_accepted", "characters_accepted")
+
+
+def test_a_shown_word_then_the_rest_accepted_are_counted_by_the_server(
+    nv_paced: tuple[Session, Any], project: Path
+) -> None:
+    """README "Usage counts": the plugin tells the server when ghost text is drawn, when a word
+    of it is taken (`acceptedLength` in UTF-16 units) and runs the item's command when the rest
+    is accepted; `infill/stats` counts one suggestion shown, partly and then wholly accepted,
+    all of its characters accepted."""
+    nv, _ = nv_paced
+    path = project / "counts.py"
+    path.write_text("def scripted_counts(tax):\n    return \n", encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+
+    def counts() -> dict[str, int]:
+        python = nv.lua(USAGE)
+        return {key: int(python[key]) if python else 0 for key in COUNT_KEYS}
+
+    before = counts()
+    start_insert_at(nv, 2, len("    return "))
+    nv.nvim.input("<End>")
+    assert wait_suggestion(nv, "the scripted suggestion")["text"] == COUNTED_ANSWER
+    nv.nvim.input("<M-Right>")
+    poll(lambda: buffer[1] == "    return total", what="a word to be accepted", timeout=10)
+    poll(nv.suggestion, what="the rest to stay on show", timeout=10)
+    nv.nvim.input("<C-l>")
+    poll(lambda: buffer[1] == "    return total + tax", what="the rest", timeout=10)
+    leave_insert(nv)
+    expected = {
+        "shown": 1,
+        "accepted": 1,
+        "partially_accepted": 1,
+        "characters_accepted": len(COUNTED_ANSWER),
+    }
+    poll(
+        lambda: {key: counts()[key] - before[key] for key in COUNT_KEYS} == expected,
+        what="the server's counts",
+        timeout=20,
+        describe=lambda: f"{before} then {counts()}",
+    )

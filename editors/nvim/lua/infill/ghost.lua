@@ -36,6 +36,25 @@ local INVOKED, AUTOMATIC = 1, 2
 ---@field text string the whole insert text
 ---@field start integer[] 0-based {row, byte col} where it replaces from
 ---@field stop integer[] 0-based {row, byte col} where the replaced range ends
+---@field raw table the item as the server sent it (sent back in the notices about it)
+---@field told_shown boolean? whether the server was told it showed
+
+-- Usage counts (`infill.usageCounts`, kept by the server on this machine): an item the server
+-- counts carries its accept command; the server is told when it is drawn, when part of it is
+-- taken (as Copilot's clients do), and the command runs when all of it is.
+local ACCEPT_COMMAND = "infill.acceptCompletion"
+
+local function counted(item)
+  local command = item.raw and item.raw.command
+  return type(command) == "table" and command.command == ACCEPT_COMMAND
+end
+
+local function tell(bufnr, method, params)
+  local client = lsp.get_client(bufnr)
+  if client then
+    compat.notify(client, method, params)
+  end
+end
 
 local states, state_of = lsp.buffer_states()
 local cursor = lsp.cursor
@@ -128,6 +147,10 @@ local function render(bufnr)
   end
   vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col, mark)
   s.shown = { text = text, tick = vim.b[bufnr].changedtick, row = row, col = col }
+  if counted(item) and not item.told_shown then
+    item.told_shown = true
+    tell(bufnr, "textDocument/didShowCompletion", { item = item.raw })
+  end
 end
 
 --- The visible suggestion of the buffer, or nil: { text, row, col, index, count }.
@@ -172,7 +195,7 @@ local function to_items(client, bufnr, result)
     if type(text) == "string" and text ~= "" and not seen[text] then
       seen[text] = true
       local row, col = cursor()
-      local item = { text = text, start = { row, col }, stop = { row, col } }
+      local item = { text = text, start = { row, col }, stop = { row, col }, raw = raw }
       if raw.range then
         item.start = { lsp.from_lsp(client, bufnr, raw.range.start) }
         item.stop = { lsp.from_lsp(client, bufnr, raw.range["end"]) }
@@ -338,6 +361,10 @@ function M.accept(bufnr)
   M.clear(bufnr)
   break_undo()
   put(bufnr, item.start[1], item.start[2], item.stop[1], item.stop[2], item.text)
+  local client = lsp.get_client(bufnr)
+  if client and counted(item) then
+    compat.exec_cmd(client, item.raw.command, bufnr) -- LSP: the item's command, after inserting
+  end
   return true
 end
 
@@ -371,8 +398,14 @@ local function accept_part(bufnr, pick)
   end
   local item = s.items[s.index]
   local row, col = cursor()
+  local typed = buf_text(bufnr, item.start[1], item.start[2], row, col) or ""
   break_undo()
   put(bufnr, row, col, row, col, part)
+  if counted(item) then
+    -- Copilot's clients count `acceptedLength` from the item's start, in UTF-16 units.
+    local units = compat.units_of_byte(item.text, #typed + #part, "utf-16")
+    tell(bufnr, "textDocument/didPartiallyAcceptCompletion", { item = item.raw, acceptedLength = units })
+  end
   -- The closers the item replaces moved along with the inserted text.
   local lines = vim.split(part, "\n", { plain = true })
   if item.stop[1] == row then
