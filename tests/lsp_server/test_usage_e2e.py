@@ -5,7 +5,9 @@ that the setting turns it all off."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,7 +19,7 @@ from lsp_helpers import Session, lsp_session, request_json
 from lsprotocol import types
 from lsprotocol.converters import get_converter
 from pytest_lsp import client_capabilities
-from scripted_lsp import scripted_command, write_script
+from scripted_lsp import SCRIPTED_SERVER_COMMAND, scripted_command, write_script
 
 from lsp_server.commands import ACCEPT_COMPLETION_COMMAND
 from lsp_server.usage import COUNT_NAMES
@@ -57,6 +59,16 @@ def item_json(item: types.InlineCompletionItem) -> Any:
 def typed_at(session: Session, uri: str, version: int, column: int, text: str) -> None:
     position = {"line": 0, "character": column}
     session.change(uri, version, [{"range": {"start": position, "end": position}, "text": text}])
+
+
+async def output(command: list[str], env: dict[str, str]) -> str:
+    """What `command` prints; it must succeed."""
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, stderr.decode()
+    return stdout.decode()
 
 
 async def usage(session: Session) -> dict[str, Any]:
@@ -138,6 +150,25 @@ async def test_the_file_holds_only_counts_and_adds_up_across_restarts(tmp_path: 
     assert "quantity" not in text
     assert "total" not in text
     assert "file:" not in text
+
+    # `doctor`, another process, shows them.
+    doctor = [
+        *SCRIPTED_SERVER_COMMAND[:-1],
+        "doctor",
+        "--backend",
+        "scripted",
+        "--model",
+        str(tmp_path / "coder.json"),
+        "--chat-model",
+        str(tmp_path / "chat.json"),
+    ]
+    env = {**os.environ, STATE_DIR_ENV: str(tmp_path / "state")}
+    usage = json.loads(await output([*doctor, "--json"], env))["usage"]
+    assert usage["file"] == str(path)
+    assert usage["languages"]["python"]["shown"] == 2
+    as_text = await output(doctor, env)
+    assert f"usage (kept on this machine only, {path})" in as_text
+    assert "shown 2, accepted 0" in as_text
 
 
 async def test_with_counting_off_nothing_is_counted_or_written(tmp_path: Path) -> None:
