@@ -181,3 +181,52 @@ async def test_with_counting_off_nothing_is_counted_or_written(tmp_path: Path) -
         report = await usage(session)
         assert report == {**report, "counting": False, "languages": {}}
     assert not (tmp_path / "state" / FILE_NAME).exists()
+
+
+@pytest.mark.slow
+async def test_the_default_models_suggestion_accepted_counts_its_characters(
+    tmp_path: Path,
+) -> None:
+    """Whatever the real default model suggests: shown once, accepted once, its characters
+    (UTF-16) accepted and, the document closed, still there."""
+    document = "def fibonacci(n: int) -> int:\n    if n < 2:\n        return n\n    return "
+    env = {STATE_DIR_ENV: str(tmp_path / "state")}
+    async with lsp_session(
+        client_capabilities(VSCODE), {"infill": {"debounceMs": 0}}, env=env
+    ) as session:
+        assert (await session.until_loaded())["status"] == "ready"
+        uri = session.open(document)
+        items = await session.inline(uri, session.position(document, 3, 11))
+        assert items, "the default model suggests something after `return `"
+        item = items[0]
+        assert item.command is not None
+        assert isinstance(item.insert_text, str)
+        session.client.protocol.notify(SHOW, {"item": item_json(item)})
+        end = item.range.end if item.range else session.position(document, 3, 11)
+        start = session.position(document, 3, 11)
+        session.change(
+            uri,
+            2,
+            [
+                {
+                    "range": {
+                        "start": {"line": start.line, "character": start.character},
+                        "end": {"line": end.line, "character": end.character},
+                    },
+                    "text": item.insert_text,
+                }
+            ],
+        )
+        await request_json(
+            session,
+            types.WORKSPACE_EXECUTE_COMMAND,
+            {"command": item.command.command, "arguments": item.command.arguments},
+        )
+        session.client.text_document_did_close(
+            types.DidCloseTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+        )
+        python = (await usage(session))["languages"]["python"]
+        units = len(item.insert_text.encode("utf-16-le")) // 2
+        assert (python["shown"], python["accepted"], python["rejected"]) == (1, 1, 0)
+        assert python["characters_accepted"] == units
+        assert python["characters_kept"] == python["characters_checked"] == units
