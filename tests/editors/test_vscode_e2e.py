@@ -375,6 +375,8 @@ class VSCode:
     file: Path
     user_data: Path
     artifacts: Path
+    #: The server's state folder (INFILL_STATE_DIR): its usage counts.
+    state: Path
     console: list[str] = field(default_factory=list)
     failed: bool = False
 
@@ -543,6 +545,7 @@ def vscode() -> Iterator[VSCode]:
         **os.environ,
         "XDG_CONFIG_HOME": str(work / "config"),
         "XDG_DATA_HOME": str(work / "data"),
+        "INFILL_STATE_DIR": str(work / "state"),
     }
     print(f"\nVS Code e2e: artifacts in {artifacts}")
 
@@ -586,7 +589,7 @@ def vscode() -> Iterator[VSCode]:
         )
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(UI_MS)
-        session = VSCode(page, workspace, file, user_data, artifacts)
+        session = VSCode(page, workspace, file, user_data, artifacts, work / "state")
         page.on(
             "console", lambda message: session.console.append(f"{message.type}: {message.text}")
         )
@@ -673,6 +676,25 @@ def test_ghost_text_accepted_and_saved(vscode: VSCode) -> None:
             f"the file on disk is not the typed text followed by the ghost text:\n"
             f"--- expected\n{expected}\n--- on disk\n{on_disk}"
         )
+
+    with vscode.step("usage-counts"):
+        # README "Usage counts": the extension said the suggestion showed and VS Code ran its
+        # accept command; the server adds its counts to its file within seconds.
+        usage = vscode.state / "usage.json"
+
+        def counted() -> dict[str, int] | None:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                python = json.loads(usage.read_text(encoding="utf-8"))["languages"]["python"]
+                if python["accepted"] >= 1:
+                    return python  # type: ignore[no-any-return]
+            return None
+
+        deadline = time.monotonic() + 60
+        while (python := counted()) is None and time.monotonic() < deadline:
+            page.wait_for_timeout(500)
+        assert python is not None, f"no accepted suggestion counted in {usage}"
+        assert python["shown"] >= python["accepted"] >= 1
+        assert python["characters_accepted"] > 0
 
 
 def test_explain_fills_the_panel(vscode: VSCode) -> None:
