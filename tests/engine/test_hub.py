@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from fake_hub import FakeHub, FakeRepo
 
+from engine.default_models import GEMMA_FILE, default_chat_model, default_completion_model
 from engine.specs import parse_hub_model
 from lsp_server.settings import parse_settings
 
@@ -374,3 +375,32 @@ def test_a_hub_repository_without_a_config_is_no_model_folder(
     assert result.returncode == 1
     assert "hf:org/ggufs has no config.json: it is not a transformers model folder" in result.stderr
     assert fake_hub.downloads() == []
+
+
+@pytest.mark.slow
+def test_a_real_gguf_from_the_hub_loads_with_llama_cpp(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """The default completion model's GGUF (Gemma 3 270M, 253 MB), served by the fake hub:
+    downloaded, checked and loaded by llama.cpp as any GGUF named by path, and `doctor` says
+    what its missing FIM tokens cost."""
+    gguf = default_completion_model()
+    fake_hub.repos["google/gemma"] = FakeRepo({GEMMA_FILE: gguf.read_bytes()})
+    command = [sys.executable, "-m", "lsp_server.cli", "doctor", "--json"]
+    command += ["--model", f"hf:google/gemma/{GEMMA_FILE}"]
+    result = subprocess.run(
+        [*command, "--chat-model", str(default_chat_model())],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=hub_env(fake_hub, tmp_path),
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    completion = json.loads(result.stdout)["completion"]
+    path = cached(tmp_path, "google/gemma", GEMMA_FILE)
+    assert completion["model_path"] == str(path)
+    assert completion["backend"] == "llama.cpp"
+    assert completion["fim_family"] is None
+    assert completion["fim_note"].startswith("no fill-in-the-middle tokens: ")
+    assert path.stat().st_size == gguf.stat().st_size
+    assert f"hf:google/gemma/{GEMMA_FILE}: downloaded (253.1 MB, sha256 checked)" in result.stderr
