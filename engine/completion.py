@@ -23,8 +23,9 @@ NO_FIM_NOTE = (
     "no fill-in-the-middle tokens: suggestions continue the code before the cursor, and the "
     "code after it cannot steer them. With the default model on HumanEval: 31 of 100 single "
     "lines right from the prefix alone, 47 with suffixRanking choosing among candidates by "
-    "the code after the cursor (about 9 times the time on a CPU), 0 of 50 spans in the "
-    "middle of code. A model with FIM tokens takes both sides (README: Choosing a model)"
+    "the code after the cursor (about 9 times the time on a CPU), and 0 of 50 spans in the "
+    "middle of code (1 with suffixRanking). A model with FIM tokens takes both sides (README: "
+    "Choosing a model)"
 )
 
 

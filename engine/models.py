@@ -2,8 +2,10 @@
 
 A role's model is chosen, first match wins, by: the explicit setting (`--model`,
 `--chat-model`, or the LSP configuration), then `INFILL_MODEL` / `INFILL_CHAT_MODEL`, then the
-default (engine/default_models.py). Any GGUF file or Hugging Face model folder may be named;
-when both roles name the same model it is loaded once and serves both.
+default (engine/default_models.py). Any GGUF file or Hugging Face model folder may be named,
+or a model on the hub as `hf:ORG/REPO/FILE.gguf` / `hf:ORG/REPO` (engine/hub.py downloads it,
+once, when it is first loaded); when both roles name the same model it is loaded once and
+serves both.
 
 The command line's flags and the LSP settings both come down to one `ModelOptions`
 (engine/specs.py), and `model_spec` turns it into the `ModelSpec` of a role: the one place a

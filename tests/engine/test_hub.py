@@ -252,6 +252,7 @@ def test_hub_names_that_are_taken(name: str, repo: str, filename: str | None) ->
         ("hf:org/re..po", "has no '..' or '--'"),
         ("hf:org/repo/../../x.gguf", "no empty, hidden or '..' part"),
         ("hf:org/repo//x.gguf", "no empty, hidden or '..' part"),
+        ("hf:org/repo/", "no empty, hidden or '..' part"),
         ("hf:org/repo/.hidden.gguf", "no empty, hidden or '..' part"),
         ("hf:org/repo/a b.gguf", "no empty, hidden or '..' part"),
         ("hf:org/repo/x.gguf;rm", "no empty, hidden or '..' part"),
@@ -404,3 +405,26 @@ def test_a_real_gguf_from_the_hub_loads_with_llama_cpp(fake_hub: FakeHub, tmp_pa
     assert completion["fim_note"].startswith("no fill-in-the-middle tokens: ")
     assert path.stat().st_size == gguf.stat().st_size
     assert f"hf:google/gemma/{GEMMA_FILE}: downloaded (253.1 MB, sha256 checked)" in result.stderr
+
+
+def test_a_repository_named_for_llama_cpp_asks_for_a_file_and_downloads_nothing(
+    fake_hub: FakeHub, tmp_path: Path
+) -> None:
+    fake_hub.repos["org/tiny"] = FakeRepo({"config.json": b"{}", "m.gguf": b"gguf"})
+    command = [sys.executable, "-m", "lsp_server.cli", "doctor", "--json"]
+    result = subprocess.run(
+        [*command, "--backend", "llama.cpp", "--model", "hf:org/tiny"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=hub_env(fake_hub, tmp_path),
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 1
+    error = json.loads(result.stdout)["completion"]["error"]
+    assert error == (
+        "hf:org/tiny is a model folder, for transformers; llama.cpp loads a GGUF file: name "
+        "one, hf:org/tiny/FILE.gguf"
+    )
+    assert fake_hub.requests == []
