@@ -428,3 +428,39 @@ def test_a_repository_named_for_llama_cpp_asks_for_a_file_and_downloads_nothing(
         "one, hf:org/tiny/FILE.gguf"
     )
     assert fake_hub.requests == []
+
+
+@pytest.mark.slow
+def test_a_hub_repository_loads_as_a_transformers_model(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """A tiny random Llama (built here, as tests/engine/test_transformers_backend.py builds it)
+    served as a hub repository, named `hf:org/tiny` for every role: fetched once as a model
+    folder and loaded by transformers from our cache."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_transformers_backend import build_model_folder
+
+    built = build_model_folder(tmp_path / "built")
+    files = {str(p.relative_to(built)): p.read_bytes() for p in built.rglob("*") if p.is_file()}
+    fake_hub.repos["org/tiny"] = FakeRepo(files | {"README.md": b"# tiny"})
+    command = [sys.executable, "-m", "lsp_server.cli", "doctor", "--json", "--device", "cpu"]
+    result = subprocess.run(
+        [*command, "--model", "hf:org/tiny", "--chat-model", "hf:org/tiny"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=hub_env(fake_hub, tmp_path),
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    folder = cached(tmp_path, "org/tiny")
+    for role in ("completion", "chat", "next_edit"):
+        assert report[role]["backend"] == "transformers"
+        assert report[role]["model_path"] == str(folder)
+        assert report[role]["shared_with_other_role"]
+    assert report["completion"]["fim_family"] is not None  # the tiny model has FIM tokens
+    assert report["completion"]["fim_note"] is None
+    assert (folder / "config.json").read_bytes() == files["config.json"]
+    assert not (folder / "README.md").exists()
+    assert result.stderr.count("hf:org/tiny: downloaded (") == 1  # once for the three roles
