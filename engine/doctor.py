@@ -15,6 +15,7 @@ from typing import Any
 from engine.accelerators import gib, llama_cpp_view, torch_view
 from engine.completion import CompletionModel
 from engine.errors import EngineError
+from engine.hub import ProgressSink
 from engine.models import ModelSet, model_spec
 from engine.next_edit_model import NextEditModel
 from engine.specs import ModelOptions, ModelSpec, RemoteSpec
@@ -24,8 +25,9 @@ from engine.types import Role
 MACHINE = "machine"
 
 
-def doctor_report(options: ModelOptions) -> dict[str, Any]:
-    """Each role's model as it loaded (or why it did not), then the machine."""
+def doctor_report(options: ModelOptions, on_download: ProgressSink | None = None) -> dict[str, Any]:
+    """Each role's model as it loaded (or why it did not), then the machine. A hub model is
+    downloaded first (unless cached), its progress told to `on_download`."""
     report: dict[str, Any] = {}
     # Before the models load: a GPU's free memory is then what they found.
     machine = machine_report()
@@ -35,7 +37,7 @@ def doctor_report(options: ModelOptions) -> dict[str, Any]:
             specs[role] = model_spec(role, options)
         except EngineError as e:
             report[role.value] = {"ok": False, "error": str(e)}
-    models = ModelSet(specs)
+    models = ModelSet(specs, on_download=on_download)
     for role in specs:
         try:
             engine = models.engine(role)
@@ -45,10 +47,11 @@ def doctor_report(options: ModelOptions) -> dict[str, Any]:
             report[role.value] = {"ok": False, "model_path": where, "error": str(e)}
             continue
         try:
-            fim = CompletionModel.of(engine, options.fim_family).format.fim
+            completion = CompletionModel.of(engine, options.fim_family)
         except EngineError as e:
             report[role.value] = {"ok": False, "model_path": engine.info.path, "error": str(e)}
             continue
+        fim = completion.format.fim
         info = asdict(engine.info)
         report[role.value] = {
             "ok": True,
@@ -65,6 +68,8 @@ def doctor_report(options: ModelOptions) -> dict[str, Any]:
             "load_seconds": round(info["load_seconds"], 3),
             "shared_with_other_role": models.shares(role),
         }
+        if role is Role.COMPLETION:
+            report[role.value]["fim_note"] = completion.fim_note
         if role is Role.NEXT_EDIT:
             # None: no next-edit format, so next edits come from propagation alone.
             next_edit = NextEditModel.of(engine, options.next_edit_format)
@@ -90,6 +95,8 @@ def print_report(report: dict[str, Any], *, as_json: bool) -> None:
             continue
         print(f"{role_name}:")
         for key, value in entry.items():
+            if key == "fim_note" and value is None:
+                continue  # a FIM model: nothing to say
             if key == "eog_tokens":
                 value = ", ".join(f"{t['text']} ({t['id']})" for t in value)
             elif key == "gpu" and value is None:

@@ -2,8 +2,10 @@
 
 A role's model is chosen, first match wins, by: the explicit setting (`--model`,
 `--chat-model`, or the LSP configuration), then `INFILL_MODEL` / `INFILL_CHAT_MODEL`, then the
-default (engine/default_models.py). Any GGUF file or Hugging Face model folder may be named;
-when both roles name the same model it is loaded once and serves both.
+default (engine/default_models.py). Any GGUF file or Hugging Face model folder may be named,
+or a model on the hub as `hf:ORG/REPO/FILE.gguf` / `hf:ORG/REPO` (engine/hub.py downloads it,
+once, when it is first loaded); when both roles name the same model it is loaded once and
+serves both.
 
 The command line's flags and the LSP settings both come down to one `ModelOptions`
 (engine/specs.py), and `model_spec` turns it into the `ModelSpec` of a role: the one place a
@@ -28,14 +30,17 @@ from engine.errors import (
     EngineError,
     ModelLoadError,
 )
+from engine.hub import ProgressSink, fetch, model_path
 from engine.specs import (
     API_KEY_ENV,
     BACKENDS,
     REMOTE_BACKEND,
+    HubModel,
     LoadOptions,
     ModelOptions,
     ModelSpec,
     RemoteSpec,
+    parse_hub_model,
     remote_base_url,
 )
 from engine.types import Role
@@ -56,14 +61,32 @@ def resolve_model_path(
 ) -> Path:
     """The model file or folder for `role`: explicit setting, then environment, then default.
     The next-edit role's default is the completion model (its setting, environment, default):
-    a model trained for next edits completes code too, and one model then serves both."""
+    a model trained for next edits completes code too, and one model then serves both. A hub
+    model's path is where it is (or will be) in our cache (engine/hub.py)."""
+    return _resolve(role, explicit, environ, completion_model)[0]
+
+
+def _resolve(
+    role: Role,
+    explicit: str | None,
+    environ: Mapping[str, str] | None,
+    completion_model: str | None,
+) -> tuple[Path, HubModel | None]:
     environ = os.environ if environ is None else environ
     chosen = explicit or environ.get(ENV_VARS[role])
     if chosen:
-        return Path(chosen).expanduser().resolve()
+        try:
+            hub = parse_hub_model(chosen)
+        except ValueError as e:
+            where = "" if explicit else f"${ENV_VARS[role]}: "
+            raise ModelLoadError(f"{where}{e}") from e
+        if hub is not None:
+            return model_path(hub), hub
+        return Path(chosen).expanduser().resolve(), None
     if role is Role.NEXT_EDIT:
-        return resolve_model_path(Role.COMPLETION, completion_model, environ)
-    return default_completion_model() if role is Role.COMPLETION else default_chat_model()
+        return _resolve(Role.COMPLETION, completion_model, environ, None)
+    default = default_completion_model() if role is Role.COMPLETION else default_chat_model()
+    return default, None
 
 
 def model_spec(
@@ -100,8 +123,8 @@ def model_spec(
     loading = {f.name: getattr(options, f.name) for f in fields(LoadOptions)}
     for remote in ("endpoint", "api_key"):
         loading[remote] = None  # not the local model's: two specs differing here are one model
-    path = resolve_model_path(role, explicit, environ, completion_model=options.model)
-    return ModelSpec(path=path, **loading)
+    path, hub = _resolve(role, explicit, environ, options.model)
+    return ModelSpec(path=path, hub=hub, **loading)
 
 
 def _load_llama_cpp(spec: ModelSpec) -> Backend:
@@ -145,16 +168,20 @@ def backend_choices() -> tuple[str, ...]:
     return (*BACKENDS, *(name for name in LOADERS if name not in BACKENDS))
 
 
-def _load_engine(spec: ModelSpec | RemoteSpec, role: Role) -> BaseEngine:
+def _load_engine(
+    spec: ModelSpec | RemoteSpec, role: Role, progress: ProgressSink | None
+) -> BaseEngine:
     if isinstance(spec, RemoteSpec):
         from engine.backends.openai import RemoteEngine
 
         return RemoteEngine.connect(spec)
-    return Engine(load_backend(spec), name=role.value)
+    return Engine(load_backend(spec, progress), name=role.value)
 
 
-def load_backend(spec: ModelSpec) -> Backend:
-    """Load one model. Raises ModelLoadError (naming the path) or BackendUnavailableError."""
+def load_backend(spec: ModelSpec, progress: ProgressSink | None = None) -> Backend:
+    """Load one model, a hub model downloaded first (unless our cache has it: engine/hub.py),
+    its progress told to `progress`. Raises ModelLoadError (naming the path) or
+    BackendUnavailableError."""
     kind = spec.resolved_backend()
     if kind == REMOTE_BACKEND:
         raise ModelLoadError("the openai backend has no local model to load (see RemoteSpec)")
@@ -163,6 +190,13 @@ def load_backend(spec: ModelSpec) -> Backend:
         raise ModelLoadError(
             f"unknown backend {spec.backend!r}; choose one of {', '.join(backend_choices())}"
         )
+    if spec.hub is not None:
+        if kind == "llama.cpp" and spec.hub.filename is None:
+            raise ModelLoadError(
+                f"{spec.hub} is a model folder, for transformers; llama.cpp loads a GGUF file: "
+                f"name one, hf:{spec.hub.repo_id}/FILE.gguf"
+            )
+        fetch(spec.hub, progress)
     if not spec.path.exists():
         raise ModelLoadError(f"model not found: {spec.path}")
     if not (spec.path.is_file() or spec.path.is_dir()):
@@ -183,6 +217,8 @@ class ModelSet:
     """The engines of both roles; a model named for both roles is loaded once."""
 
     specs: Mapping[Role, ModelSpec | RemoteSpec]
+    #: Who hears of a hub model's download (engine/hub.py), on the loading thread.
+    on_download: ProgressSink | None = None
     _engines: dict[Role, BaseEngine] = field(default_factory=dict)
     _by_spec: dict[ModelSpec | RemoteSpec, BaseEngine] = field(default_factory=dict)
 
@@ -193,7 +229,7 @@ class ModelSet:
             spec = self.specs[role]
             engine = self._by_spec.get(spec)
             if engine is None:
-                engine = _load_engine(spec, role)
+                engine = _load_engine(spec, role, self.on_download)
                 self._by_spec[spec] = engine
             if role is Role.CHAT and isinstance(engine, Engine):
                 try:

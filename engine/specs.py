@@ -8,6 +8,7 @@ nothing here loads anything. `engine.models.model_spec` is the one place a spec 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -81,11 +82,85 @@ class ModelOptions(LoadOptions):
     remote_next_edit_model: str | None = None  # None: the completion model's name
 
 
+#: What names a model on the Hugging Face hub, wherever a model path is taken (settings,
+#: flags, environment): `hf:ORG/REPO/FILE.gguf` (a GGUF file, for llama.cpp; FILE may be in a
+#: folder of the repository) or `hf:ORG/REPO` (the repository as a model folder, for
+#: transformers). engine/hub.py downloads it, once, into our cache folder.
+HUB_PREFIX = "hf:"
+HUB_FORMS = (
+    "hf:ORG/REPO/FILE.gguf (a GGUF file, for llama.cpp) or hf:ORG/REPO (a model folder, "
+    "for transformers)"
+)
+# The hub's own rule for user, organization and repository names: letters, digits, '-', '_'
+# and '.', neither first nor last a '-' or '.', at most 96 characters.
+_HUB_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
+# A file's path in the repository, one part at a time: plain names, none hidden (no '.', no
+# '..'), no separators or characters a shell or a file system would read otherwise.
+_HUB_FILE_PART = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,254}")
+_HUB_SPEC_LIMIT = 512
+
+
+@dataclass(frozen=True, slots=True)
+class HubModel:
+    """A model on the hub: a repository, and the GGUF file in it (None: the repository is
+    the model folder)."""
+
+    repo_id: str  # ORG/REPO
+    filename: str | None = None  # the path in the repository, '/'-separated
+
+    def __str__(self) -> str:
+        return HUB_PREFIX + self.repo_id + (f"/{self.filename}" if self.filename else "")
+
+
+def parse_hub_model(text: str) -> HubModel | None:
+    """The hub model `text` names, None when it names none (no `hf:` prefix: a local path).
+    ValueError, saying what is wrong, for a name that starts with `hf:` but is not one."""
+    if not text.startswith(HUB_PREFIX):
+        return None
+    if len(text) > _HUB_SPEC_LIMIT:
+        raise ValueError(f"a hub model name has at most {_HUB_SPEC_LIMIT} characters")
+    parts = text[len(HUB_PREFIX) :].split("/")
+    if len(parts) < 2 or not all(_HUB_NAME.fullmatch(part) for part in parts[:2]):
+        raise ValueError(f"{text!r} names no hub repository: write {HUB_FORMS}")
+    if any(".." in part or "--" in part for part in parts[:2]):
+        raise ValueError(f"{text!r}: a hub repository's name has no '..' or '--'")
+    repo_id, file_parts = "/".join(parts[:2]), parts[2:]
+    if not file_parts:
+        return HubModel(repo_id)
+    if not all(_HUB_FILE_PART.fullmatch(part) for part in file_parts):
+        raise ValueError(
+            f"{text!r}: the file's path may hold letters, digits and '._+-' between '/', "
+            "with no empty, hidden or '..' part"
+        )
+    if not file_parts[-1].lower().endswith(".gguf"):
+        raise ValueError(
+            f"{text!r}: a file named on the hub is a .gguf file; name the repository alone "
+            f"(hf:{repo_id}) for a transformers model folder"
+        )
+    return HubModel(repo_id, "/".join(file_parts))
+
+
+def check_model_name(value: object) -> str | None:
+    """`value` if it names a model (a path, or a hub model that `parse_hub_model` takes); None
+    (or "") for the environment's or the default one; else ValueError."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"a path string or {HUB_FORMS}")
+    try:
+        parse_hub_model(value)
+    except ValueError as e:
+        raise ValueError(f"a path or a hub model name ({e})") from e
+    return value
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec(LoadOptions):
     """Everything that decides how a model is loaded. Equal specs share one loaded model."""
 
+    #: The model's file or folder; for a hub model, where it is (or will be) in our cache.
     path: Path
+    hub: HubModel | None = None  # where `path` comes from, when it is downloaded
 
     @property
     def cache_bytes(self) -> int | None:
@@ -97,6 +172,8 @@ class ModelSpec(LoadOptions):
         exists is the loader's to say (engine/models.py `load_backend`)."""
         if self.backend != "auto":
             return self.backend
+        if self.hub is not None:  # before it is downloaded, the name says which it is
+            return "transformers" if self.hub.filename is None else "llama.cpp"
         return "transformers" if self.path.is_dir() else "llama.cpp"
 
 

@@ -26,8 +26,15 @@ from dataclasses import fields, replace
 from engine.doctor import doctor_report, failed, print_report
 from engine.errors import EngineError
 from engine.generate import GenerateArgs, UsageError, stream_json_lines
+from engine.hub import DownloadProgress, Phase
 from engine.specs import API_KEY_ENV, check_fim_family
-from lsp_server.model_flags import model_flags, model_options, next_edit_flags, remote_flags
+from lsp_server.model_flags import (
+    model_flags,
+    model_name,
+    model_options,
+    next_edit_flags,
+    remote_flags,
+)
 from lsp_server.serve import LOG_FORMAT, run_serve
 from lsp_server.settings import Settings
 
@@ -51,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the prompt is a user message, rendered with the model's chat template",
     )
-    gen.add_argument("--model", help="model of the role in use (completion, or chat with --chat)")
+    gen.add_argument(
+        "--model",
+        type=model_name,
+        help="model of the role in use (completion, or chat with --chat)",
+    )
     gen.add_argument("--max-tokens", type=int)
     gen.add_argument("--min-tokens", type=int)
     gen.add_argument("--temperature", type=float)
@@ -97,8 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="let --host be an address others can reach (the server has no authentication)",
     )
     serve.add_argument("--log-file", metavar="PATH", help="log here instead of stderr")
-    serve.add_argument("--model", help="completion model, unless the client's settings name one")
-    serve.add_argument("--chat-model", help="chat model, unless the client's settings name one")
+    serve.add_argument(
+        "--model", type=model_name, help="completion model, unless the client's settings name one"
+    )
+    serve.add_argument(
+        "--chat-model", type=model_name, help="chat model, unless the client's settings name one"
+    )
     next_edit_flags(serve)
     remote_flags(serve, with_backend=True)
     serve.add_argument(
@@ -114,7 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     complete.add_argument("--json", action="store_true", help="print the items and timings")
     complete.add_argument("--invoked", action="store_true", help="ask as an explicit invocation")
-    complete.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
+    complete.add_argument(
+        "--model",
+        type=model_name,
+        help="completion model (GGUF file, Hugging Face folder, or hf:ORG/REPO[/FILE.gguf])",
+    )
     complete.add_argument("-v", "--verbose", action="store_true", help="show the server's log")
 
     engine = sub.add_parser(
@@ -142,12 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="tokens one request may ask for, n x max_tokens (default: 16384)",
     )
-    engine.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
-    engine.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
+    engine.add_argument(
+        "--model",
+        type=model_name,
+        help="completion model (GGUF file, Hugging Face folder, or hf:ORG/REPO[/FILE.gguf])",
+    )
+    engine.add_argument(
+        "--chat-model",
+        type=model_name,
+        help="chat model (GGUF file, Hugging Face folder, or hf:ORG/REPO[/FILE.gguf])",
+    )
 
     doctor = sub.add_parser("doctor", parents=[model], help="check and describe both models")
-    doctor.add_argument("--model", help="completion model (GGUF file or Hugging Face folder)")
-    doctor.add_argument("--chat-model", help="chat model (GGUF file or Hugging Face folder)")
+    doctor.add_argument(
+        "--model",
+        type=model_name,
+        help="completion model (GGUF file, Hugging Face folder, or hf:ORG/REPO[/FILE.gguf])",
+    )
+    doctor.add_argument(
+        "--chat-model",
+        type=model_name,
+        help="chat model (GGUF file, Hugging Face folder, or hf:ORG/REPO[/FILE.gguf])",
+    )
     next_edit_flags(doctor)
     doctor.add_argument(
         "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
@@ -174,7 +209,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from lsp_server.usage_file import USAGE_KEY, print_usage, usage_report
 
-    report = doctor_report(model_options(args))
+    report = doctor_report(model_options(args), on_download=_print_download)
     status = 1 if failed(report) else 0
     usage = usage_report()
     if args.json:
@@ -183,6 +218,12 @@ def _doctor(args: argparse.Namespace) -> int:
         print_report(report, as_json=False)
         print_usage(usage)
     return status
+
+
+def _print_download(progress: DownloadProgress) -> None:
+    """A hub model's download on stderr: a line each tenth, and when it ends."""
+    if progress.phase is not Phase.DOWNLOADING or (progress.percent or 0) % 10 == 0:
+        print(f"infill-lsp: {progress.words()}", file=sys.stderr, flush=True)
 
 
 def _serve(args: argparse.Namespace) -> int:

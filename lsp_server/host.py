@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from engine.completion import CompletionModel
 from engine.engine import BaseEngine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
+from engine.hub import DownloadProgress, Phase
 from engine.models import ModelSet, model_spec
 from engine.next_edit_model import NextEditModel
 from engine.prefix_cache import CacheStatus
@@ -72,6 +73,7 @@ def in_background(
     load: Callable[[], T],
     loaded: Callable[[T], None],
     failed: Callable[[ModelUnavailableError], None],
+    progress_at: Callable[[], float] | None = None,
 ) -> asyncio.Future[T]:
     """`run_load` as a task: the future it returns settles with the model or the error,
     after `loaded` or `failed` has seen it (so that whoever awaits the future finds the host's
@@ -80,7 +82,7 @@ def in_background(
 
     async def run() -> None:
         try:
-            result = await run_load(role, load)
+            result = await run_load(role, load, progress_at)
         except ModelUnavailableError as e:
             failed(e)
             future.set_exception(e)
@@ -101,10 +103,16 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 CLOSE_LOCK_TIMEOUT = 10.0
 
 
-async def run_load(role: str, load: Callable[[], T]) -> T:
+async def run_load(
+    role: str, load: Callable[[], T], progress_at: Callable[[], float] | None = None
+) -> T:
     """Run `load` on a thread of its own, within the load deadline. Every way it can end
     badly (an engine error, a library's own exception, a load that never returns) becomes one
     ModelUnavailableError naming the cause, so that whoever awaits it gets an answer.
+
+    A download of the model (engine/hub.py) moves the deadline: it counts from the last
+    progress `progress_at` reports (a `time.monotonic()`), so a large model on a slow line
+    is not given up while bytes still come, and a download that stalls is.
 
     The thread is a daemon, not one of asyncio's pool: a load stuck in a library cannot be
     interrupted, and must not keep the server from exiting either.
@@ -128,7 +136,13 @@ async def run_load(role: str, load: Callable[[], T]) -> T:
 
     threading.Thread(target=run, name=f"infill-load-{role}", daemon=True).start()
     timeout = load_timeout()
-    await asyncio.wait((done,), timeout=timeout)
+    started = time.monotonic()
+    while not done.done():
+        since = max(started, progress_at()) if progress_at is not None else started
+        left = since + timeout - time.monotonic()
+        if left <= 0:
+            break
+        await asyncio.wait((done,), timeout=left)
     if not done.done():
         done.cancel()
         reason = (
@@ -172,6 +186,12 @@ class ModelHost:
         self._next_edit: asyncio.Future[NextEditModel | None] | None = None
         self._closed = False
         self._failed_at = 0.0  # when the completion model's load last failed
+        #: A hub model's download in progress, as last reported (for `infill/status`).
+        self.download: DownloadProgress | None = None
+        #: Who shows downloads to the user (the server's `$/progress`), on the event loop.
+        self.on_download: Callable[[DownloadProgress], None] | None = None
+        self._progress_at = 0.0  # when a download last reported, on the loading thread
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, settings: Settings) -> asyncio.Future[CompletionModel]:
         """Load the completion model on a thread (the chat model loads when first used).
@@ -180,6 +200,7 @@ class ModelHost:
         saying the models are being reloaded, and new requests wait for the new models. The
         old models are freed on the loading thread, after their workers have ended."""
         self._stop_engines("the models are being reloaded with new settings")
+        self._loop = asyncio.get_running_loop()
         self.state = LoadState.LOADING
         self._settings = settings
         self._chat = None
@@ -194,7 +215,7 @@ class ModelHost:
             self.last_error = error.reason
             self._failed_at = time.monotonic()
 
-        future = in_background("completion", self._load, loaded, failed)
+        future = in_background("completion", self._load, loaded, failed, self._last_progress)
         future.add_done_callback(_retrieved)  # requests re-raise it; nobody else must log it
         self._completion = future
         return future
@@ -204,11 +225,31 @@ class ModelHost:
         if self._closed:
             raise EngineClosedError("the server is shutting down")
         if self._models is None or self._models_for != settings.model_options():
-            old, self._models = self._models, ModelSet(model_specs(settings))
+            old = self._models
+            self._models = ModelSet(model_specs(settings), on_download=self._downloading)
             self._models_for = settings.model_options()
             if old is not None:
                 old.close()
         return self._models
+
+    def _last_progress(self) -> float:
+        return self._progress_at
+
+    def _downloading(self, progress: DownloadProgress) -> None:
+        """A download's progress, on the loading thread: it moves the load's deadline, and
+        goes to the event loop for the status and the editor."""
+        self._progress_at = time.monotonic()
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server ends
+                loop.call_soon_threadsafe(self._downloaded, progress)
+
+    def _downloaded(self, progress: DownloadProgress) -> None:
+        ongoing = progress.phase in (Phase.DOWNLOADING, Phase.CHECKING)
+        if ongoing or (self.download is not None and self.download.model == progress.model):
+            self.download = progress if ongoing else None
+        if self.on_download is not None:
+            self.on_download(progress)
 
     def _load(self) -> CompletionModel:
         with self._lock:  # the latest settings: an older load must not bring old models back
@@ -269,7 +310,11 @@ class ModelHost:
                 log.warning("next edits from propagation only: %s", error)
 
             self._next_edit = in_background(
-                "next-edit", self._load_next_edit, lambda model: None, failed
+                "next-edit",
+                self._load_next_edit,
+                lambda model: None,
+                failed,
+                self._last_progress,
             )
             self._next_edit.add_done_callback(_retrieved)
         try:
@@ -285,7 +330,9 @@ class ModelHost:
                 if self._chat is future:  # not a newer load started by a reload meanwhile
                     self._chat = None  # a later request tries again (the user may fix it)
 
-            future = in_background("chat", self._load_chat, lambda engine: None, failed)
+            future = in_background(
+                "chat", self._load_chat, lambda engine: None, failed, self._last_progress
+            )
             self._chat = future
         return await asyncio.shield(self._chat)
 
@@ -304,7 +351,11 @@ class ModelHost:
 
     def status(self) -> dict[str, Any]:
         """Health and model information (the `infill/status` request, `doctor` in the shell)."""
-        result: dict[str, Any] = {"status": self.state.value, "last_error": self.last_error}
+        result: dict[str, Any] = {
+            "status": self.state.value,
+            "last_error": self.last_error,
+            "download": _download_json(self.download),
+        }
         future = self._completion
         if (
             future is not None
@@ -323,6 +374,7 @@ class ModelHost:
                 warnings=list(info.warnings),
                 context_size=info.context_size,
                 fim_family=model.format.fim.family if model.format.fim else None,
+                fim_note=model.fim_note,
                 kv_cache=_cache_json(model.engine.cache_status()),
             )
         else:
@@ -335,6 +387,7 @@ class ModelHost:
                 warnings=[],
                 context_size=None,
                 fim_family=None,
+                fim_note=None,
                 kv_cache=None,
             )
         return result
@@ -386,6 +439,20 @@ def _loaded(future: asyncio.Future[T] | None) -> T | None:
     if future is None or not future.done() or future.cancelled() or future.exception():
         return None
     return future.result()
+
+
+def _download_json(progress: DownloadProgress | None) -> dict[str, Any] | None:
+    """A download in progress, for `infill/status`."""
+    if progress is None:
+        return None
+    return {
+        "model": progress.model,
+        "phase": progress.phase.value,
+        "bytes": progress.done,
+        "total_bytes": progress.total,
+        "percent": progress.percent,
+        "message": progress.words(),
+    }
 
 
 def _cache_json(status: CacheStatus | None) -> dict[str, int] | None:

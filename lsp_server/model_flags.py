@@ -22,6 +22,7 @@ from engine.specs import (
     ModelOptions,
     check_fim_family,
     check_next_edit_format,
+    parse_hub_model,
 )
 
 #: The numeric model flags, each setting the `LoadOptions` field of its name: (flag, metavar,
@@ -109,6 +110,7 @@ def next_edit_flags(parser: Any) -> None:
     """The next-edit model's flags (`serve` and `doctor`)."""
     parser.add_argument(
         "--next-edit-model",
+        type=model_name,
         metavar="PATH",
         help="next-edit model, GGUF file or Hugging Face folder (default: the completion model)",
     )
@@ -124,6 +126,15 @@ def next_edit_flags(parser: Any) -> None:
         metavar="NAME",
         help="with --backend openai: the next-edit model to ask for",
     )
+
+
+def model_name(value: str) -> str | None:
+    """A model flag's value: a path, or a hub model name that `parse_hub_model` takes."""
+    try:
+        parse_hub_model(value)
+        return value or None
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _next_edit_format(value: str) -> str | None:

@@ -28,6 +28,7 @@ from pygls.protocol.json_rpc import JsonRPCNotification
 from pygls.workspace import TextDocument
 
 from engine.errors import EngineError
+from engine.hub import DownloadProgress, Phase
 from lsp_server.commands import fold_positional, make_converter
 from lsp_server.documents import exceeds_bytes, find_document
 from lsp_server.host import ModelHost, ModelUnavailableError
@@ -165,6 +166,8 @@ class InfillServer(LanguageServer):
         self.base_settings = base  # from the command line; the client's settings go over it
         self.settings = base
         self.host = ModelHost()
+        self.downloads = DownloadReports(self)
+        self.host.on_download = self.downloads.report
         self.inline = InlineCompleter(self.host.completion, speculator=Speculator())
         self.next_edits = NextEditor()
         self.usage = KeptUsage()  # counts of inline suggestions, kept on this machine
@@ -234,6 +237,53 @@ class InfillServer(LanguageServer):
     def end_progress(self, token: types.ProgressToken, message: str) -> None:
         self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
         self.work_done_progress.tokens.pop(token, None)  # pygls keeps them otherwise
+
+
+class DownloadReports:
+    """Each hub model's download (engine/hub.py) as a work-done progress of its own in the
+    editor: begun at its first report, a report at each percent with the bytes so far, ended
+    with "downloaded" or the error. Reports are shown in order, one task showing them (a
+    progress begins with a request to the client, which the reports after it wait for)."""
+
+    def __init__(self, server: InfillServer) -> None:
+        self._server = server
+        self._queue: asyncio.Queue[DownloadProgress] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._tokens: dict[str, types.ProgressToken | None] = {}
+
+    def report(self, progress: DownloadProgress) -> None:
+        """Show `progress` (call on the event loop)."""
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.get_running_loop().create_task(self._show_all(self._queue))
+        self._queue.put_nowait(progress)
+
+    async def _show_all(self, queue: asyncio.Queue[DownloadProgress]) -> None:
+        while True:
+            progress = await queue.get()
+            try:
+                await self._show(progress)
+            except Exception:  # a client that went away: the download goes on regardless
+                log.warning("cannot show the download's progress", exc_info=True)
+
+    async def _show(self, progress: DownloadProgress) -> None:
+        ls = self._server
+        ended = progress.phase in (Phase.DONE, Phase.FAILED)
+        if progress.model not in self._tokens:
+            if ended:
+                return
+            title = f"infill: downloading {progress.model}"
+            self._tokens[progress.model] = await ls.begin_progress("download", title)
+        token = self._tokens[progress.model]
+        if ended:
+            del self._tokens[progress.model]
+            if token is not None:
+                ls.end_progress(token, progress.words())
+        elif token is not None:
+            ls.work_done_progress.report(
+                token,
+                types.WorkDoneProgressReport(message=progress.words(), percentage=progress.percent),
+            )
 
 
 def request_failed(message: str) -> JsonRpcException:

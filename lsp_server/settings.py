@@ -21,6 +21,7 @@ from engine.specs import (
     ModelOptions,
     check_device,
     check_fim_family,
+    check_model_name,
     check_next_edit_format,
 )
 
@@ -52,9 +53,6 @@ def _text(what: str = "a string") -> Check[str | None]:
         return value
 
     return check
-
-
-_path = _text("a path string")
 
 
 def _int(low: int, high: int) -> Check[int]:
@@ -106,8 +104,10 @@ class Settings:
     """Everything the user can set. Defaults suit the default models on a laptop CPU."""
 
     # How the models are loaded (`model_options()`): a field of the same name each.
-    model: str | None = _setting(_MODEL.model, _path)  # GGUF file or Hugging Face folder
-    chat_model: str | None = _setting(_MODEL.chat_model, _path)
+    # A GGUF file, a Hugging Face folder, or hf:ORG/REPO/FILE.gguf / hf:ORG/REPO (downloaded
+    # once: engine/hub.py).
+    model: str | None = _setting(_MODEL.model, check_model_name)
+    chat_model: str | None = _setting(_MODEL.chat_model, check_model_name)
     backend: str = _setting(_MODEL.backend, _choice(*BACKENDS))
     device: str = _setting(_MODEL.device, check_device)  # transformers: auto, cpu, cuda, cuda:N
     decode: str = _setting(_MODEL.decode, _choice(*DECODE_PATHS))  # transformers' decode loop
@@ -117,7 +117,9 @@ class Settings:
     kv_cache_mb: int | None = _setting(_MODEL.kv_cache_mb, _optional(_int(0, 1 << 20)))
     fim_family: str | None = _setting(_MODEL.fim_family, check_fim_family)  # None: detected
     # Next edits from a model (engine/next_edit_model.py); without one, only propagation.
-    next_edit_model: str | None = _setting(_MODEL.next_edit_model, _path)  # None: completion's
+    next_edit_model: str | None = _setting(
+        _MODEL.next_edit_model, check_model_name
+    )  # None: completion's
     next_edit_format: str | None = _setting(_MODEL.next_edit_format, check_next_edit_format)
     # The remote backend (backend "openai"): an OpenAI-compatible server and its models.
     endpoint: str | None = _setting(_MODEL.endpoint, _text())  # e.g. http://127.0.0.1:8012/v1

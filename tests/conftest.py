@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# A stand-in for the Hugging Face hub (tests/fake_hub.py).
+from fake_hub import fake_hub  # noqa: F401
+
 # Our engine server over scripted engines (tests/scripted_servers.py).
 from scripted_servers import make_server, serve  # noqa: F401
 

@@ -529,7 +529,7 @@ def fake_model_set(backend_for: Callable[[Role], FakeBackend]) -> type:
     `backend_for(role)` gives (which may raise, as a model that cannot load), made once."""
 
     class FakeModels:
-        def __init__(self, specs: object) -> None:
+        def __init__(self, specs: object, on_download: object = None) -> None:
             self.engines: dict[Role, Engine] = {}
 
         def engine(self, role: Role) -> Engine:

@@ -79,3 +79,38 @@ def test_the_load_timeout_comes_from_the_environment_or_defaults(
 ) -> None:
     environ = {} if value is None else {LOAD_TIMEOUT_ENV: value}
     assert load_timeout(environ) == seconds
+
+
+async def test_a_download_that_still_makes_progress_outlasts_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hub model's download moves the deadline (engine/hub.py reports its progress): a
+    large model on a slow line is not given up while bytes still come."""
+    monkeypatch.setenv(LOAD_TIMEOUT_ENV, "1")
+    last = [time.monotonic()]
+
+    def download() -> int:
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:  # well past the 1 s deadline, in small steps
+            time.sleep(0.05)
+            last[0] = time.monotonic()
+        return 7
+
+    assert await run_load("completion", download, lambda: last[0]) == 7
+
+
+async def test_a_download_that_stalls_is_given_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LOAD_TIMEOUT_ENV, "0.5")
+    last = [time.monotonic()]
+    stalled = threading.Event()
+
+    def download() -> None:
+        for _ in range(5):  # some progress, then none
+            time.sleep(0.05)
+            last[0] = time.monotonic()
+        stalled.wait()
+
+    with pytest.raises(ModelUnavailableError) as caught:
+        await run_load("completion", download, lambda: last[0])
+    assert caught.value.reason.startswith("loading it took longer than 0.5 s and was given up")
+    stalled.set()

@@ -563,7 +563,9 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
         "warnings",
         "context_size",
         "fim_family",
+        "fim_note",
         "last_error",
+        "download",
         "kv_cache",
     }
     assert status["status"] == "ready"
@@ -572,6 +574,8 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
     assert status["backend"] == "scripted"
     assert status["context_size"] == 4096
     assert status["fim_family"] is None
+    assert status["fim_note"].startswith("no fill-in-the-middle tokens: ")
+    assert status["download"] is None  # a local model: nothing was downloaded
     assert status["last_error"] is None
     assert status["warnings"] == []
     # The scripted model keeps no KV states; test_server_e2e.py reads the real model's.
