@@ -234,18 +234,15 @@ class Worker:
         not one, for a job of its own priority that has held the model `TURN_SECONDS` less,
         or for a job cancelled while it waits (it ends, and `run` goes on first)."""
         self._drain(block=False)
+        held = run.held + time.perf_counter() - run.turn_started
         if run.job.request.role is not Role.COMPLETION and self._urgent:
-            return True
-        waiting = self._queue_of(run.job)
-        if not waiting:
-            return False
-        now = time.perf_counter()
-        held = run.held + now - run.turn_started
-        least = min(_claim(item) for item in waiting)
-        if least < held - TURN_SECONDS:
-            run.held = held
-            return True
-        return False
+            step_aside = True
+        else:
+            waiting = self._queue_of(run.job)
+            step_aside = bool(waiting) and min(map(_claim, waiting)) < held - TURN_SECONDS
+        if step_aside:
+            run.held = held  # this turn counts when it comes back
+        return step_aside
 
     # --- one job ------------------------------------------------------------------------------
 
