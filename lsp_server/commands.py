@@ -38,11 +38,14 @@ class ExplainArguments:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RewriteArguments:
     """`infill.rewrite`, and a Rewrite/Fix action's `data`: without an instruction the server
-    asks for one."""
+    asks for one. `version`: the document's version the range was taken in (an action
+    offered by the server always carries it); the rewrite is refused once the document has
+    changed since, as the range may then hold other code."""
 
     uri: str
     range: types.Range
     instruction: str | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

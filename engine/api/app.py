@@ -29,7 +29,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
@@ -223,8 +223,16 @@ class KeyCheck:
 
 
 class JobLimit:
-    """At most `limit` generation requests at once, from their body to their answer's end (a
-    stream's included); one more gets 503 with Retry-After at once, before its body is read."""
+    """At most `limit` generation requests at once, from the end of their body to their
+    answer's end (a stream's included); one more gets 503 with Retry-After once its body is in,
+    before any work (it raises from the route's read of the body, and the app's handler of
+    `ApiError` answers).
+
+    A request counts once its body is in, not while it trickles: 100 sockets sending a body
+    a byte a second held all 64 places until their body deadline (30 s) and every completion
+    got 503 meanwhile (bench/load.py). A connection's deadlines and the server's connection
+    bound limit those.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -235,18 +243,27 @@ class JobLimit:
         if scope["type"] != "http" or scope["path"] not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
-        if self._running >= self._limit:
-            error = ApiError(
-                503,
-                f"{self._limit} requests are already running or waiting for the model; "
-                "retry shortly",
-                code="too_many_requests",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
-            await _json_error(error)(scope, receive, send)
-            return
-        self._running += 1
+        counted = False
+
+        async def receive_then_count() -> Message:
+            nonlocal counted
+            message = await receive()
+            body_in = message["type"] == "http.request" and not message.get("more_body", False)
+            if body_in and not counted:
+                if self._running >= self._limit:
+                    raise ApiError(
+                        503,
+                        f"{self._limit} requests are already running or waiting for the "
+                        "model; retry shortly",
+                        code="too_many_requests",
+                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+                    )
+                self._running += 1
+                counted = True
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_then_count, send)
         finally:
-            self._running -= 1
+            if counted:
+                self._running -= 1

@@ -207,6 +207,28 @@ def test_one_generation_request_over_the_bound_is_503_with_retry_after(
         )
 
 
+def test_bodies_still_trickling_in_take_no_place_of_a_generation_request(
+    make_server: Callable[..., Server], sockets: Sockets
+) -> None:
+    """With room for one generation request, three clients that sent a completion's head and
+    trickle its body do not lock the others out: a whole request is served meanwhile (each
+    place is taken once a body is in, as /health is answered whatever the sockets do)."""
+    server = make_server({"script": ["ok"]}, max_jobs=1)
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    )
+    for _ in range(3):
+        sockets.connect(address(server), head)
+    sockets.trickle(b" ")
+    with server.http() as http:
+        response = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"] == "ok"
+    sockets.reap()
+    assert len(sockets.open) == 3  # still trickling: they were not refused either
+
+
 def test_connections_over_the_bound_get_503(
     make_server: Callable[..., Server], sockets: Sockets
 ) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 
 import pytest
 from fake_backend import FakeBackend, FakeCall, byte_ids
 from job_events import JobWatch, TokenGate
 
+import engine.worker as worker_module
 from engine.engine import Engine
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.jobs import JobPhase
@@ -336,3 +338,125 @@ async def test_an_engine_whose_model_cannot_score_says_so(make_engine) -> None:
     assert not engine.can_score
     with pytest.raises(NotImplementedError):
         await engine.score(ScoreRequest(prompt_token_ids=(1, 2)))
+
+
+# --- turns among jobs of one priority ------------------------------------------------------
+
+
+class TokenClock:
+    """The worker's clock, moved on by the scripted "model" one tick per token: how long a job
+    has held the model is then counted in tokens, the same on any machine."""
+
+    TICK = 1 / 64  # a power of two: sums of ticks are exact
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def step(self, call: FakeCall) -> None:
+        self.now += self.TICK
+
+
+@pytest.fixture
+def token_clock(monkeypatch: pytest.MonkeyPatch) -> TokenClock:
+    clock = TokenClock()
+    monkeypatch.setattr(worker_module, "time", clock)
+    return clock
+
+
+def turn_tokens() -> int:
+    """The tokens after which a job has held the model `TURN_SECONDS` longer than a new one."""
+    return round(worker_module.TURN_SECONDS / TokenClock.TICK)
+
+
+async def test_a_small_completion_goes_before_a_long_one_that_has_had_its_turn(
+    make_engine, token_clock: TokenClock
+) -> None:
+    long_answer = "".join(f"word{i} " for i in range(150))
+    held_at = turn_tokens() + 4  # the long job has held the model longer than a turn
+    gate = TokenGate(at=held_at, hold=True, also=token_clock.step)
+    engine, backend = make_engine(script=[long_answer, "quick"], repeat_last=False, on_step=gate)
+    greedy = request("tell me a story", sampling=SamplingParams(max_tokens=5000))
+    small = request("x = ")
+    with JobWatch(engine.job_record) as watch:
+        long_job = asyncio.create_task(engine.collect(greedy))
+        await gate.wait()
+        small_job = asyncio.create_task(engine.collect(small))
+        await watch.reached(JobPhase.SUBMITTED, small.request_id)
+        gate.release()
+        (completion,) = await small_job
+    assert completion.text == "quick"
+    # The long job stepped aside right after the token it was at, the small one ran whole...
+    assert backend.calls[0].yielded == held_at
+    assert backend.calls[1].prompt_ids == (0, *byte_ids("x = "))
+    # ...and the long one went on from its prompt and its tokens so far, to its whole answer.
+    (story,) = await long_job
+    assert (story.text, story.finish_reason) == (long_answer, FinishReason.STOP)
+    resumed = backend.calls[2]
+    assert resumed.prompt_ids[: len(backend.calls[0].prompt_ids)] == backend.calls[0].prompt_ids
+    assert len(resumed.prompt_ids) == len(backend.calls[0].prompt_ids) + held_at
+
+
+async def test_two_long_jobs_of_one_priority_take_turns(
+    make_engine, token_clock: TokenClock
+) -> None:
+    first = "a" * 300
+    second = "b" * 300
+    gate = TokenGate(at=2, hold=True, also=token_clock.step)
+    engine, backend = make_engine(script=[first, second], repeat_last=False, on_step=gate)
+    a = request("first story", sampling=SamplingParams(max_tokens=5000))
+    b = request("second story", sampling=SamplingParams(max_tokens=5000))
+    with JobWatch(engine.job_record) as watch:
+        a_job = asyncio.create_task(engine.collect(a))
+        await gate.wait()
+        b_job = asyncio.create_task(engine.collect(b))
+        await watch.reached(JobPhase.SUBMITTED, b.request_id)
+        gate.release()
+        ((a_text,), (b_text,)) = await asyncio.gather(a_job, b_job)
+    assert (a_text.text, b_text.text) == (first, second)
+    # Whose each turn was, in order: they alternated, each answer in several turns.
+    turns = [
+        "a" if call.prompt_ids[1 : 1 + len("first")] == tuple(byte_ids("first")) else "b"
+        for call in backend.calls
+    ]
+    assert turns[:4] == ["a", "b", "a", "b"]
+    assert all(x != y for x, y in itertools.pairwise(turns))
+    # The first waited until the second's turn was due; the second took one turn more.
+    assert backend.calls[0].yielded == turn_tokens() + 1
+    assert backend.calls[1].yielded == 2 * turn_tokens() + 2
+
+
+async def test_a_job_cancelled_while_it_waits_ends_without_waiting_for_its_turn(
+    make_engine, token_clock: TokenClock
+) -> None:
+    let_go = threading.Event()
+    steps = {"n": 0}
+
+    def step(call: FakeCall) -> None:
+        token_clock.step(call)
+        steps["n"] += 1
+        if steps["n"] == 8:  # the long job is held again, after the cancelled one has gone
+            let_go.wait(60)
+
+    gate = TokenGate(at=3, hold=True, also=step)
+    engine, backend = make_engine(script=["c" * 200, "never"], repeat_last=False, on_step=gate)
+    running = request("long", sampling=SamplingParams(max_tokens=5000))
+    waiting = request("short")
+    with JobWatch(engine.job_record) as watch:
+        running_job = asyncio.create_task(engine.collect(running))
+        await gate.wait()
+        waiting_job = asyncio.create_task(engine.collect(waiting))
+        await watch.reached(JobPhase.SUBMITTED, waiting.request_id)
+        assert engine.cancel(waiting.request_id)
+        gate.release()
+        try:
+            (cancelled,) = await waiting_job
+            assert cancelled.finish_reason is FinishReason.CANCELLED
+            assert not running_job.done()  # it ended while the long job still ran
+        finally:
+            let_go.set()
+        (answer,) = await running_job
+    assert answer.text == "c" * 200
+    assert len(backend.calls) == 2  # the cancelled job never reached the model

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -709,3 +710,67 @@ def test_infill_chat_model_names_the_chat_model() -> None:
     chat = json.loads(result.stdout)["chat"]
     assert chat["model_path"] == gemma_path
     assert (chat["chat_template"], chat["shared_with_other_role"]) == (False, True)
+
+
+# --- the cache folder is the user's own ------------------------------------------------------
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="folder modes and owners are POSIX's")
+
+
+@posix_only
+def test_the_cache_folder_is_made_for_its_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "home" / ".cache" / "infill-lsp"
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
+    old = os.umask(0o022)  # most users' umask: a folder made without care is open to all
+    try:
+        folder = default_models.private_models_folder()
+    finally:
+        os.umask(old)
+    assert folder == cache / "models"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@posix_only
+def test_a_cache_folder_of_ours_others_may_read_is_made_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    cache.chmod(0o755)
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
+    default_models.private_models_folder()
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+
+
+@posix_only
+def test_a_cache_folder_others_may_write_to_is_refused_before_anything_in_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "shared-cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models").chmod(0o777)  # anyone could have put a model and its stamp there
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
+    with pytest.raises(ModelLoadError) as caught:
+        default_completion_model()
+    message = str(caught.value)
+    assert f"the cache folder {cache / 'models'} can be written by other users" in message
+    assert "INFILL_CACHE_DIR" in message
+    assert not (cache / "models" / GEMMA_FILE).exists()  # nothing assembled there either
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="giving a folder to another user needs root (this run is not root)",
+)
+def test_a_cache_folder_another_user_owns_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 65534, 65534)  # nobody
+    monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
+    with pytest.raises(ModelLoadError, match=r"belongs to another user \(uid 65534\)"):
+        default_completion_model()

@@ -237,7 +237,7 @@ ALL_CLIENTS = pytest.mark.parametrize("editor", [VSCODE, NEOVIM, EGLOT], indirec
 
 def expected_rewrite(editor: Editor, uri: str, rng: dict[str, Any]) -> dict[str, Any]:
     """The Rewrite action: resolved later where the client resolves edits, else a command
-    that asks for the instruction."""
+    that asks for the instruction; either way with the version its range was taken in."""
     if editor.resolves_edits:
         return {
             "title": "Rewrite",
@@ -247,7 +247,7 @@ def expected_rewrite(editor: Editor, uri: str, rng: dict[str, Any]) -> dict[str,
     command = {
         "title": "Rewrite...",
         "command": "infill.rewrite",
-        "arguments": [{"uri": uri, "range": rng}],
+        "arguments": [{"uri": uri, "range": rng, "version": 1}],
     }
     return {"title": "Rewrite...", "kind": "refactor.rewrite", "command": command}
 

@@ -288,6 +288,39 @@ async def test_fix_through_the_command_applies_the_edit_with_the_diagnostics_ask
         assert f"Instruction: {FIX_INSTRUCTION}\n" in prompt
 
 
+async def test_a_rewrite_command_offered_before_the_document_changed_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The Rewrite action's command carries the version its range was taken in: run after
+    the user typed a line above the method, it changes nothing (the range now holds other
+    code), asks nothing of the model, and says why."""
+    coder, chat = models(tmp_path, [ANSWER])
+    async with editor_on(EGLOT, coder, chat) as editor:
+        uri = editor.session.open(SOURCE)
+        rewrite, *_ = [
+            a for a in await editor.actions(uri, cursor(6, 8)) if a["title"].startswith("Rewrite")
+        ]
+        (arguments,) = rewrite["command"]["arguments"]
+        assert arguments["version"] == 1
+        editor.session.change(uri, 2, [{"range": cursor(0, 0), "text": "import os\n"}])
+        since = len(editor.client.messages)
+        result = await editor.execute("infill.rewrite", [{**arguments, "instruction": "Hints."}])
+        assert result == {
+            "applied": False,
+            "reason": "the document changed since the action was offered: nothing was changed",
+        }
+        assert editor.applied_edits == []
+        assert editor.chat_prompts() == []
+        assert [m for _, m in editor.shown(since)] == [f"infill: {result['reason']}"]
+        # The same command for the version the document has now rewrites the method.
+        moved = {
+            "start": {**METHOD["start"], "line": METHOD["start"]["line"] + 1},
+            "end": {**METHOD["end"], "line": METHOD["end"]["line"] + 1},
+        }
+        fresh = {"uri": uri, "range": moved, "instruction": "Hints.", "version": 2}
+        assert await editor.execute("infill.rewrite", [fresh]) == {"applied": True, "reason": None}
+
+
 async def test_the_rewrite_command_takes_its_arguments_in_order(tmp_path: Path) -> None:
     coder, chat = models(tmp_path, [ANSWER])
     async with editor_on(EGLOT, coder, chat) as editor:
