@@ -89,14 +89,21 @@ def default_completion_model() -> Path:
 
 
 def private_models_folder() -> Path:
-    """The cache's models folder, made where missing, the cache folder and it created 0700.
+    """The cache's models folder, made where missing, the cache folder and it created 0700
+    (`private_folder`)."""
+    return private_folder("models", "assemble the default completion model")
+
+
+def private_folder(name: str, purpose: str) -> Path:
+    """The cache's folder `name`, made where missing, the cache folder and it created 0700;
+    `purpose` says what it is for in the error.
 
     What is in it is loaded as a model (its stamp spares the hash), so a folder another user
     owns, or one others may write to, is refused, not trusted: a model file is code for
     llama.cpp's parser. A folder of our own that others may only read is made 0700.
     """
     cache = cache_dir()
-    folder = cache / "models"
+    folder = cache / name
     made = not cache.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -106,8 +113,8 @@ def private_models_folder() -> Path:
             _check_private(path)
     except OSError as e:
         raise ModelLoadError(
-            f"cannot assemble the default completion model in the cache folder {folder}: "
-            f"{_os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
+            f"cannot {purpose} in the cache folder {folder}: "
+            f"{os_reason(e)}; set INFILL_CACHE_DIR to a writable folder"
         ) from e
     return folder
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from engine.default_models import cache_dir, os_reason, write_atomically
+from engine.default_models import os_reason, private_folder, write_atomically
 from engine.errors import ModelLoadError
 from engine.specs import HubModel
 
@@ -143,7 +143,7 @@ def fetch(model: HubModel, progress: ProgressSink | None = None) -> Path:
 
 def _root(model: HubModel) -> Path:
     """The repository's folder in our cache (its files at their paths)."""
-    return cache_dir() / "hf" / model.repo_id
+    return private_folder("hf", "keep models from the hub") / model.repo_id
 
 
 def _stamp_path(model: HubModel) -> Path:
@@ -187,6 +187,7 @@ def _download(model: HubModel, stamp: Path, progress: ProgressSink | None) -> No
         tally.total = sum(f.size or 0 for f in files) or None
         log.info("downloading %s (%d files) into %s", model, len(files), root)
         for file in files:
+            _drop_if_changed(root / file.path, file)
             huggingface_hub.hf_hub_download(
                 model.repo_id,
                 file.path,
@@ -215,6 +216,17 @@ def _download(model: HubModel, stamp: Path, progress: ProgressSink | None) -> No
         raise ModelLoadError(reason) from e
     tally.finished()
     log.info("%s is in %s", model, model_path(model))
+
+
+def _drop_if_changed(path: Path, file: _File) -> None:
+    """Remove a file from an earlier download whose size is not the hub's (cut short, or
+    changed since): huggingface_hub's own record of it would otherwise keep it as it is."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return
+    if file.size is not None and size != file.size:
+        path.unlink()
 
 
 def _listing(model: HubModel) -> tuple[str, list[_File]]:
