@@ -261,6 +261,33 @@ class LlamaContext(LiveCache[State, None]):
             for seq in seqs:
                 self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
 
+    def row_costs(self, ids: list[int], rows: int, repeats: int = 3) -> tuple[float, float]:
+        """The least seconds of a pass of one sequence's row and of `rows` sequences' rows, a
+        token each on top of `ids` (evaluated on the empty cache); the cache is empty after."""
+        self.cut(0)
+        self._decode(ids)
+        memory = self._memory()
+        seqs = [LIVE_SEQUENCE + 1 + i for i in range(rows)]
+        for seq in seqs:
+            self._lib.llama_memory_seq_cp(memory, LIVE_SEQUENCE, seq, -1, -1)
+        position = len(ids)
+        one = many = float("inf")
+        try:
+            for _ in range(repeats):
+                started = time.perf_counter()
+                self._decode_rows([(ids[-1], position, seqs[0])])
+                one = min(one, time.perf_counter() - started)
+                self._lib.llama_memory_seq_rm(memory, seqs[0], position, -1)
+                started = time.perf_counter()
+                self._decode_rows([(ids[-1], position, seq) for seq in seqs])
+                many = min(many, time.perf_counter() - started)
+                position += 1
+        finally:
+            for seq in seqs:
+                self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+            self.cut(0)
+        return one, many
+
     def continuation_log_probs(
         self, continuations: Sequence[Sequence[int]], cancelled: threading.Event
     ) -> list[list[float]] | None:

@@ -67,6 +67,12 @@ DRAFT_TOKENS = 8
 #: Sequences a job may evaluate together beside the live cache, a row of each per pass: the
 #: candidate lines of one ranking prompt (lsp_server/rerank.py CANDIDATES) and their scorings.
 SEQUENCES = 8
+#: Rows go together (`LlamaCppBackend.sequences`) where a pass of `SEQUENCES` rows costs less
+#: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
+#: groups of 4 rows), so a job's rows are often half filler. On 2 shared cores a pass of 8 rows
+#: took 4.5-5x one of 1 (72 / 15 ms, Gemma 3 270M, 1 thread): no gain; a GPU's passes cost
+#: about the same up to many rows.
+ROWS_PAY = 0.5
 #: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
 #: once the model is loaded: as many tokens as a pass checks.
 PROBE_TEXT = "for size in range(1, 10):\n    print(size, area(size, size + 1))\n"
@@ -225,6 +231,12 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         #: The most branches or scored continuations a pass evaluates together (one sequence
         #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
         self.sequences = self._context.sequences
+        #: Whether branches go together (where `sequences` allows): where a pass of many rows
+        #: costs much less than as many of one, measured once at load (`_rows_pay`). A
+        #: scoring's continuations go together wherever `sequences` allows: they are passes of
+        #: many rows either way, and fewer, fuller passes took 6.4 s against 10.0 s (median,
+        #: bench/batch.py).
+        self.branches_together = self._rows_pay()
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
@@ -248,6 +260,24 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
             (time.perf_counter() - started) * 1000,
         )
         return exact
+
+    def _rows_pay(self) -> bool:
+        """Whether a pass of `SEQUENCES` rows costs less than `ROWS_PAY` of as many passes of
+        one, here (`LlamaContext.row_costs`, least of 3, on the empty cache after `_probe`)."""
+        ids = self.tokenize(PROBE_TEXT, add_bos=False)[:8]
+        if self._context.sequences < SEQUENCES or len(ids) + 8 >= self.info.context_size:
+            return False
+        one, many = self._context.row_costs(ids, SEQUENCES)
+        pays = many < ROWS_PAY * SEQUENCES * one
+        log.debug(
+            "%s: a pass of %d rows takes %.1f ms, of 1 %.1f ms: rows %s",
+            self.info.name,
+            SEQUENCES,
+            many * 1000,
+            one * 1000,
+            "together" if pays else "one at a time",
+        )
+        return pays
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -434,7 +464,11 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         context = self._context
         firsts = list(first_tokens)
         rows = padded_rows(len(firsts))
-        if len(firsts) < 2 or rows > min(self.sequences, context.sequences):
+        if (
+            not self.branches_together
+            or len(firsts) < 2
+            or rows > min(self.sequences, context.sequences)
+        ):
             return super().branch(
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )

@@ -37,20 +37,26 @@ BRANCH_TOKENS = 24
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[tuple[LlamaCppBackend, Engine]]:
     """The default completion model on 1 thread (where the machine's load changes no logit:
-    LlamaContext.exact_batches), and an engine over it."""
+    LlamaContext.exact_batches), its rows together whatever they cost here (the backend
+    measures that at load: `sequences`), and an engine over it."""
     backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=1), environ={}))
     assert isinstance(backend, LlamaCppBackend)
+    together(backend)
     engine = Engine(backend, name="completion")
     yield backend, engine
     engine.close()
 
 
+def together(backend: LlamaCppBackend) -> None:
+    """Rows together, as many as the context has sequences for (8 at least), branches too."""
+    backend.sequences = backend._context.sequences
+    backend.branches_together = True
+    assert backend.sequences >= 8
+
+
 @pytest.fixture
-def backend(loaded: tuple[LlamaCppBackend, Engine]) -> Iterator[LlamaCppBackend]:
-    chosen = loaded[0]
-    assert chosen.sequences >= 8  # the context was made with room for them
-    yield chosen
-    chosen.sequences = chosen._context.sequences
+def backend(loaded: tuple[LlamaCppBackend, Engine]) -> LlamaCppBackend:
+    return loaded[0]
 
 
 @contextlib.contextmanager
@@ -97,6 +103,7 @@ def chat_backend() -> Iterator[LlamaCppBackend]:
     the logits of a pass per token (LlamaContext.exact_batches), Gemma's not past 3."""
     backend = load_backend(model_spec(Role.CHAT, ModelOptions(threads=1), environ={}))
     assert isinstance(backend, LlamaCppBackend)
+    together(backend)
     yield backend
     backend.close()
 
