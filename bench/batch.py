@@ -9,12 +9,11 @@ Tasks: the selection of bench/humaneval.py (task `i * 1033 // limit`). For each 
 default completion model ranks candidate lines as the server does (lsp_server/rerank.py
 `best_lines`: 8 branches after each of two prompts, every distinct line scored with the next
 64 tokens of the code after the hole), once with the llama.cpp backend's sequences together
-(`LlamaCppBackend.sequences` 8, branches too), once as shipped (scorings together, branches
-together only where the backend measured that they pay) and once one after another (1), the
-order rotating, each from a cold cache; and the plain greedy line (what the server suggests
-without ranking). Prints the median times (and the scorings' share), how often the candidates
-and the chosen line differ from one after another, the largest difference of a token's score;
-writes bench/results/batch.json.
+(`LlamaCppBackend.sequences` 8) and once one after another (1), the order alternating, each
+from a cold cache (as shipped, the backend chose one of the two at load: `shipped_sequences`);
+and the plain greedy line (what the server suggests without ranking). Prints the median times
+(and the scorings' share), how often the candidates and the chosen line differ from one after
+another, the largest difference of a token's score; writes bench/results/batch.json.
 """
 
 from __future__ import annotations
@@ -48,8 +47,6 @@ from lsp_server.rerank import Ranked, Ranking, best_lines, following_code, hint_
 log = logging.getLogger("bench.batch")
 
 MAX_LINE_TOKENS = 48  # the server's single-line limit (maxTokensSingleLine)
-SHIPPED = 0  # a side's `sequences`: 8 and the branches as the backend measured at load
-shipped = False  # what the backend measured at load
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--limit", type=int, default=40)
@@ -82,8 +79,7 @@ async def rank(
         cache_key=f"{row['task_id']}/{sequences}",
     )
     ranking = Ranking(following=following, hint_ids=hint_ids, language_id="python")
-    backend.sequences = 1 if sequences == 1 else SEQUENCES
-    backend.branches_together = shipped if sequences == SHIPPED else sequences > 1
+    backend.sequences = sequences
     backend._context.cut(0)  # cold: nothing of another run's prompt
     before = engine.job_record.snapshot()[0]
     started = time.perf_counter()
@@ -114,14 +110,13 @@ def parted(a: tuple[float, ...], b: tuple[float, ...]) -> float:
     return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     rows = humaneval_rows()
     picked = sorted({i * len(rows) // args.limit for i in range(args.limit)})
     spec = model_spec(Role.COMPLETION, ModelOptions(threads=args.threads), environ={})
     backend = load_backend(spec)
     assert isinstance(backend, LlamaCppBackend)
-    global shipped
-    shipped = backend.branches_together
+    shipped = backend.sequences
     engine = Engine(backend)
     model = CompletionModel.of(engine, "none")
     tasks: dict[str, Any] = {}
@@ -131,10 +126,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if following_code(row["prompt"], row["suffix"]) is None:
                 continue
             plain = await greedy(engine, backend, row)
-            order = [(8, 1, SHIPPED), (1, SHIPPED, 8), (SHIPPED, 8, 1)][number % 3]
+            order = (SEQUENCES, 1) if number % 2 == 0 else (1, SEQUENCES)
             done = {s: await rank(model, engine, backend, row, s) for s in order}
-            (together, t_seconds, t_scoring), (alone, a_seconds, a_scoring) = done[8], done[1]
-            as_shipped, s_seconds, s_scoring = done[SHIPPED]
+            (together, t_seconds, t_scoring) = done[SEQUENCES]
+            (alone, a_seconds, a_scoring) = done[1]
             same_lines = {r.text for r in together} == {r.text for r in alone}
             diff = max(
                 (
@@ -149,11 +144,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "greedy_seconds": plain,
                 "together_seconds": t_seconds,
                 "alone_seconds": a_seconds,
-                "shipped_seconds": s_seconds,
-                "shipped_scoring_seconds": s_scoring,
-                "shipped_same_choice": bool(
-                    as_shipped and alone and as_shipped[0].text == alone[0].text
-                ),
                 "together_scoring_seconds": t_scoring,
                 "alone_scoring_seconds": a_scoring,
                 "same_candidates": same_lines,
@@ -165,13 +155,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log.info("%s: %s", row["task_id"], tasks[row["task_id"]])
     finally:
         engine.close()
-    return tasks
+    return tasks, shipped
 
 
 def main() -> int:
     args = parser.parse_args()
     setup_logging(quiet_engine=True)
-    tasks = asyncio.run(run(args))
+    tasks, shipped = asyncio.run(run(args))
     n = len(tasks)
 
     def median(key: str) -> float:
@@ -183,10 +173,7 @@ def main() -> int:
         "greedy_median_s": median("greedy_seconds"),
         "together_median_s": median("together_seconds"),
         "alone_median_s": median("alone_seconds"),
-        "shipped_median_s": median("shipped_seconds"),
-        "shipped_scoring_median_s": median("shipped_scoring_seconds"),
-        "shipped_same_choice": sum(t["shipped_same_choice"] for t in tasks.values()),
-        "branches_together_as_shipped": shipped,
+        "shipped_sequences": shipped,
         "together_scoring_median_s": median("together_scoring_seconds"),
         "alone_scoring_median_s": median("alone_scoring_seconds"),
         "same_candidates": sum(t["same_candidates"] for t in tasks.values()),
@@ -195,7 +182,6 @@ def main() -> int:
     }
     summary["together_over_greedy"] = summary["together_median_s"] / summary["greedy_median_s"]
     summary["alone_over_greedy"] = summary["alone_median_s"] / summary["greedy_median_s"]
-    summary["shipped_over_greedy"] = summary["shipped_median_s"] / summary["greedy_median_s"]
     for key, value in summary.items():
         print(f"{key:28} {value}")
     write_json(

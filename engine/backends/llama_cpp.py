@@ -70,8 +70,9 @@ SEQUENCES = 8
 #: Rows go together (`LlamaCppBackend.sequences`) where a pass of `SEQUENCES` rows costs less
 #: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
 #: groups of 4 rows), so a job's rows are often half filler. On 2 shared cores a pass of 8 rows
-#: took 4.5-5x one of 1 (72 / 15 ms, Gemma 3 270M, 1 thread): no gain; a GPU's passes cost
-#: about the same up to many rows.
+#: took 4.5-5x one of 1 (67 / 13 ms, Gemma 3 270M; SmolLM2 44 / 8 ms), and ranking all
+#: together was no faster than one at a time (bench/batch.py: 6.8 s / 7.3 s median, scorings
+#: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels, README): one at a time there.
 ROWS_PAY = 0.5
 #: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
 #: once the model is loaded: as many tokens as a pass checks.
@@ -230,13 +231,9 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         self.draft_checking = DraftChecking.WORTH_IT
         #: The most branches or scored continuations a pass evaluates together (one sequence
         #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
-        self.sequences = self._context.sequences
-        #: Whether branches go together (where `sequences` allows): where a pass of many rows
-        #: costs much less than as many of one, measured once at load (`_rows_pay`). A
-        #: scoring's continuations go together wherever `sequences` allows: they are passes of
-        #: many rows either way, and fewer, fuller passes took 6.4 s against 10.0 s (median,
-        #: bench/batch.py).
-        self.branches_together = self._rows_pay()
+        #: Together only where many rows cost much less than as many passes of one, measured
+        #: once at load (`_rows_pay`).
+        self.sequences = self._context.sequences if self._rows_pay() else 1
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
@@ -464,11 +461,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         context = self._context
         firsts = list(first_tokens)
         rows = padded_rows(len(firsts))
-        if (
-            not self.branches_together
-            or len(firsts) < 2
-            or rows > min(self.sequences, context.sequences)
-        ):
+        if len(firsts) < 2 or rows > min(self.sequences, context.sequences):
             return super().branch(
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )

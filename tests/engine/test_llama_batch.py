@@ -48,9 +48,8 @@ def loaded() -> Iterator[tuple[LlamaCppBackend, Engine]]:
 
 
 def together(backend: LlamaCppBackend) -> None:
-    """Rows together, as many as the context has sequences for (8 at least), branches too."""
+    """Rows together, as many as the context has sequences for (8 at least)."""
     backend.sequences = backend._context.sequences
-    backend.branches_together = True
     assert backend.sequences >= 8
 
 
