@@ -136,8 +136,9 @@ class Backend(abc.ABC):
         `cancelled` stopped it. Runs only on the model's worker thread.
 
         Here one branch after another, each a greedy generation (`iter_token_ids`): the
-        answer every backend gives. A backend may write them together (llama.cpp) as long as
-        each branch's tokens are the ones this gives.
+        answer every backend gives. A backend may write them together (llama.cpp, where many
+        rows per pass pay); its kernels may then round otherwise than for one row, and a
+        branch part from what this gives (README "Many sequences per pass").
         """
         branches: list[list[int]] = []
         for index, first in enumerate(first_tokens):
