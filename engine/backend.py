@@ -9,8 +9,9 @@ scoring in engine/local_backend.py.
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from engine.detokenizer import Detokenizer
@@ -118,6 +119,63 @@ class Backend(abc.ABC):
         they can of earlier prompts: the live KV cache, or the state kept for `cache_key`'s
         document (`cache_status`).
         """
+
+    def branch(
+        self,
+        prompt_ids: Sequence[int],
+        first_tokens: Sequence[int],
+        max_tokens: int,
+        ended: Callable[[int, int], bool],
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> list[list[int]] | None:
+        """The greedy tokens after `prompt_ids` and each of `first_tokens` (that token not
+        included): each new token of branch `i` is handed to `ended(i, token)`, which says
+        whether the branch ends with it; a branch has at most `max_tokens` tokens. None if
+        `cancelled` stopped it. Runs only on the model's worker thread.
+
+        Here one branch after another, each a greedy generation (`iter_token_ids`): the
+        answer every backend gives. A backend may write them together (llama.cpp, where many
+        rows per pass pay); its kernels may then round otherwise than for one row, and a
+        branch part from what this gives (README "Many sequences per pass").
+        """
+        branches: list[list[int]] = []
+        for index, first in enumerate(first_tokens):
+            written = self.branch_alone(
+                prompt_ids, first, [], index, max_tokens, ended, cancelled, cache_key=cache_key
+            )
+            if written is None:
+                return None
+            branches.append(written)
+        return branches
+
+    def branch_alone(
+        self,
+        prompt_ids: Sequence[int],
+        first: int,
+        written: list[int],
+        index: int,
+        max_tokens: int,
+        ended: Callable[[int, int], bool],
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> list[int] | None:
+        """Branch `index` of `branch`, which has `written` after `first` so far, continued
+        on its own: its tokens in all (`written` grown); None if `cancelled`."""
+        greedy = SamplingParams(max_tokens=max_tokens)
+        room = max_tokens - len(written)
+        if room > 0:
+            tokens = self.iter_token_ids(
+                [*prompt_ids, first, *written], greedy, cancelled, cache_key=cache_key
+            )
+            with contextlib.closing(tokens):
+                for token in tokens:
+                    written.append(token)
+                    if ended(index, token) or len(written) >= max_tokens:
+                        break
+        return None if cancelled.is_set() else written
 
     @property
     def can_score(self) -> bool:

@@ -31,7 +31,15 @@ from engine.errors import EngineClosedError
 from engine.fim import PromptFormat
 from engine.jobs import JobRecord, JobStats
 from engine.prefix_cache import CacheStatus
-from engine.types import FinishReason, GenerationRequest, ScoreRequest, Scores, TextDelta
+from engine.types import (
+    Branches,
+    BranchRequest,
+    FinishReason,
+    GenerationRequest,
+    ScoreRequest,
+    Scores,
+    TextDelta,
+)
 from engine.worker import END, Job, Worker
 
 log = logging.getLogger(__name__)
@@ -182,6 +190,11 @@ class BaseEngine(abc.ABC):
         request was cancelled. Cancelling the awaiting task stops the model's work."""
         raise NotImplementedError(f"{self.info.backend} models cannot score text")
 
+    async def branch(self, request: BranchRequest) -> Branches | None:
+        """The greedy branches of the request's prompt (`BranchRequest`); None if the request
+        was cancelled. Where `score` works; cancelling the awaiting task stops the model."""
+        raise NotImplementedError(f"{self.info.backend} models cannot branch")
+
     async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
         """Run a request to the end and return each choice whole."""
         n = request.sampling.n
@@ -241,7 +254,9 @@ class Engine(BaseEngine):
                 assert isinstance(item, TextDelta)
                 yield item
 
-    async def _run(self, request: GenerationRequest | ScoreRequest) -> AsyncGenerator[object, None]:
+    async def _run(
+        self, request: GenerationRequest | ScoreRequest | BranchRequest
+    ) -> AsyncGenerator[object, None]:
         """The items the worker emits for `request`, until its end (an exception it emits is
         raised here)."""
         channel = _Channel(asyncio.get_running_loop())
@@ -277,6 +292,16 @@ class Engine(BaseEngine):
         async with contextlib.aclosing(self._run(request)) as items:
             async for item in items:
                 assert isinstance(item, Scores)
+                result = item
+        return result
+
+    async def branch(self, request: BranchRequest) -> Branches | None:
+        if not self.backend.can_score:
+            return await super().branch(request)
+        result: Branches | None = None  # none comes for a cancelled branching
+        async with contextlib.aclosing(self._run(request)) as items:
+            async for item in items:
+                assert isinstance(item, Branches)
                 result = item
         return result
 

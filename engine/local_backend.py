@@ -207,16 +207,31 @@ class LocalBackend(Backend, Generic[S, Out, D]):
             return None
         try:
             after = self._after_prompt(prompt, prefilled.output)
-            scored = []
-            for continuation in continuations:
-                if cancelled.is_set():
-                    return None
-                scored.append(tuple(self._log_probs(prompt, continuation, after)))
-                self._last_prefill_tokens += len(continuation) - 1
+            scored = self._score_continuations(prompt, continuations, after, cancelled)
+            if scored is None:
+                return None
+            self._last_prefill_tokens += sum(len(c) - 1 for c in continuations)
             return Scores(continuations=tuple(scored), top=self._most_likely(after, top))
         finally:
             self._live.cut(len(prompt))  # the prompt stays: a generation after it starts at once
             self._kept.set_live(cache_key, self._live.length)
+
+    def _score_continuations(
+        self,
+        prompt: list[int],
+        continuations: Sequence[Sequence[int]],
+        after: D,
+        cancelled: threading.Event,
+    ) -> list[tuple[float, ...]] | None:
+        """Each continuation's log-probabilities after `prompt`, which the cache holds (`after`:
+        the distribution of their first tokens); None if `cancelled`. Here one after another;
+        a backend may evaluate them together."""
+        scored = []
+        for continuation in continuations:
+            if cancelled.is_set():
+                return None
+            scored.append(tuple(self._log_probs(prompt, continuation, after)))
+        return scored
 
     def _bring_to(
         self, prompt: list[int], key: str | None, cancelled: threading.Event

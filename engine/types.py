@@ -205,3 +205,35 @@ class Scores:
     continuations: tuple[tuple[float, ...], ...]
     #: The `top` most likely tokens after the prompt, most likely first: (id, log-probability).
     top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchRequest:
+    """Greedy continuations of one prompt, one after each of some first tokens: what ranking
+    candidate lines asks (lsp_server/rerank.py). Each branch is the greedy answer to the
+    prompt followed by its first token, with `sampling`'s token limit and `stops` (the model's
+    end-of-generation tokens join them); a backend may write them all together, the prompt
+    evaluated once (the llama.cpp backend: one sequence per branch in one context)."""
+
+    prompt_token_ids: tuple[int, ...]
+    first_tokens: tuple[int, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stops: StopConditions = field(default_factory=StopConditions)
+    role: Role = Role.COMPLETION
+    request_id: str = field(default_factory=next_request_id)
+    cache_key: str | None = None  # as in GenerationRequest
+
+    def __post_init__(self) -> None:
+        if not self.prompt_token_ids:
+            raise ValueError("the prompt has no tokens")
+        if not self.sampling.greedy or self.sampling.n != 1:
+            raise ValueError("branches are greedy, one choice each")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Branches:
+    """A `BranchRequest`'s answer: per first token, in order, the text written after it (the
+    first token's own text not included) and how it ended."""
+
+    texts: tuple[str, ...]
+    finish_reasons: tuple[FinishReason, ...]

@@ -25,7 +25,15 @@ from engine.chat_template import render_chat
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 from engine.output import OutputProcessor
-from engine.types import FinishReason, GenerationRequest, Role, ScoreRequest, TextDelta
+from engine.types import (
+    Branches,
+    BranchRequest,
+    FinishReason,
+    GenerationRequest,
+    Role,
+    ScoreRequest,
+    TextDelta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +54,11 @@ TURN_SECONDS = 0.25
 class Job:
     """A request on its way through the worker. `emit` must be safe to call from any thread.
 
-    A generation emits its deltas; a scoring emits one `Scores` (none if it was cancelled).
+    A generation emits its deltas; a scoring emits one `Scores`, a branching one `Branches`
+    (none if it was cancelled).
     """
 
-    request: GenerationRequest | ScoreRequest
+    request: GenerationRequest | ScoreRequest | BranchRequest
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Set (before `cancelled`) when the engine stops: the job ends with this error instead
@@ -251,6 +260,9 @@ class Worker:
         if not isinstance(item, _Run) and isinstance(item[0].request, ScoreRequest):
             self._score(*item)
             return False
+        if not isinstance(item, _Run) and isinstance(item[0].request, BranchRequest):
+            self._branch(*item)
+            return False
         run = item if isinstance(item, _Run) else self._start(*item)
         if run is None:
             return False
@@ -319,6 +331,86 @@ class Worker:
             "?" if stats.prompt_evaluated is None else stats.prompt_evaluated,
             stats.total_seconds * 1000,
             "" if scores is not None else ", cancelled",
+        )
+
+    def _branch(self, job: Job, submitted: float) -> None:
+        """Branches run to their end at once, as a scoring: a few short lines. Each branch's
+        tokens go through its own stop state (`OutputProcessor`, as a generation's choices),
+        which says where the branch ends."""
+        request = job.request
+        assert isinstance(request, BranchRequest)
+        started = time.perf_counter()
+        if job.aborted is not None:
+            job.emit(job.aborted)
+            return
+        backend = self.backend
+        prompt = list(request.prompt_token_ids)
+        room = backend.context_size - len(prompt) - 1  # after the prompt and a first token
+        if room < 1:
+            job.emit(PromptTooLongError(len(prompt) + 1, backend.context_size))
+            return
+        stops = replace(
+            request.stops,
+            stop_token_ids_hidden=(*request.stops.stop_token_ids_hidden, *backend.eog_token_ids),
+        )
+        n = len(request.first_tokens)
+        max_tokens = min(request.sampling.max_tokens, room)
+        processor = OutputProcessor(
+            n=max(1, n),
+            stops=stops,
+            max_tokens=max_tokens,
+            min_tokens=request.sampling.min_tokens,
+            new_detokenizer=backend.new_detokenizer,
+        )
+        texts: list[list[str]] = [[] for _ in range(n)]
+
+        def ended(index: int, token: int) -> bool:
+            texts[index].extend(d.text for d in processor.on_tokens(index, (token,)))
+            return processor.is_finished(index)
+
+        try:
+            written = backend.branch(
+                prompt,
+                request.first_tokens,
+                max_tokens,
+                ended,
+                job.cancelled,
+                cache_key=request.cache_key,
+            )
+        except EngineError as e:
+            job.emit(e)
+            return
+        if job.aborted is not None:
+            job.emit(job.aborted)
+            return
+        if written is not None:
+            for index in range(n):
+                if not processor.is_finished(index):  # the backend stopped it: the context
+                    texts[index].extend(d.text for d in processor.end(index))
+            reasons = tuple(processor.finish_reason(i) or FinishReason.LENGTH for i in range(n))
+            job.emit(Branches(texts=tuple("".join(t) for t in texts), finish_reasons=reasons))
+        stats = JobStats(
+            request_id=request.request_id,
+            prompt_tokens=len(prompt),
+            prompt_evaluated=backend.last_prefill_tokens,
+            generated_tokens=sum(processor.generated_tokens(i) for i in range(n)),
+            queued_seconds=started - submitted,
+            first_token_seconds=None,
+            total_seconds=time.perf_counter() - started,
+            finish_reasons=(),
+            cache_key=request.cache_key,
+        )
+        self.record.add(stats)
+        log.info(
+            "%s %s: %d branches after %d prompt tokens (%s evaluated), %d tokens in %.0f ms%s",
+            self.name,
+            request.request_id,
+            n,
+            len(prompt),
+            "?" if stats.prompt_evaluated is None else stats.prompt_evaluated,
+            stats.generated_tokens,
+            stats.total_seconds * 1000,
+            "" if written is not None else ", cancelled",
         )
 
     def _start(self, job: Job, submitted: float) -> _Run | None:

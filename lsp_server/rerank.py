@@ -4,12 +4,14 @@ Such a model only continues the prefix: the code after the cursor cannot steer w
 It can still judge it: a line that fits the code after it makes that code more likely. So:
 
 1. Candidates: after the prompt, the most likely first tokens of code (past the indentation
-   the model writes first), each continued greedily to the end of its line; and the same
+   the model writes first), each continued greedily to the end of its line (one
+   `BranchRequest`: the llama.cpp backend writes them together); and the same
    after a second prompt that shows the code after the cursor first, as a comment block (it
    suggests lines the plain prompt does not rank high).
 2. Each candidate line that holds code is scored after the plain prompt, together with the
    first tokens of the code after the cursor: the sum of the log-probabilities of the line
-   and of that code (one scoring request over the cached prompt).
+   and of that code (one scoring request over the cached prompt; llama.cpp evaluates up to 8
+   candidates together).
 3. The most likely first. bench/suffix.py measured the variants (prefix alone, either prompt
    reranked, ranked by the line's or by the following code's probability alone) on HumanEval.
 
@@ -19,15 +21,14 @@ so `Settings.suffix_ranking` turns it on by default only where the model runs on
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.completion import Scorer
 from engine.types import (
+    BranchRequest,
     FinishReason,
     GenerationRequest,
-    Role,
     SamplingParams,
     ScoreRequest,
 )
@@ -145,28 +146,30 @@ async def candidate_lines(
         )
         if scores is None:
             return []
-    lines = []
+    firsts = []
     for token, _ in scores.top:
         piece = scorer.detokenize([token])
         if "\ufffd" in piece or piece.startswith("\n"):
             continue  # part of a character, or an empty line
-        branch = GenerationRequest(
-            prompt_token_ids=(*stem, token),
-            role=Role.COMPLETION,
+        firsts.append(token)
+    # Every first token continued greedily to its line's end, in one job: the llama.cpp
+    # backend writes them together, a sequence each after the prompt evaluated once.
+    branches = await engine.branch(
+        BranchRequest(
+            prompt_token_ids=tuple(stem),
+            first_tokens=tuple(firsts),
             sampling=SamplingParams(max_tokens=request.sampling.max_tokens),
             stops=request.stops,
             cache_key=cache_key,
         )
-        text = ""
-        finish = None
-        async with contextlib.aclosing(engine.generate(branch)) as deltas:
-            async for delta in deltas:
-                text += delta.text
-                finish = delta.finish_reason or finish
-        if finish in (FinishReason.CANCELLED, FinishReason.ERROR):
-            continue
-        lines.append((written + piece + text).split("\n", 1)[0])
-    return lines
+    )
+    if branches is None:
+        return []
+    return [
+        (written + scorer.detokenize([token]) + text).split("\n", 1)[0]
+        for token, text, finish in zip(firsts, branches.texts, branches.finish_reasons, strict=True)
+        if finish not in (FinishReason.CANCELLED, FinishReason.ERROR)
+    ]
 
 
 async def rank_lines(

@@ -2,6 +2,11 @@
 tokens in it with as many threads as the machine's load leaves (engine/threads.py), cutting it
 back, and copying its state out to RAM and back when the user switches documents.
 
+The live cache is sequence 0. A job may add sequences beside it that share its cells
+(`branches`, `continuation_log_probs`: many short texts after one prompt, a row of each in
+every pass) and removes them before it ends, so that between jobs only sequence 0 exists:
+what is set aside and restored is that one.
+
 A kept state is the serialized bytes of the context's sequence, in a numpy buffer. Buffers are
 reused: the memory of states restored or let go of, and one that a long prompt makes ahead, so
 that a switch of documents does not pay for a new buffer's page faults.
@@ -11,7 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +36,13 @@ _ALL_SEQUENCES = -1
 #: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
 #: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
 EVAL_CHUNK = 256
+#: The live cache's sequence; the others exist only within a job.
+LIVE_SEQUENCE = 0
+#: Rows of logits one pass of several sequences' tokens gives at most: each row is a vocabulary
+#: of floats (1 MB for Gemma 3's 262,144 tokens), in llama.cpp's buffer and ours.
+SCORE_ROWS = 128
+#: A pass of several sequences' rows has a multiple of this many (see `LlamaContext.branches`).
+ROW_GROUP = 4
 #: Spare state buffers kept for reuse, and the room a new one leaves to grow (1/8).
 SPARE_BUFFERS = 2
 SPARE_HEADROOM = 8
@@ -36,6 +51,24 @@ SPARE_GENERATED = 64
 
 State = npt.NDArray[np.uint8]  # a kept state: the sequence's serialized bytes
 LogProbs = npt.NDArray[np.float32]  # rows of log-probabilities over the vocabulary
+
+
+class SequencesRefusedError(RuntimeError):
+    """llama.cpp refused a pass of several sequences' rows (it found no cells for them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Branched:
+    """What `LlamaContext.branches` wrote: each branch's tokens, and the branches still going
+    where a pass was refused (none when every branch ended)."""
+
+    written: list[list[int]]
+    going: list[int]
+
+
+def padded_rows(branches: int) -> int:
+    """The sequences `branches` branches take: filler to a whole number of row groups."""
+    return -(-branches // ROW_GROUP) * ROW_GROUP
 
 
 class LlamaContext(LiveCache[State, None]):
@@ -57,6 +90,10 @@ class LlamaContext(LiveCache[State, None]):
         # written, which the request that switches documents would otherwise wait for.
         self._spare: list[State] = []
         self._state_bytes_per_token = 0
+        #: Sequences a job may add beside the live one (what the context was made with).
+        self.sequences = int(lib.llama_n_seq_max(self._ctx_pointer)) - 1
+        self._rows = lib.llama_batch_init(max(llm.n_batch, SCORE_ROWS), 0, 1)
+        self._rows_held = True
 
     # --- computing ---------------------------------------------------------------------------
 
@@ -158,6 +195,168 @@ class LlamaContext(LiveCache[State, None]):
         out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
         return out
 
+    # --- several sequences -------------------------------------------------------------------
+
+    def room(self) -> int:
+        """Cells the cache has left beyond what the live sequence holds (sequences that share
+        cells count once): what sequences added for a job may take."""
+        return int(self._lib.llama_n_ctx(self._ctx_pointer)) - self.length
+
+    def branches(
+        self,
+        firsts: Sequence[int],
+        ended: Callable[[int, int], bool],
+        cancelled: threading.Event,
+    ) -> Branched | None:
+        """The greedy tokens after the live cache and each of `firsts` (not included), each
+        branch a sequence of its own that shares the live cache's cells: a pass evaluates the
+        last token of every branch still going, one row each, and the most likely token after
+        each row is that branch's next (ties to the lowest id, as `most_likely`). A branch ends
+        where `ended(i, token)` says so; None if `cancelled` (looked at before every pass).
+        The live cache is left as it was. At most `sequences` branches, of at most
+        `room() // padded_rows(len(firsts))` tokens each (the caller's to bound).
+
+        Every pass has a multiple of `ROW_GROUP` rows: branches that ended (or copies of the
+        first, where there are fewer) go on as filler, their tokens dropped. llama.cpp's
+        kernels multiply 4 rows at a time and a pass's last 1-3 rows one by one, with other
+        rounding: in passes of whole groups a branch's tokens do not depend on how many
+        branches go beside it, nor on which. A pass llama.cpp refuses (it found no cells) ends
+        the passes there: the branches still going are in `Branched.going`.
+        """
+        rows = padded_rows(len(firsts))
+        if rows > self.sequences:
+            raise ValueError(f"{len(firsts)} branches, room for {self.sequences}")
+        at = self.length
+        seqs = [LIVE_SEQUENCE + 1 + i for i in range(rows)]
+        memory = self._memory()
+        for seq in seqs:
+            self._lib.llama_memory_seq_cp(memory, LIVE_SEQUENCE, seq, -1, -1)
+        written: list[list[int]] = [[] for _ in firsts]
+        last = [firsts[i] if i < len(firsts) else firsts[0] for i in range(rows)]
+        position = [at] * rows  # where each sequence's next token goes
+        going = list(range(len(firsts)))
+        try:
+            while going:
+                if cancelled.is_set():
+                    return None
+                idle = [i for i in range(rows) if i not in going]
+                passed = going + idle[: (-len(going)) % ROW_GROUP]
+                try:
+                    self._decode_rows([(last[i], position[i], seqs[i]) for i in passed])
+                except SequencesRefusedError:
+                    log.warning("llama.cpp refused a pass of %d sequences", len(passed))
+                    return Branched(written=written, going=going)
+                best = self._logits(len(passed)).argmax(axis=1).tolist()
+                still = []
+                for i, token in zip(passed, best, strict=True):
+                    last[i] = token
+                    position[i] += 1
+                    if i in going:
+                        written[i].append(token)
+                        if not ended(i, token):
+                            still.append(i)
+                going = still
+            return Branched(written=written, going=[])
+        finally:
+            for seq in seqs:
+                self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+
+    def row_costs(self, ids: list[int], rows: int, repeats: int = 3) -> tuple[float, float]:
+        """The least seconds of a pass of one sequence's row and of `rows` sequences' rows, a
+        token each on top of `ids` (evaluated on the empty cache); the cache is empty after."""
+        self.cut(0)
+        self._decode(ids)
+        memory = self._memory()
+        seqs = [LIVE_SEQUENCE + 1 + i for i in range(rows)]
+        for seq in seqs:
+            self._lib.llama_memory_seq_cp(memory, LIVE_SEQUENCE, seq, -1, -1)
+        position = len(ids)
+        one = many = float("inf")
+        try:
+            for _ in range(repeats):
+                started = time.perf_counter()
+                self._decode_rows([(ids[-1], position, seqs[0])])
+                one = min(one, time.perf_counter() - started)
+                self._lib.llama_memory_seq_rm(memory, seqs[0], position, -1)
+                started = time.perf_counter()
+                self._decode_rows([(ids[-1], position, seq) for seq in seqs])
+                many = min(many, time.perf_counter() - started)
+                position += 1
+        finally:
+            for seq in seqs:
+                self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+            self.cut(0)
+        return one, many
+
+    def continuation_log_probs(
+        self, continuations: Sequence[Sequence[int]], cancelled: threading.Event
+    ) -> list[list[float]] | None:
+        """For each continuation after the live cache, the log-probability of each of its
+        tokens but the first (which the cache's last logits give): its tokens but the last are
+        evaluated as a sequence of its own that shares the live cache's cells, all of them
+        together in passes of up to `SCORE_ROWS` rows with every row's logits. None if
+        `cancelled` (looked at before every pass). The live cache is left as it was. At most
+        `sequences` continuations, of at most `room()` tokens together."""
+        if len(continuations) > self.sequences:
+            raise ValueError(f"{len(continuations)} continuations, room for {self.sequences}")
+        at = self.length
+        seqs = [LIVE_SEQUENCE + 1 + i for i in range(len(continuations))]
+        memory = self._memory()
+        for seq in seqs:
+            self._lib.llama_memory_seq_cp(memory, LIVE_SEQUENCE, seq, -1, -1)
+        # (token, position, sequence) of every row, and the token its logits are scored for
+        rows = [
+            (token, at + j, seq)
+            for seq, continuation in zip(seqs, continuations, strict=True)
+            for j, token in enumerate(continuation[:-1])
+        ]
+        targets = np.array([t for c in continuations for t in c[1:]], dtype=np.int64)
+        scores = np.empty(len(rows), dtype=np.float32)
+        try:
+            per_pass = min(SCORE_ROWS, self._llm.n_batch)
+            for start in range(0, len(rows), per_pass):
+                if cancelled.is_set():
+                    return None
+                part = rows[start : start + per_pass]
+                try:
+                    self._decode_rows(part)
+                except SequencesRefusedError:
+                    log.warning("llama.cpp refused a pass of %d rows to score", len(part))
+                    raise
+                # log-softmax as `log_probs` computes it, row by row
+                out = self._logits(len(part)).copy()
+                out -= out.max(axis=1, keepdims=True)
+                out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
+                wanted = targets[start : start + len(part)]
+                scores[start : start + len(part)] = out[np.arange(len(part)), wanted]
+        finally:
+            for seq in seqs:
+                self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+        found: list[list[float]] = []
+        start = 0
+        for continuation in continuations:
+            found.append(scores[start : start + len(continuation) - 1].tolist())
+            start += len(continuation) - 1
+        return found
+
+    def _memory(self) -> Any:
+        return self._lib.llama_get_memory(self._ctx_pointer)
+
+    def _decode_rows(self, rows: Sequence[tuple[int, int, int]]) -> None:
+        """One pass over `rows` (token, position, sequence), every row's logits."""
+        self.use_threads()
+        batch = self._rows
+        batch.n_tokens = len(rows)
+        for i, (token, position, seq) in enumerate(rows):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = True
+        code = int(self._lib.llama_decode(self._ctx_pointer, batch))
+        if code != 0:
+            raise SequencesRefusedError(f"llama_decode of {len(rows)} rows refused ({code})")
+
     # --- what the cache holds ----------------------------------------------------------------
 
     @property
@@ -203,8 +402,9 @@ class LlamaContext(LiveCache[State, None]):
 
         Every cell of the cache: asked for sequence 0, llama.cpp leaves out the cells that have
         slid out of a sliding-window model's window (Gemma 3), and a later request that goes
-        back a few tokens needs some of them. Asked for every sequence (-1; our context has
-        only sequence 0), it writes them all, in the format a sequence is restored from.
+        back a few tokens needs some of them. Asked for every sequence (-1; between jobs our
+        context has only sequence 0), it writes them all, in the format a sequence is restored
+        from.
         """
         started = time.perf_counter()
         lib, ctx = self._lib, self._ctx_pointer
@@ -281,6 +481,9 @@ class LlamaContext(LiveCache[State, None]):
 
     def close(self) -> None:
         self._spare = []
+        if self._rows_held:
+            self._lib.llama_batch_free(self._rows)
+            self._rows_held = False
         self._llm.close()
 
 

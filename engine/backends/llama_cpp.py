@@ -13,13 +13,14 @@ call, which per-line token counting cannot afford.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,16 @@ from engine.accelerators import (
 )
 from engine.backend import ModelInfo, Vocabulary
 from engine.backends.llama_context import EVAL_CHUNK as EVAL_CHUNK
-from engine.backends.llama_context import LlamaContext, LogProbs, State
+from engine.backends.llama_context import (
+    LlamaContext,
+    LogProbs,
+    SequencesRefusedError,
+    State,
+    padded_rows,
+)
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
-from engine.errors import BackendUnavailableError, ModelLoadError
+from engine.errors import BackendUnavailableError, ModelLoadError, PromptTooLongError
 from engine.gguf_file import diagnose
 from engine.local_backend import LocalBackend
 from engine.threads import default_max_threads
@@ -57,6 +64,16 @@ BATCH_SIZE = 512
 #: 0.9 / 1.2 / 1.3 / 1.5 draft tokens checked per token written (Gemma 3 270M, bench/drafts.py's
 #: rewrites); where a pass costs about its tokens' worth, as on a CPU, the waste decides.
 DRAFT_TOKENS = 8
+#: Sequences a job may evaluate together beside the live cache, a row of each per pass: the
+#: candidate lines of one ranking prompt (lsp_server/rerank.py CANDIDATES) and their scorings.
+SEQUENCES = 8
+#: Rows go together (`LlamaCppBackend.sequences`) where a pass of `SEQUENCES` rows costs less
+#: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
+#: groups of 4 rows), so a job's rows are often half filler. On 2 shared cores a pass of 8 rows
+#: took 4.5-5x one of 1 (67 / 13 ms, Gemma 3 270M; SmolLM2 44 / 8 ms), and ranking all
+#: together was no faster than one at a time (bench/batch.py: 6.8 s / 7.3 s median, scorings
+#: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels, README): one at a time there.
+ROWS_PAY = 0.5
 #: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
 #: once the model is loaded: as many tokens as a pass checks.
 PROBE_TEXT = "for size in range(1, 10):\n    print(size, area(size, size + 1))\n"
@@ -105,6 +122,34 @@ def llama_params(spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+#: Held while a model's context is made with `_several_sequences`' parameters.
+_CONTEXT_PARAMS = threading.Lock()
+
+
+@contextlib.contextmanager
+def _several_sequences(lib: Any, sequences: int) -> Iterator[None]:
+    """While a `Llama` is made: its context with `sequences` sequences beside the live one,
+    in one KV cache whose cells sequences share (a prompt's cells once for all its branches).
+    llama-cpp-python asks for several sequences only for embeddings; it takes every other
+    parameter from `llama_context_default_params`, which this wraps for the while (loads wait
+    for one another: the wrapper is the module's)."""
+    module = lib.llama_cpp
+    with _CONTEXT_PARAMS:
+        original = module.llama_context_default_params
+
+        def params() -> Any:
+            made = original()
+            made.n_seq_max = 1 + sequences
+            made.kv_unified = True
+            return made
+
+        module.llama_context_default_params = params
+        try:
+            yield
+        finally:
+            module.llama_context_default_params = original
+
+
 def _import_llama_cpp() -> Any:
     try:
         import llama_cpp
@@ -129,7 +174,8 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         # Only when GPU layers are asked: reading a GPU's memory starts a CUDA context on it.
         view = llama_cpp_view() if spec.gpu_layers != 0 else None
         try:
-            self._llm = lib.Llama(**llama_params(spec))
+            with _several_sequences(lib, SEQUENCES):
+                self._llm = lib.Llama(**llama_params(spec))
         except (ValueError, RuntimeError, OSError) as e:
             # llama.cpp says only that it failed: our own walk of the file may say why.
             raise ModelLoadError(f"cannot load model {path}: {diagnose(path) or e}") from e
@@ -183,6 +229,11 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         #: pass, through `generate()` like the others.
         self.draft_tokens = DRAFT_TOKENS
         self.draft_checking = DraftChecking.WORTH_IT
+        #: The most branches or scored continuations a pass evaluates together (one sequence
+        #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
+        #: Together only where many rows cost much less than as many passes of one, measured
+        #: once at load (`_rows_pay`).
+        self.sequences = self._context.sequences if self._rows_pay() else 1
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
@@ -206,6 +257,24 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
             (time.perf_counter() - started) * 1000,
         )
         return exact
+
+    def _rows_pay(self) -> bool:
+        """Whether a pass of `SEQUENCES` rows costs less than `ROWS_PAY` of as many passes of
+        one, here (`LlamaContext.row_costs`, least of 3, on the empty cache after `_probe`)."""
+        ids = self.tokenize(PROBE_TEXT, add_bos=False)[:8]
+        if self._context.sequences < SEQUENCES or len(ids) + 8 >= self.info.context_size:
+            return False
+        one, many = self._context.row_costs(ids, SEQUENCES)
+        pays = many < ROWS_PAY * SEQUENCES * one
+        log.debug(
+            "%s: a pass of %d rows takes %.1f ms, of 1 %.1f ms: rows %s",
+            self.info.name,
+            SEQUENCES,
+            many * 1000,
+            one * 1000,
+            "together" if pays else "one at a time",
+        )
+        return pays
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -374,6 +443,102 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                 last = new[-1]
         finally:
             context.cut(keep)
+
+    def branch(
+        self,
+        prompt_ids: Sequence[int],
+        first_tokens: Sequence[int],
+        max_tokens: int,
+        ended: Callable[[int, int], bool],
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> list[list[int]] | None:
+        """Every branch together, a sequence each beside the live cache, which holds the
+        prompt (`LlamaContext.branches`): a pass evaluates a row of each branch still going.
+        One after another (`Backend.branch`) where they are more than `sequences` or their
+        tokens would not fit in the cache."""
+        context = self._context
+        firsts = list(first_tokens)
+        rows = padded_rows(len(firsts))
+        if len(firsts) < 2 or rows > min(self.sequences, context.sequences):
+            return super().branch(
+                prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
+            )
+        self._check_open()
+        prompt = list(prompt_ids)
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        if len(prompt) + 1 > self.context_size:
+            raise PromptTooLongError(len(prompt) + 1, self.context_size)
+        if cancelled.is_set():
+            return None
+        # The cache brought to the prompt and a first token holds the prompt, all of it.
+        if self._bring_to([*prompt, firsts[0]], cache_key, cancelled) is None:
+            return None
+        try:
+            if context.length != len(prompt) or context.room() < rows * max_tokens:
+                return super().branch(
+                    prompt, firsts, max_tokens, ended, cancelled, cache_key=cache_key
+                )
+            counts = [0] * len(firsts)
+
+            def done(index: int, token: int) -> bool:
+                counts[index] += 1
+                return ended(index, token) or counts[index] >= max_tokens
+
+            branched = context.branches(firsts, done, cancelled)
+        finally:
+            self._kept.set_live(cache_key, self._live.length)
+        if branched is None:
+            return None
+        for index in branched.going:  # a pass was refused: these go on one at a time
+            alone = self.branch_alone(
+                prompt,
+                firsts[index],
+                branched.written[index],
+                index,
+                max_tokens,
+                ended,
+                cancelled,
+                cache_key=cache_key,
+            )
+            if alone is None:
+                return None
+        return branched.written
+
+    def _score_continuations(
+        self,
+        prompt: list[int],
+        continuations: Sequence[Sequence[int]],
+        after: LogProbs,
+        cancelled: threading.Event,
+    ) -> list[tuple[float, ...]] | None:
+        """Up to `sequences` continuations together, a sequence each beside the live cache
+        (`LlamaContext.continuation_log_probs`); one after another where they would not fit."""
+        context = self._context
+        size = min(self.sequences, context.sequences)
+        if size < 2 or context.length != len(prompt):
+            return super()._score_continuations(prompt, continuations, after, cancelled)
+        scored: list[tuple[float, ...]] = []
+        for start in range(0, len(continuations), size):
+            group = continuations[start : start + size]
+            found: list[tuple[float, ...]] | None = None
+            if sum(len(c) - 1 for c in group) <= context.room():
+                try:
+                    rest = context.continuation_log_probs(group, cancelled)
+                except SequencesRefusedError:
+                    rest = []  # one at a time, as where they would not fit
+                if rest is None:
+                    return None
+                if rest:
+                    found = [(float(after[c[0]]), *r) for c, r in zip(group, rest, strict=True)]
+            if found is None:
+                found = super()._score_continuations(prompt, group, after, cancelled)
+                if found is None:
+                    return None
+            scored.extend(found)
+        return scored
 
     def _after_prompt(self, prompt: list[int], first: None) -> LogProbs:
         # The prompt's last token gives the distribution of every continuation's first token;

@@ -16,6 +16,7 @@ from engine.engine import Engine
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.jobs import JobPhase
 from engine.types import (
+    BranchRequest,
     ChatMessage,
     FinishReason,
     GenerationRequest,
@@ -460,3 +461,33 @@ async def test_a_job_cancelled_while_it_waits_ends_without_waiting_for_its_turn(
         (answer,) = await running_job
     assert answer.text == "c" * 200
     assert len(backend.calls) == 2  # the cancelled job never reached the model
+
+
+async def test_branches_each_stop_on_their_own_as_generations_would(make_engine) -> None:
+    """A branch request: each first token after the prompt, continued until its own stop
+    string, end-of-generation token or the token limit, its text without the first token."""
+    engine, backend = make_engine(
+        script=["ab\ncd", ["x", 1, "y"], "long text"], log_prob=lambda _prompt, _token: 0.0
+    )
+    firsts = tuple(byte_ids("pqr"))
+    answer = await engine.branch(
+        BranchRequest(
+            prompt_token_ids=tuple(byte_ids("def")),
+            first_tokens=firsts,
+            sampling=SamplingParams(max_tokens=5),
+            stops=StopConditions(stop=("\n",)),
+        )
+    )
+    assert answer is not None
+    assert answer.texts == ("ab", "x", "long ")
+    assert answer.finish_reasons == (FinishReason.STOP, FinishReason.STOP, FinishReason.LENGTH)
+    assert [call.prompt_ids for call in backend.calls] == [
+        (*byte_ids("def"), first) for first in firsts
+    ]
+
+
+def test_cancelled_branches_give_nothing(make_engine) -> None:
+    _, backend = make_engine(script=["ab"])
+    cancelled = threading.Event()
+    cancelled.set()
+    assert backend.branch(byte_ids("x"), byte_ids("ab"), 4, lambda *_: False, cancelled) is None
