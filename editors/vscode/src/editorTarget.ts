@@ -22,5 +22,6 @@ export function commandTarget(argument: unknown): CommandTarget | undefined {
       start: { line: start.line, character: start.character },
       end: { line: end.line, character: end.character },
     },
+    version: editor.document.version,
   };
 }

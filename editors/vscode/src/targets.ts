@@ -16,6 +16,11 @@ export interface LspRange {
 export interface CommandTarget {
   readonly uri: string;
   readonly range: LspRange;
+  /**
+   * The document's version the range was taken in: the server refuses to rewrite a range of
+   * a document that has changed since (the range may then hold other code).
+   */
+  readonly version?: number;
 }
 
 function isPosition(value: unknown): value is LspPosition {
@@ -31,12 +36,16 @@ function isPosition(value: unknown): value is LspPosition {
 }
 
 /**
- * A target from a command argument (`{uri, range}`, as the server's actions carry it), or
+ * A target from a command argument (`{uri, range, version?}`, as the server's actions carry it), or
  * undefined for anything else: the palette passes nothing and the editor's context menu
  * passes the document's Uri, and both mean "the active editor's selection".
  */
 export function parseTarget(value: unknown): CommandTarget | undefined {
-  const candidate = value as { uri?: unknown; range?: { start?: unknown; end?: unknown } } | null;
+  const candidate = value as {
+    uri?: unknown;
+    range?: { start?: unknown; end?: unknown };
+    version?: unknown;
+  } | null;
   if (typeof candidate !== "object" || candidate === null || typeof candidate.uri !== "string") {
     return undefined;
   }
@@ -44,12 +53,14 @@ export function parseTarget(value: unknown): CommandTarget | undefined {
   if (!range || !isPosition(range.start) || !isPosition(range.end)) {
     return undefined;
   }
+  const version = Number.isInteger(candidate.version) ? (candidate.version as number) : undefined;
   return {
     uri: candidate.uri,
     range: {
       start: { line: range.start.line, character: range.start.character },
       end: { line: range.end.line, character: range.end.character },
     },
+    ...(version === undefined ? {} : { version }),
   };
 }
 

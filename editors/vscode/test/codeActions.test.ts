@@ -35,7 +35,7 @@ describe("the lightbulb's actions", () => {
     });
   });
 
-  it("Rewrite asks for the instruction: a new action, without the data that VS Code would resolve", () => {
+  it("Rewrite asks for the instruction: a new action, without the data that VS Code would resolve, its version kept", () => {
     const { rewrite } = serverActions();
     const [adapted] = adaptCodeActions([rewrite] as never) as vscode.CodeAction[];
     expect(adapted).not.toBe(rewrite);
@@ -45,7 +45,7 @@ describe("the lightbulb's actions", () => {
     expect(adapted?.command).toEqual({
       title: REWRITE_TITLE,
       command: "infill.rewriteSelection",
-      arguments: [{ uri, range }],
+      arguments: [{ uri, range, version: 4 }],
     });
   });
 

@@ -9,11 +9,21 @@ const range = (a: number, b: number, c: number, d: number) => ({
 });
 
 describe("command targets", () => {
-  it("takes {uri, range} as the server's actions carry it", () => {
+  it("takes {uri, range, version} as the server's actions carry it", () => {
     expect(parseTarget({ uri: "file:///a.py", range: range(1, 0, 3, 4), version: 2 })).toEqual({
       uri: "file:///a.py",
       range: range(1, 0, 3, 4),
+      version: 2,
     });
+  });
+
+  it("keeps no version that is not a whole number (the server then checks after the rewrite)", () => {
+    for (const version of [undefined, "2", 1.5, null]) {
+      expect(parseTarget({ uri: "file:///a.py", range: range(1, 0, 3, 4), version })).toEqual({
+        uri: "file:///a.py",
+        range: range(1, 0, 3, 4),
+      });
+    }
   });
 
   it("treats anything else (nothing from the palette, a Uri from the context menu) as no target", () => {

@@ -17,12 +17,14 @@ M.presets = {
   "Something else…",
 }
 
-local function run(bufnr, client, range, instruction)
+local function run(bufnr, client, range, version, instruction)
   vim.notify("infill: rewriting…", vim.log.levels.INFO)
   M.last_result = nil
   local params = {
     command = "infill.rewrite",
-    arguments = { { uri = vim.uri_from_bufnr(bufnr), range = range, instruction = instruction } },
+    arguments = {
+      { uri = vim.uri_from_bufnr(bufnr), range = range, version = version, instruction = instruction },
+    },
   }
   compat.request(client, "workspace/executeCommand", params, function(err, result)
     M.last_result = err and { error = err.message or tostring(err) } or result
@@ -40,19 +42,23 @@ end
 
 --- Rewrites `range` (LSP range in the client's encoding); asks for the instruction if none.
 function M.rewrite(bufnr, client, range, instruction)
+  -- The version the range was taken in (what the client told the server): the server refuses
+  -- to rewrite once the buffer has changed since, as the range may then hold other code.
+  local versions = vim.lsp.util.buf_versions
+  local version = versions and versions[bufnr] or nil
   if instruction and instruction ~= "" then
-    return run(bufnr, client, range, instruction)
+    return run(bufnr, client, range, version, instruction)
   end
   vim.ui.select(M.presets, { prompt = "infill: rewrite how?" }, function(choice, index)
     if not choice then
       return
     end
     if index < #M.presets then
-      return run(bufnr, client, range, choice)
+      return run(bufnr, client, range, version, choice)
     end
     vim.ui.input({ prompt = "infill: rewrite how? " }, function(text)
       if text and text ~= "" then
-        run(bufnr, client, range, text)
+        run(bufnr, client, range, version, text)
       end
     end)
   end)
