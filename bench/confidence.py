@@ -188,8 +188,11 @@ def pypi_cases(sdists: Path, per_package: int) -> list[Case]:
 # The server
 
 
-async def collect(cases: Sequence[Case], options: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each case's suggestion (`minConfidence` 0) and the gate's judgement of it."""
+async def collect(
+    cases: Sequence[Case], options: dict[str, Any], partial: Path
+) -> list[dict[str, Any]]:
+    """Each case's suggestion (`minConfidence` 0) and the gate's judgement of it; what is
+    done so far is written to `partial` every 25 cases (a long run on a busy machine)."""
     client = ServerClient({**options, "minConfidence": 0})
     out = []
     try:
@@ -224,6 +227,7 @@ async def collect(cases: Sequence[Case], options: dict[str, Any]) -> list[dict[s
             out.append(record)
             if (number + 1) % 25 == 0:
                 log.info("%d/%d", number + 1, len(cases))
+                write_json(partial, {"cases": out})
     finally:
         await client.stop()
     return out
@@ -357,12 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     if args.cases is not None:
         records = json.loads(args.cases.read_text(encoding="utf-8"))["cases"]
+        if any("right" not in r for r in records):  # a partial run's, not scored yet
+            score(records, args.timeout)
     else:
         cases = humaneval_cases(args.humaneval)
         if args.sdists is not None:
             cases += pypi_cases(args.sdists, args.pypi)
         options, _ = server_options(args.model)
-        records = asyncio.run(collect(cases, options))
+        partial = args.json.with_suffix(".partial.json")
+        records = asyncio.run(collect(cases, options, partial))
         score(records, args.timeout)
 
     tuning = [r for r in records if r["part"] == "tuning"]

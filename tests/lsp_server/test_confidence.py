@@ -50,6 +50,20 @@ def model_with():
         engine.close()
 
 
+async def test_the_default_gate_hides_a_suggestion_the_model_was_unsure_of(model_with) -> None:
+    assert SETTINGS.min_confidence > 0, "the gate is on by default"
+    unsure = await suggest(model_with(UNSURE), snap_at(DOCUMENT), SETTINGS, invoked=False)
+    assert unsure.suggestions == ()
+    assert unsure.gate is not None
+    assert not unsure.gate.shown
+    assert unsure.gate.confidence is not None
+    assert unsure.gate.confidence < SETTINGS.min_confidence
+    sure = await suggest(model_with(SURE), snap_at(DOCUMENT), SETTINGS, invoked=False)
+    assert [s.text for s in sure.suggestions] == ["a + b"]
+    assert sure.gate is not None
+    assert sure.gate.shown
+
+
 async def test_min_confidence_zero_shows_every_suggestion_as_before(model_with) -> None:
     everything = replace(SETTINGS, min_confidence=0.0)
     result = await suggest(model_with(UNSURE), snap_at(DOCUMENT), everything, invoked=False)
