@@ -65,7 +65,7 @@ from _lsp import ServerClient, apply_item
 from humaneval import full_program, layout_document, run_program
 
 from lsp_server.client import insert_text_of
-from lsp_server.inline.confidence import BIAS, WEIGHTS, Features, confidence
+from lsp_server.inline.confidence import BIAS, WEIGHTS, Features, confidence, passes
 from lsp_server.settings import Settings
 
 log = logging.getLogger("bench.confidence")
@@ -275,7 +275,7 @@ def curve(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         scores.append((None if features is None else confidence(features), r["right"]))
     rows = []
     for threshold in THRESHOLDS:
-        kept = [right for s, right in scores if threshold <= 0 or s is None or s >= threshold]
+        kept = [right for s, right in scores if passes(s, threshold)]
         rows.append(
             {
                 "threshold": threshold,
