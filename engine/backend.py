@@ -72,6 +72,11 @@ class Backend(abc.ABC):
     reported) and `vocab` (what prompts are built with) never change afterwards.
     """
 
+    #: The log-probability of the token `iter_token_ids` yielded last (natural log, under the
+    #: model's distribution before any sampling filter), set before each yield by a backend
+    #: that knows it; None where it does not. Read on the worker thread, between two tokens.
+    last_logprob: float | None = None
+
     def __init__(self, *, info: ModelInfo, vocab: Vocabulary) -> None:
         self.info = info
         self.vocab = vocab

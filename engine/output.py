@@ -16,7 +16,7 @@ that a client reads the same text from us as from them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from engine.detokenizer import Detokenizer
 from engine.errors import DetokenizeError
@@ -75,24 +75,36 @@ class OutputProcessor:
     def generated_tokens(self, index: int) -> int:
         return self._choices[index].checker.generated_tokens
 
-    def on_tokens(self, index: int, token_ids: Iterable[int]) -> list[TextDelta]:
-        """New tokens of choice `index`; tokens after its stop are dropped."""
+    def on_tokens(
+        self,
+        index: int,
+        token_ids: Iterable[int],
+        logprobs: Sequence[float] | None = None,
+    ) -> list[TextDelta]:
+        """New tokens of choice `index` (with each one's log-probability, where the backend
+        knows it); tokens after its stop are dropped."""
         choice = self._choice(index)
         if choice is None or choice.finished:
             return []
         texts: list[str] = []
         consumed: list[int] = []
-        for token_id in token_ids:
+        ids = list(token_ids)
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise ValueError(f"{len(logprobs)} log-probabilities for {len(ids)} tokens")
+        known = None if logprobs is None else tuple(logprobs)
+        for token_id in ids:
             try:
                 piece = choice.detokenizer.step(token_id)
             except DetokenizeError as e:
                 choice.reason = FinishReason.ERROR
+                failed = len(consumed)
                 return [
-                    *self._text_delta(index, texts, consumed),
+                    *self._text_delta(index, texts, consumed, known),
                     TextDelta(
                         index=index,
                         text="",
                         token_ids=(token_id,),
+                        logprobs=None if known is None else known[failed : failed + 1],
                         finish_reason=FinishReason.ERROR,
                         error=f"decode error: {e}",
                     ),
@@ -108,11 +120,12 @@ class OutputProcessor:
                         index=index,
                         text="".join(texts),
                         token_ids=tuple(consumed),
+                        logprobs=None if known is None else known[: len(consumed)],
                         finish_reason=result.trigger.finish_reason,
                         stop_reason=result.trigger.stop_reason,
                     )
                 ]
-        return self._text_delta(index, texts, consumed)
+        return self._text_delta(index, texts, consumed, known)
 
     def on_text(self, index: int, text: str) -> list[TextDelta]:
         """New text of choice `index` from an engine that streams text, not token ids (a
@@ -184,8 +197,11 @@ class OutputProcessor:
         return "" if kind in (StopKind.HIDDEN_STRING, StopKind.VISIBLE_STRING) else pending
 
     @staticmethod
-    def _text_delta(index: int, texts: list[str], consumed: list[int]) -> list[TextDelta]:
+    def _text_delta(
+        index: int, texts: list[str], consumed: list[int], logprobs: tuple[float, ...] | None
+    ) -> list[TextDelta]:
         text = "".join(texts)
         if not text and not consumed:
             return []
-        return [TextDelta(index=index, text=text, token_ids=tuple(consumed))]
+        known = None if logprobs is None else logprobs[: len(consumed)]
+        return [TextDelta(index=index, text=text, token_ids=tuple(consumed), logprobs=known)]

@@ -165,6 +165,10 @@ class TextDelta:
     index: int
     text: str
     token_ids: tuple[int, ...] = ()
+    #: Each of `token_ids`' log-probability (natural log, under the model's distribution
+    #: before any sampling filter): what a confidence gate reads. None where the engine does
+    #: not know them (a backend that does not say, a remote server).
+    logprobs: tuple[float, ...] | None = None
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     error: str | None = None

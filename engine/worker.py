@@ -484,7 +484,9 @@ class Worker:
                             )
                         )
                     run.generated.append(token_id)
-                    for delta in processor.on_tokens(index, (token_id,)):
+                    logprob = self.backend.last_logprob
+                    known = None if logprob is None else (logprob,)
+                    for delta in processor.on_tokens(index, (token_id,), known):
                         job.emit(delta)
                     if processor.is_finished(index) or job.cancelled.is_set():
                         break

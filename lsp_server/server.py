@@ -261,6 +261,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         report = stats_report(ls.host.loaded_engines())
         if ls.inline.speculator is not None:
             report["ahead"] = ls.inline.speculator.status()
+        report["gate"] = ls.inline.gate.json()
         report["next_edits"] = ls.next_edits.offers.counts()
         report["usage"] = ls.usage.report()
         return report

@@ -140,6 +140,10 @@ class Settings:
     # model without FIM tokens: "auto" where the model runs on a GPU (several times a plain
     # suggestion's work: too slow for every keystroke on a laptop CPU).
     suffix_ranking: str = _setting("auto", _choice("auto", "on", "off"))
+    # The confidence gate (inline/confidence.py): an automatic suggestion whose confidence is
+    # below this is not shown; 0 shows everything. Invoked requests are never gated. The
+    # default: bench/confidence.py's choice on its tuning cases (README, "Confidence gate").
+    min_confidence: float = _setting(0.15, _float(0.0, 1.0))
     prefix_tokens: int = _setting(1536, _int(16, 1_000_000))  # context budget before the cursor
     suffix_tokens: int = _setting(512, _int(0, 1_000_000))  # and after it (FIM models)
     # Other open documents' snippets, first in the prompt (neighbors.py), on top of the two

@@ -69,6 +69,9 @@ class FakeBackend(Backend):
     #: backend cannot score (like a remote one).
     log_prob: Callable[[Sequence[int], int], float] | None = None
     scored: list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = field(default_factory=list)
+    #: The log-probability every generated token reports (`Backend.last_logprob`); None: the
+    #: backend does not say, as a remote one.
+    token_logprob: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -170,6 +173,7 @@ class FakeBackend(Backend):
             call.yielded += 1
             if self.on_step is not None:
                 self.on_step(call)
+            self.last_logprob = self.token_logprob
             yield token_id
 
     @property

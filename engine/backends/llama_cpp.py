@@ -362,6 +362,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         )
         try:
             for token_id in tokens:
+                self.last_logprob = self._context.last_log_prob(int(token_id))
                 yield int(token_id)
                 if cancelled.is_set():
                     return
@@ -415,6 +416,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                 accepted = 0
                 while accepted < len(draft) and draft[accepted] == best[accepted]:
                     accepted += 1
+                logprobs = context.chosen_log_probs(best[: accepted + 1])  # before a decode
                 if draft:
                     acceptance.observe(len(draft), accepted)
                 self._counts = DraftCounts(
@@ -437,6 +439,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                     lookup.append(token)
                     acceptance.written(token)
                     handed += 1
+                    self.last_logprob = logprobs[i]
                     yield token
                     if cancelled.is_set():
                         return

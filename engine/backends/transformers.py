@@ -193,6 +193,8 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
         )
         while not cancelled.is_set():
             token = sampler(logits)
+            # The model's own distribution (the sampler's filters make new tensors).
+            self.last_logprob = float(logits[token] - torch.logsumexp(logits, dim=-1))
             # The consumer may stop here for good: the cache then holds everything but
             # `token`, which the decode loop's ids say, so the next request stays exact.
             yield token

@@ -7,6 +7,8 @@ One module per concern, in the order a request meets them:
 - `plan.py`: the mode, the prompt and the requests, before the model is asked;
 - `answer.py`: the model's raw answer to one request (ranked lines, or generated choices);
 - `suggest.py`: one snapshot's suggestions, fitted to the code around the cursor;
+- `confidence.py`: the confidence gate, which holds back automatic suggestions the model was
+  unsure of;
 - `speculator.py`, `type_ahead.py`, `latest.py`: answers written ahead, typing along a
   suggestion, and one live request per document;
 - `result.py`: what a request answers.

@@ -9,7 +9,7 @@ import contextlib
 from engine.completion import CompletionModel
 from engine.errors import GenerationError
 from engine.types import FinishReason, GenerationRequest
-from lsp_server.inline.plan import Plan, RawTexts
+from lsp_server.inline.plan import Plan, RawText, RawTexts
 from lsp_server.inline.prompt import unheal
 from lsp_server.postprocess import CompletionMode, CursorContext, block_ended
 from lsp_server.rerank import best_lines
@@ -23,7 +23,15 @@ async def answer(model: CompletionModel, plan: Plan, request: GenerationRequest)
     if plan.ranking is not None and request is plan.requests[0] and scorer and ids:
         ranked = await best_lines(scorer, ids, plan.ranking, request)
         if ranked:
-            return [(line.text, FinishReason.STOP) for line in ranked]
+            return [
+                RawText(
+                    text=line.text,
+                    finish=FinishReason.STOP,
+                    logprobs=line.token_logprobs[: line.line_tokens] or None,
+                    ranking=line.logprob / max(1, len(line.token_logprobs)),
+                )
+                for line in ranked
+            ]
     return await _generate(
         model,
         request,
@@ -42,18 +50,26 @@ async def _generate(
     healed_indent: str,
     *,
     stop_early: bool,
-) -> list[tuple[str, FinishReason | None]]:
-    """Each choice's raw text and how it ended. With `stop_early`, a multi-line choice ends
-    the model's work as soon as its code has left the cursor's block (judged on the text
-    `fit_completion` will see: with the healed indentation taken back)."""
-    texts = [""] * request.sampling.n
-    finishes: list[FinishReason | None] = [None] * request.sampling.n
+) -> RawTexts:
+    """Each choice's raw text, how it ended and its tokens' log-probabilities (None unless
+    every token came with one). With `stop_early`, a multi-line choice ends the model's work
+    as soon as its code has left the cursor's block (judged on the text `fit_completion` will
+    see: with the healed indentation taken back)."""
+    n = request.sampling.n
+    texts = [""] * n
+    finishes: list[FinishReason | None] = [None] * n
+    logprobs: list[list[float] | None] = [[] for _ in range(n)]
     async with contextlib.aclosing(model.engine.generate(request)) as deltas:
         async for delta in deltas:
             if delta.finish_reason is FinishReason.ERROR:
                 raise GenerationError(f"the completion model failed: {delta.error}")
             texts[delta.index] += delta.text
             finishes[delta.index] = delta.finish_reason
+            known = logprobs[delta.index]
+            if delta.logprobs is not None and known is not None:
+                known.extend(delta.logprobs)
+            elif delta.token_ids:
+                logprobs[delta.index] = None  # a token without one: the choice is not known
             if (
                 stop_early
                 and mode is CompletionMode.MULTI_LINE
@@ -61,4 +77,7 @@ async def _generate(
                 and block_ended(unheal(texts[delta.index], healed_indent), ctx)
             ):
                 break
-    return list(zip(texts, finishes, strict=True))
+    return [
+        RawText(text=text, finish=finish, logprobs=tuple(known) if known else None)
+        for text, finish, known in zip(texts, finishes, logprobs, strict=True)
+    ]

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from engine.completion import CompletionModel
 from lsp_server.documents import DocumentSnapshot
+from lsp_server.inline.confidence import GateRecord
 from lsp_server.inline.latest import LatestWins, unless_superseded
 from lsp_server.inline.result import InlineResult
 from lsp_server.inline.speculator import Speculator
@@ -38,6 +39,7 @@ class InlineCompleter:
         self._latest = LatestWins()
         self._type_ahead = TypeAheadCache()
         self.speculator = speculator
+        self.gate = GateRecord()  # what the confidence gate did, for `infill/stats`
         self.neighbors = neighbors or NeighborContext()
 
     def note_edit(self, uri: str, line: int) -> None:
@@ -112,6 +114,7 @@ class InlineCompleter:
             )
             if result is None:
                 return None
+            self.gate.note(result.gate)
             self._type_ahead.remember(
                 snap, invoked, result, documents=settings.type_ahead_documents
             )

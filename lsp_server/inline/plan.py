@@ -54,8 +54,23 @@ class Plan:
 #: (and the same indentation taken back, which decides where a multi-line one was stopped;
 #: and the same ranking, which decides which lines come first).
 AnswerKey = tuple[str, SamplingParams, StopConditions, str, Ranking | None]
-#: The raw text of each choice and how it ended.
-RawTexts = list[tuple[str, FinishReason | None]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawText:
+    """One choice of the model's answer before it is fitted: its text, how it ended, and what
+    the confidence gate reads of it (`inline/confidence.py`)."""
+
+    text: str
+    finish: FinishReason | None
+    #: Its tokens' log-probabilities; None where the engine does not say (a remote server).
+    logprobs: tuple[float, ...] | None = None
+    #: The ranking score per scored token, where lines were ranked (`rerank.best_lines`).
+    ranking: float | None = None
+
+
+#: Each choice of an answer.
+RawTexts = list[RawText]
 
 
 def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lsp_server.inline.confidence import Judgement
 from lsp_server.postprocess import CompletionMode, Fitted
 
 
@@ -17,3 +18,6 @@ class InlineResult:
     cached: bool = False  # answered from the type-ahead cache, without the model
     #: Answered with what the model wrote before it was asked (`Speculator`).
     written_ahead: bool = False
+    #: The confidence gate's word on the first fitted suggestion of an automatic request
+    #: (None for an invoked one, or when there was none).
+    gate: Judgement | None = None

@@ -3,7 +3,8 @@
 1. Decide the mode from the cursor's surroundings (nothing to suggest: no model call).
 2. Build the prompt and the requests (`plan.py`, `prompt.py`).
 3. Take an answer written ahead (`speculator.py`), else ask the model (`answer.py`).
-4. Fit each choice to the text around the cursor; drop empty and duplicate ones.
+4. Fit each choice to the text around the cursor; drop empty and duplicate ones, and, for an
+   automatic request, those the confidence gate holds back (`confidence.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from engine.text import line_start
 from engine.types import FinishReason
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.inline.answer import answer
+from lsp_server.inline.confidence import Judgement, judge
 from lsp_server.inline.plan import answer_key, plan_for
 from lsp_server.inline.prompt import unheal
 from lsp_server.inline.result import InlineResult
@@ -47,6 +49,7 @@ async def suggest(
     suggestions: list[Fitted] = []
     generated = 0
     written_ahead = False
+    gate: Judgement | None = None
     for request in plan.requests:
         texts = None
         if speculator is not None:
@@ -56,13 +59,22 @@ async def suggest(
                 speculator.interrupt()  # the model is needed here
         if texts is None:
             texts = await answer(model, plan, request)
-        for raw, finish in texts:
+        for choice in texts:
             generated += 1
-            if mode is CompletionMode.MULTI_LINE and finish is FinishReason.LENGTH:
+            raw = choice.text
+            if mode is CompletionMode.MULTI_LINE and choice.finish is FinishReason.LENGTH:
                 raw = _complete_lines(raw)
             fitted = fit_completion(unheal(raw, prompt.healed_indent), ctx, mode)
-            if fitted is not None and fitted not in suggestions:
-                suggestions.append(fitted)
+            if fitted is None or fitted in suggestions:
+                continue
+            if not invoked:  # what the user asked for is never held back
+                judgement = judge(
+                    choice.logprobs, ctx, mode, settings.min_confidence, ranking=choice.ranking
+                )
+                gate = gate or judgement
+                if not judgement.shown:
+                    continue
+            suggestions.append(fitted)
         if len(suggestions) >= wanted:
             break
     return InlineResult(
@@ -72,6 +84,7 @@ async def suggest(
         generated_tokens=generated,
         seconds=time.perf_counter() - started,
         written_ahead=written_ahead,
+        gate=gate,
     )
 
 

@@ -285,3 +285,39 @@ def test_a_cancelled_scoring_returns_nothing(completion_backend: LlamaCppBackend
     cancelled = threading.Event()
     cancelled.set()
     assert completion_backend.score([2, 3, 4], [[5]], 3, cancelled) is None
+
+
+def _choice_logprobs(deltas: list[Any]) -> tuple[list[int], list[float]]:
+    ids: list[int] = []
+    logprobs: list[float] = []
+    for delta in deltas:
+        ids.extend(delta.token_ids)
+        assert delta.logprobs is not None, "every token of a llama.cpp answer has one"
+        assert len(delta.logprobs) == len(delta.token_ids)
+        logprobs.extend(delta.logprobs)
+    return ids, logprobs
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        SamplingParams(max_tokens=12),  # greedy: drafts checked in passes of several tokens
+        SamplingParams(max_tokens=12, temperature=0.9, top_k=20, seed=7),  # llama.cpp's sampler
+    ],
+    ids=["greedy", "sampled"],
+)
+async def test_each_generated_token_carries_its_log_probability_under_the_model(
+    completion_engine: Engine, completion_backend: LlamaCppBackend, sampling: SamplingParams
+) -> None:
+    backend = completion_backend
+    prompt = 'def add(a, b):\n    """Add two numbers."""\n    return a + b\n\n\ndef sub(a, b):\n'
+    prompt_ids = backend.tokenize(prompt, add_bos=True, special=False)
+    request = GenerationRequest(prompt_token_ids=tuple(prompt_ids), sampling=sampling)
+    async with contextlib.aclosing(completion_engine.generate(request)) as stream:
+        deltas = [delta async for delta in stream]
+    ids, logprobs = _choice_logprobs(deltas)
+    assert len(ids) == 12
+    assert all(p <= 0 for p in logprobs)
+    # The same tokens scored by llama.cpp alone: equal but for the rounding of batched passes
+    # (and, for sampling, before its top-k and temperature: the model's own distribution).
+    assert logprobs == pytest.approx(reference_log_probs(backend, prompt_ids, ids), abs=0.15)

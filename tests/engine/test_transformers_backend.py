@@ -6,6 +6,7 @@ model for each token, without any cache: equal outputs prove the KV cache reuse 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import threading
@@ -829,3 +830,20 @@ def test_the_chat_gguf_through_transformers_decodes_as_llama_cpp_does(
             backend.close()
     assert runs[0] == runs[1]
     assert "de-quantizing" not in capfd.readouterr().err
+
+
+async def test_each_generated_token_carries_its_log_probability_before_the_filters(
+    engine: Engine, backend: TransformersBackend, reference: Any
+) -> None:
+    request = sampled(seed=3, top_k=5, top_p=0.9)
+    ids: list[int] = []
+    logprobs: list[float] = []
+    async with contextlib.aclosing(engine.generate(request)) as deltas:
+        async for delta in deltas:
+            ids.extend(delta.token_ids)
+            assert delta.logprobs is not None
+            logprobs.extend(delta.logprobs)
+    assert len(logprobs) == len(ids) == 24
+    assert all(p <= 0 for p in logprobs)
+    prompt_ids = backend.tokenize(PROMPT, add_bos=True)
+    assert logprobs == pytest.approx(reference_log_probs(reference, prompt_ids, ids), abs=1e-4)

@@ -35,6 +35,7 @@ describe("the server's settings section", () => {
       debounceMs: 20,
       invokedSuggestions: 3,
       temperature: 0,
+      minConfidence: 0.15,
       speculativeSuggestions: 2,
       suffixRanking: "auto",
       prefixTokens: 1536,
