@@ -39,8 +39,9 @@ Scored per side: exact (the document after the insertion is the original file, l
 without trailing whitespace), edit similarity (1 - Levenshtein / longer length, between the
 inserted text and the expected line, both stripped; 0 for no suggestion), a duplicated suffix
 (not exact, and a line of the inserted text equals, stripped, the first non-blank line after
-it), added syntax errors (tree-sitter finds more ERROR/MISSING nodes in the whole document
-after the insertion than before it), and no suggestion. The fitting itself is timed in this
+it, a line with a letter or digit: not a lone `}`), added syntax errors (tree-sitter finds
+more ERROR/MISSING nodes in the whole document after the insertion than before it), and no
+suggestion. The fitting itself is timed in this
 process on the raw texts, with the language's tree (`CursorContext.language_id`) and without
 (today's rules): the median added time is the tree's cost per suggestion.
 
@@ -398,6 +399,7 @@ def score(case: Case, side: Side, errors_before: int | None) -> dict[str, Any]:
         not exact
         and side.text is not None
         and next_line is not None
+        and any(char.isalnum() for char in next_line)
         and any(line.strip() == next_line for line in side.text.split("\n"))
     )
     errors_after = error_count(result, case.language_id)

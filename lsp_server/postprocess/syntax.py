@@ -162,22 +162,43 @@ class Window:
 
     @classmethod
     def around(cls, prefix: str, suffix: str) -> Window:
-        """At most `WINDOW_BEFORE` characters before the cursor, starting at a line start
-        (at the first line that starts at column 0 when there is one in the window's first
-        half: a top-level line parses without the errors of a cut-off block); at most
-        `WINDOW_AFTER` after it, ending at a line end where there is one."""
+        """At most `WINDOW_BEFORE` characters before the cursor and `WINDOW_AFTER` after it,
+        cut at line boundaries where there are some. Each cut is at the least indented code
+        line within the half of the window farthest from the cursor (not a comment's `*`
+        line, nor a closer): a window that starts or ends mid-block or mid-comment parses
+        with errors of its own, which a suggestion's brackets can pair with and hide."""
         before = prefix
         if len(prefix) > WINDOW_BEFORE:
             cut = len(prefix) - WINDOW_BEFORE
-            top = re.compile(r"[\r\n](?=[^\s)\]}])").search(prefix, cut, cut + WINDOW_BEFORE // 2)
-            if top is None:
-                top = re.compile(r"[\r\n]").search(prefix, cut)
-            before = prefix[top.end() :] if top is not None else prefix[cut:]
+            start = _least_indented(prefix, cut, cut + WINDOW_BEFORE // 2, first=True)
+            before = prefix[start:] if start is not None else prefix[cut:]
         after = suffix
         if len(suffix) > WINDOW_AFTER:
-            end = max(suffix.rfind("\n", 0, WINDOW_AFTER), suffix.rfind("\r", 0, WINDOW_AFTER))
-            after = suffix[: end + 1] if end > 0 else suffix[:WINDOW_AFTER]
+            end = _least_indented(suffix, WINDOW_AFTER // 2, WINDOW_AFTER, first=False)
+            after = suffix[:end] if end is not None else suffix[:WINDOW_AFTER]
         return cls(_LINE_BREAKS.sub("\n", before), _LINE_BREAKS.sub("\n", after))
+
+
+_LINE_START = re.compile(r"(?<=[\r\n])[ \t]*(?=[^\s*)\]}])")
+
+
+def _least_indented(text: str, low: int, high: int, *, first: bool) -> int | None:
+    """Where to cut `text` between `low` and `high`: the start of the least indented code line
+    that starts there (`first`: the first such line, the window's start; else the end of the
+    last one, the window's end); None when no line starts there (a minified line)."""
+    best: tuple[int, int] | None = None  # (indentation, where to cut)
+    for match in _LINE_START.finditer(text, low, high):
+        width = len(match.group().expandtabs(4))
+        if first:
+            cut = match.start()
+        else:
+            line_end = re.compile(r"[\r\n]").search(text, match.end(), high)
+            if line_end is None:
+                break
+            cut = line_end.end()
+        if best is None or width < best[0] or (width == best[0] and not first):
+            best = (width, cut)
+    return None if best is None else best[1]
 
 
 @functools.lru_cache(maxsize=16)
