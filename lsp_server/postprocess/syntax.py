@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Parser, Tree
 
+from lsp_server.postprocess.brackets import scan_document
+from lsp_server.postprocess.lexer import LexState, slash_comments
+
 log = logging.getLogger(__name__)
 
 #: Editors' language ids (LSP's list, and VS Code's) to the pack's grammar names.
@@ -179,7 +182,7 @@ class Window:
         return cls(_LINE_BREAKS.sub("\n", before), _LINE_BREAKS.sub("\n", after))
 
 
-_LINE_START = re.compile(r"(?<=[\r\n])[ \t]*(?=[^\s*)\]}])")
+_LINE_START = re.compile(r"(?<=[\r\n])[ \t]*(?=[^\s*)\]}#])")
 
 
 def _least_indented(text: str, low: int, high: int, *, first: bool) -> int | None:
@@ -201,20 +204,38 @@ def _least_indented(text: str, low: int, high: int, *, first: bool) -> int | Non
     return None if best is None else best[1]
 
 
+_CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
+
+
 @functools.lru_cache(maxsize=16)
-def _window_errors(window: Window, language_id: str) -> int | None:
-    """The window's errors without a suggestion: cached, every choice and cut asks again."""
-    return error_count(window.before + window.after, language_id)
+def _window_errors(window: Window, language_id: str) -> tuple[int, str] | None:
+    """The window's errors without a suggestion, and the closers it still owes at its end:
+    cached, every choice and cut asks again.
+
+    A window that ends inside a class or function leaves it open, and tree-sitter then wraps
+    much of the window in one ERROR node, inside which a suggestion's own mistakes are not
+    counted (seen on OpenJDK's AbstractMap: an unclosed `if (...) {` added no error). The
+    brackets still open at the window's end (by the lexer) are closed after it, the same
+    closers with and without the suggestion, so a bracket the suggestion leaves open shows.
+    """
+    text = window.before + window.after
+    state = LexState(slash_comments=slash_comments(text))
+    scan_document(state, text)
+    closers = "".join(_CLOSER_OF.get(item.delim, "") for item in reversed(state.stack))
+    count = error_count(text + "\n" + closers, language_id)
+    return None if count is None else (count, "\n" + closers)
 
 
 def errors_added(prefix: str, text: str, suffix: str, language_id: str) -> int | None:
     """How many more syntax errors the document has with `text` written between `prefix`
     and `suffix` than without it (negative: fewer); None without a grammar."""
     window = Window.around(prefix, suffix)
-    before = _window_errors(window, language_id)
-    if before is None:
+    known = _window_errors(window, language_id)
+    if known is None:
         return None
-    after = error_count(window.before + _LINE_BREAKS.sub("\n", text) + window.after, language_id)
+    before, closers = known
+    inserted = _LINE_BREAKS.sub("\n", text)
+    after = error_count(window.before + inserted + window.after + closers, language_id)
     return None if after is None else after - before
 
 

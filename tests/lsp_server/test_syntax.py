@@ -366,3 +366,18 @@ def test_a_line_outside_every_function_falls_back_too() -> None:
     text = "const a = 1;\nif (a) {\n  b();\n}\n"
     assert enclosing_function(text, 2, "javascript") is None
     assert enclosing_code(text, 2, "javascript") == enclosing_block(text, 2)
+
+
+def test_an_unclosed_brace_counts_in_a_window_that_ends_inside_a_class() -> None:
+    """The window ends long before the class does; the brace the suggestion leaves open is
+    still an added error, and the suggestion is dropped."""
+    method = "    int get{n}(int x) {{\n        int y = x + {n};\n        return y;\n    }}\n\n"
+    methods = "".join(method.format(n=n) for n in range(400))
+    doc = (
+        "class Big {\n"
+        + method.format(n=0)
+        + "    int last(Object e) {\n        int n = 0;\n        ‸\n"
+        "        return n;\n    }\n\n" + methods + "}\n"
+    )
+    assert fitted_text("if (e == null) {", doc, "java", SINGLE) is None
+    assert fitted_text("n += 1;", doc, "java", SINGLE) == "n += 1;"
