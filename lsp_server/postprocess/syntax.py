@@ -208,6 +208,12 @@ _CLOSER_OF = {"(": ")", "[": "]", "{": "}"}
 
 
 @functools.lru_cache(maxsize=16)
+def _window(prefix: str, suffix: str) -> Window:
+    """`Window.around`, once per document: each choice, cut and streamed line asks again."""
+    return Window.around(prefix, suffix)
+
+
+@functools.lru_cache(maxsize=16)
 def _window_errors(window: Window, language_id: str) -> tuple[int, str] | None:
     """The window's errors without a suggestion, and the closers it still owes at its end:
     cached, every choice and cut asks again.
@@ -229,7 +235,7 @@ def _window_errors(window: Window, language_id: str) -> tuple[int, str] | None:
 def errors_added(prefix: str, text: str, suffix: str, language_id: str) -> int | None:
     """How many more syntax errors the document has with `text` written between `prefix`
     and `suffix` than without it (negative: fewer); None without a grammar."""
-    window = Window.around(prefix, suffix)
+    window = _window(prefix, suffix)
     known = _window_errors(window, language_id)
     if known is None:
         return None
@@ -262,7 +268,7 @@ def block_end(prefix: str, suffix: str, lines: Sequence[str], language_id: str) 
     start = len(text) - len(text.lstrip())
     if start == len(text):
         return TreeEnd(None)
-    window = Window.around(prefix, suffix)
+    window = _window(prefix, suffix)
     tree = parse(window.before + text + window.after, language_id)
     if tree is None:
         return None
