@@ -107,6 +107,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/next_edit_rewrite.py
 	$(BIN)/python bench/drafts.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/languages.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)

@@ -3,7 +3,7 @@
 is, what to ask and what to make of the answer is `action_logic`.
 
 - `textDocument/codeAction` lists the actions at once, without the model, for a selection or,
-  with an empty selection, the enclosing function or block (`action_logic.enclosing_block`).
+  with an empty selection, the enclosing function or block (`action_logic.enclosing_code`).
 - "Explain" is the command `infill.explain` (uri, range): it streams the answer through
   work-done progress (cancellable) and `infill/explainChunk` notifications
   `{token, text, done}`, and returns the whole answer as markdown.
@@ -40,7 +40,7 @@ from lsp_server.action_logic import (
     UnusableAnswer,
     code_from_answer,
     document_uses_tabs,
-    enclosing_block,
+    enclosing_code,
     explain_messages,
     fix_instruction,
     rewrite_messages,
@@ -96,7 +96,7 @@ def find_target(document: TextDocument, selection: types.Range) -> Target | None
     codec = document.position_codec
     rng = selection
     if end.offset == start.offset:
-        block = enclosing_block(text, start.line)
+        block = enclosing_code(text, start.line, document.language_id or "")
         if block is None:
             return None
         last = lines[block.end].rstrip("\r\n")

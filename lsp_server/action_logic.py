@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from engine.text import LINE_BREAK, TAB_WIDTH, indent_width, split_lines, strip_ending
 from engine.types import ChatMessage
 from lsp_server.postprocess import line_opens_block
+from lsp_server.postprocess.syntax import enclosing_function
 
 #: Editors' language ids to the names people write on markdown fences.
 FENCE_NAMES: dict[str, tuple[str, ...]] = {
@@ -67,6 +68,17 @@ _FUNCTION = re.compile(
     r"(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s|func\s|local\s+function\s|"
     r"(?:public|private|protected|static|\w[\w<>\[\],\s]*)\s+\w+\s*\([^;]*\)\s*(?:throws\s[^{]*)?\{\s*$)"
 )
+
+
+def enclosing_code(text: str, line: int, language_id: str) -> LineSpan | None:
+    """What an action with an empty selection is about: the function around `line`, found in
+    the syntax tree where the language has a grammar (`syntax.enclosing_function`), else by
+    indentation (`enclosing_block`, which also gives the innermost block when no function
+    holds the line)."""
+    found = enclosing_function(text, line, language_id)
+    if found is not None:
+        return LineSpan(start=found.start, end=found.end)
+    return enclosing_block(text, line)
 
 
 def enclosing_block(text: str, line: int) -> LineSpan | None:

@@ -113,7 +113,7 @@ def cursor_context(snap: DocumentSnapshot) -> CursorContext:
     if len(suffix) > CONTEXT_CHARS:
         end = suffix.rfind("\n", 0, CONTEXT_CHARS)
         suffix = suffix[: end + 1] if end >= 0 else suffix[:CONTEXT_CHARS]
-    return CursorContext(prefix=prefix, suffix=suffix)
+    return CursorContext(prefix=prefix, suffix=suffix, language_id=snap.language_id)
 
 
 def unheal(text: str, indent: str) -> str:

@@ -3,14 +3,17 @@
 Ghost text must read as the user's next keystrokes: it never repeats what already follows the
 cursor, closes exactly the brackets that still need closing, keeps the block's indentation and
 ends where the block ends. Issue 3's "mode decision" and "post-processing" bullets are the spec;
-every rule says why it is there. Everything here is pure (stdlib only), so the language server
-calls it on a document snapshot and the tests call it on plain strings.
+every rule says why it is there. Everything here is pure (the stdlib, and tree-sitter for the
+syntax trees), so the language server calls it on a document snapshot and the tests call it
+on plain strings.
 
 - `context`: the document around the cursor (`CursorContext`);
 - `mode`: single line, multi line or nothing (`decide_mode`);
 - `fit`: the fitting steps (`fit_completion`) and where a block ends (`block_ended`);
 - `brackets`: what the brackets around the cursor allow, read by the two consumers of
-- `lexer`: brackets, strings and comments.
+- `lexer`: brackets, strings and comments;
+- `syntax`: the tree-sitter tree where the language (`CursorContext.language_id`) has a
+  grammar: where a multi-line suggestion ends, whether it adds syntax errors.
 
 Conventions, chosen once for the whole package:
 

@@ -31,6 +31,10 @@ class CursorContext:
 
     prefix: str
     suffix: str
+    #: The editor's language id: where `syntax` has a grammar for it, the tree decides where a
+    #: suggestion ends and whether it breaks the code; "" (or a language without one): the
+    #: lexer and indentation rules do.
+    language_id: str = ""
 
     @property
     def line_prefix(self) -> str:

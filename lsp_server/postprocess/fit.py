@@ -16,6 +16,7 @@ from lsp_server.postprocess.context import (
 )
 from lsp_server.postprocess.lexer import OPENER_OF
 from lsp_server.postprocess.mode import CompletionMode
+from lsp_server.postprocess.syntax import block_end, errors_added
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +60,10 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
        start of a statement): a one-line suggestion becomes a line of its own, ending with a
        line break and the cursor line's indentation, so the statement moves down unchanged
        instead of being glued to the suggestion. A suggestion equal to that statement: None.
+    8. Where the language has a grammar (`syntax`): a suggestion that leaves the document
+       with more syntax errors than it had without it is cut to the most whole lines that
+       do not (each cut fitted again by steps 2 to 7), or dropped when no cut is clean. A
+       window around the cursor is parsed, a few tenths of a millisecond per cut.
     """
     # 1. Lines.
     lines = lines_and_endings(raw)
@@ -67,8 +72,28 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
     stop = _block_end_index([content for content, _ in lines], ctx)
     if stop is not None:
         lines = lines[:stop]
-    text = _join_lines(lines)
+    fitted = _fit_text(_join_lines(lines), ctx)
 
+    # 8. Syntax errors: the longest cut by whole lines that adds none, else nothing.
+    count = len(lines)
+    while fitted is not None and _adds_errors(fitted, ctx):
+        count -= 1
+        fitted = _fit_text(_join_lines(lines[:count]), ctx) if count > 0 else None
+    return fitted
+
+
+def _adds_errors(fitted: Fitted, ctx: CursorContext) -> bool:
+    """Whether the document has more syntax errors with `fitted` accepted than without it;
+    False where the language has no grammar (`syntax`)."""
+    if not ctx.language_id:
+        return False
+    after = ctx.suffix[fitted.replace_chars :]
+    added = errors_added(ctx.prefix, fitted.text, after, ctx.language_id)
+    return added is not None and added > 0
+
+
+def _fit_text(text: str, ctx: CursorContext) -> Fitted | None:
+    """Steps 2 to 7 of `fit_completion` on the kept lines' text."""
     # 2. and 3. Balance brackets against the document around the cursor.
     doc = surroundings(ctx.prefix, ctx.suffix)
     scan = doc.scan(text)
@@ -135,12 +160,17 @@ def block_ended(generated: str, ctx: CursorContext) -> bool:
       repeating the code that follows (the first line counts too, whole with the cursor line).
       A line of closing brackets must also be as deep: `    }` does not repeat a `}` below,
       it closes another block (bracket balancing then decides whether it is owed);
-    - after the first line, it dedents out of the cursor's block: less indented than the cursor
-      line, or, when the cursor line opens a block or follows a line that does, not deeper
-      than the opening line. A line of closing brackets at that point (`}`, `});`) is the
-      block's own end and is kept; the line after it ends the suggestion;
-    - it repeats the previous non-blank line exactly (indentation included) and holds a word
-      character: an exact repeat loop, which small models fall into.
+    - where the language has a grammar (`syntax.block_end`): it comes after the line where the
+      node the suggestion opened ends (`if (x) {` ... `}`), or after the line where the block
+      the suggestion was written in ends (its `}`, or its last line in Python);
+    - elsewhere, after the first line, it dedents out of the cursor's block: less indented
+      than the cursor line, or, when the cursor line opens a block or follows a line that
+      does, not deeper than the opening line. A line of closing brackets at that point (`}`,
+      `});`) is the block's own end and is kept; the line after it ends the suggestion;
+    - it completes a copy of the block of lines right above it (indentation included), which
+      holds a word character: a repeat loop, which small models fall into (one line again and
+      again, or a block: `if (next != null) {`, `next.remove();`, `}` five times). The first
+      copy stays.
 
     A trailing lone `\\r` does not complete a line yet: the `\\n` of a `\\r\\n` may follow.
     """
@@ -208,6 +238,12 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
     if repeats_following(first):
         return 0
 
+    # Where the code ends, by the tree where the language has a grammar (else by indentation).
+    tree = (
+        block_end(ctx.prefix, ctx.suffix, lines, ctx.language_id)
+        if len(lines) > 1 and ctx.language_id
+        else None
+    )
     opener = _opened_block_indent(ctx)
     if line_prefix.strip():
         block = indent_width(line_prefix)
@@ -215,7 +251,7 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
         # A blank cursor line: the block is as deep as the first line the model wrote there.
         block = indent_width(first) if first.strip() else indent_width(line_prefix)
 
-    previous = first.rstrip()
+    kept = [(0, first.rstrip())] if first.strip() else []
     block_closed = False
     for index in range(1, len(lines)):
         line = lines[index]
@@ -224,15 +260,38 @@ def _block_end_index(lines: Sequence[str], ctx: CursorContext) -> int | None:
             continue
         if block_closed or repeats_following(line):
             return index
-        width = indent_width(line)
-        if (width <= opener) if opener is not None else (width < block):
-            if not _is_closer_line(stripped):
+        if tree is not None:
+            if tree.line is not None and index >= tree.line:
                 return index
-            block_closed = True
-        line = line.rstrip()
-        if line == previous and any(is_word_char(char) for char in stripped):
-            return index
-        previous = line
+        else:
+            width = indent_width(line)
+            if (width <= opener) if opener is not None else (width < block):
+                if not _is_closer_line(stripped):
+                    return index
+                block_closed = True
+        kept.append((index, line.rstrip()))
+        repeat = _repeat_start(kept)
+        if repeat is not None:
+            return repeat
+    return None
+
+
+def _repeat_start(kept: Sequence[tuple[int, str]]) -> int | None:
+    """Where a block of lines that repeats the block right above it starts, when the last
+    kept line completes such a copy and the block holds a word character; None otherwise.
+
+    `kept` holds the non-blank lines so far, (index, content without trailing whitespace).
+    Small models fall into loops of one line, and of several (a Java suggestion wrote
+    `if (next != null) {`, `next.remove();`, `}` five times): the first copy stays.
+    """
+    last = len(kept)
+    for size in range(1, last // 2 + 1):
+        copy = kept[last - size :]
+        original = kept[last - 2 * size : last - size]
+        if all(a[1] == b[1] for a, b in zip(copy, original, strict=True)) and any(
+            is_word_char(char) for _, content in copy for char in content
+        ):
+            return copy[0][0]
     return None
 
 

@@ -162,7 +162,7 @@ async def test_a_newer_request_for_the_document_supersedes_the_older(make_model)
     with JobWatch(model.engine.job_record) as watch:
         older = asyncio.create_task(completer.complete(snap_at("a = |"), settings, invoked=False))
         await gate.wait()
-        newer = await completer.complete(snap_at("a = 1|"), settings, invoked=False)
+        newer = await completer.complete(snap_at("a = 1 + |"), settings, invoked=False)
         assert await older is None  # answered at once, as superseded
         first = (await watch.reached(JobPhase.SUBMITTED)).request_id
         stats = await watch.ended(first)

@@ -437,7 +437,7 @@ async def test_an_invoked_request_returns_the_distinct_answers_in_order(tmp_path
 async def test_typing_into_a_suggestion_is_answered_from_the_cache_without_the_model(
     tmp_path: Path,
 ) -> None:
-    coder, chat = models(tmp_path, ["-"], ["quantity\n", "never asked\n"])
+    coder, chat = models(tmp_path, ["-"], ["quantity\n", "_never_asked\n"])
     async with editor_on(VSCODE, coder, chat) as editor:
         session = editor.session
         uri = session.open(LINE)
@@ -453,7 +453,7 @@ async def test_typing_into_a_suggestion_is_answered_from_the_cache_without_the_m
         session.change(uri, 3, [{"range": cursor(0, 19), "text": "x"}])
         other = "total = price * quax\n"
         (item,) = await session.inline(uri, session.position(other, 0, 20))
-        assert item.insert_text == "never asked"
+        assert item.insert_text == "_never_asked"
         assert len(coder.starts()) == 2
 
 

@@ -1,0 +1,383 @@
+"""Post-processing and code actions by the syntax tree (issue 27, "right in every language"):
+where a multi-line suggestion ends, suggestions that break the code cut or dropped, the
+function around the cursor, repeated blocks, and today's rules where there is no grammar.
+
+Documents are written with `‸` where the cursor is; the model's raw text continues after it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.action_logic import LineSpan, enclosing_block, enclosing_code
+from lsp_server.postprocess import CompletionMode, CursorContext, block_ended, fit_completion
+from lsp_server.postprocess.syntax import (
+    DOCUMENT_LIMIT,
+    WINDOW_AFTER,
+    WINDOW_BEFORE,
+    Window,
+    enclosing_function,
+    error_count,
+    errors_added,
+    grammar_of,
+)
+
+CURSOR = "‸"
+MULTI = CompletionMode.MULTI_LINE
+SINGLE = CompletionMode.SINGLE_LINE
+
+
+def ctx_of(doc: str, language_id: str) -> CursorContext:
+    prefix, suffix = doc.split(CURSOR)
+    return CursorContext(prefix=prefix, suffix=suffix, language_id=language_id)
+
+
+def fitted_text(raw: str, doc: str, language_id: str, mode: CompletionMode = MULTI) -> str | None:
+    fitted = fit_completion(raw, ctx_of(doc, language_id), mode)
+    return None if fitted is None else fitted.text
+
+
+@pytest.mark.parametrize(
+    "language_id", ["typescript", "typescriptreact", "javascript", "go", "rust", "java", "c"]
+)
+def test_the_six_languages_have_a_grammar_offline(language_id: str) -> None:
+    assert grammar_of(language_id) is not None
+    assert error_count("", language_id) == 0
+
+
+def test_a_language_without_a_grammar_has_no_tree() -> None:
+    assert grammar_of("cobol") is None
+    assert error_count("IDENTIFICATION DIVISION.", "cobol") is None
+
+
+# --- a block the suggestion opens ends where its node ends -----------------------------------
+
+#: (language, document, the model's text: a loop, then more statements; the loop alone).
+LOOPS = [
+    pytest.param(
+        "javascript",
+        "function total(items) {\n  let n = 0;\n  ‸\n}\n",
+        "for (const x of items) {\n    n += x;\n  }\n  return n;\n",
+        "for (const x of items) {\n    n += x;\n  }",
+        id="javascript",
+    ),
+    pytest.param(
+        "typescript",
+        "export function total(xs: number[]): number {\n  let n = 0;\n  ‸\n}\n",
+        "for (const x of xs) {\n    n += x;\n  }\n  return n;\n",
+        "for (const x of xs) {\n    n += x;\n  }",
+        id="typescript",
+    ),
+    pytest.param(
+        "go",
+        "func total(xs []int) int {\n\tn := 0\n\t‸\n}\n",
+        "for _, x := range xs {\n\t\tn += x\n\t}\n\treturn n\n",
+        "for _, x := range xs {\n\t\tn += x\n\t}",
+        id="go",
+    ),
+    pytest.param(
+        "rust",
+        "fn total(xs: &[i32]) -> i32 {\n    let mut n = 0;\n    ‸\n}\n",
+        "for x in xs {\n        n += x;\n    }\n    n\n",
+        "for x in xs {\n        n += x;\n    }",
+        id="rust",
+    ),
+    pytest.param(
+        "java",
+        "class Sum {\n    int total(int[] xs) {\n        int n = 0;\n        ‸\n    }\n}\n",
+        "for (int x : xs) {\n            n += x;\n        }\n        return n;\n",
+        "for (int x : xs) {\n            n += x;\n        }",
+        id="java",
+    ),
+    pytest.param(
+        "c",
+        "int total(const int *xs, int len) {\n    int n = 0;\n    ‸\n}\n",
+        "for (int i = 0; i < len; i++) {\n        n += xs[i];\n    }\n    return n;\n",
+        "for (int i = 0; i < len; i++) {\n        n += xs[i];\n    }",
+        id="c",
+    ),
+    pytest.param(
+        "python",
+        "def total(xs):\n    n = 0\n    ‸\n",
+        "for x in xs:\n        n += x\n    return n\n",
+        "for x in xs:\n        n += x",
+        id="python",
+    ),
+]
+
+
+@pytest.mark.parametrize(("language_id", "doc", "raw", "expected"), LOOPS)
+def test_a_block_the_suggestion_opens_ends_where_its_node_ends(
+    language_id: str, doc: str, raw: str, expected: str
+) -> None:
+    assert fitted_text(raw, doc, language_id) == expected
+    # The model can be stopped there: the streamed text already ends the suggestion.
+    assert block_ended(raw, ctx_of(doc, language_id))
+
+
+@pytest.mark.parametrize(("language_id", "doc", "raw", "expected"), LOOPS)
+def test_without_a_grammar_the_indentation_rules_keep_todays_cut(
+    language_id: str, doc: str, raw: str, expected: str
+) -> None:
+    """An unknown language (or none) keeps today's rules: the statement after the loop is as
+    deep as the loop, so it stays."""
+    del language_id, expected
+    whole = fitted_text(raw, doc, "")
+    assert whole is not None
+    assert whole.rstrip().endswith(("return n;", "return n", "n"))
+    assert fitted_text(raw, doc, "cobol") == whole
+
+
+#: (language, document with the cursor at the end of a body, the model's text that closes the
+#: function and writes another one; what is left: the statement alone).
+OVERRUNS = [
+    pytest.param(
+        "javascript",
+        "function f() {\n  a();\n  ‸\n}\n\nfunction g() {}\n",
+        "b();\n}\n\nfunction h() {\n  c();\n}\n",
+        id="javascript",
+    ),
+    pytest.param(
+        "typescript",
+        "function f(): void {\n  a();\n  ‸\n}\n",
+        "b();\n}\n\nexport function h(): void {\n  c();\n}\n",
+        id="typescript",
+    ),
+    pytest.param("go", "func f() {\n\ta()\n\t‸\n}\n", "b()\n}\n\nfunc h() {\n\tc()\n}\n", id="go"),
+    pytest.param(
+        "rust", "fn f() {\n    a();\n    ‸\n}\n", "b();\n}\n\nfn h() {\n    c();\n}\n", id="rust"
+    ),
+    pytest.param(
+        "java",
+        "class A {\n    void f() {\n        a();\n        ‸\n    }\n}\n",
+        "b();\n    }\n\n    void h() {\n        c();\n    }\n",
+        id="java",
+    ),
+    pytest.param(
+        "c",
+        "void f(void) {\n    a();\n    ‸\n}\n",
+        "b();\n}\n\nvoid h(void) {\n    c();\n}\n",
+        id="c",
+    ),
+    pytest.param("python", "def f():\n    a()\n    ‸\n", "b()\n\ndef h():\n    c()\n", id="python"),
+]
+
+
+@pytest.mark.parametrize(("language_id", "doc", "raw"), OVERRUNS)
+def test_a_suggestion_that_overruns_its_block_ends_with_it(
+    language_id: str, doc: str, raw: str
+) -> None:
+    assert fitted_text(raw, doc, language_id) in ("b();", "b()")
+
+
+# --- suggestions that add syntax errors -----------------------------------------------------
+
+#: (language, document, a good first line, a broken second line).
+BROKEN = [
+    pytest.param("javascript", "function f() {\n  let n = 0;\n  ‸\n}\n", "n += 1;", id="js"),
+    pytest.param("typescript", "function f(): void {\n  let n = 0;\n  ‸\n}\n", "n += 1;", id="ts"),
+    pytest.param("go", "func f() {\n\tn := 0\n\t‸\n}\n", "n += 1", id="go"),
+    pytest.param("rust", "fn f() {\n    let mut n = 0;\n    ‸\n}\n", "n += 1;", id="rust"),
+    pytest.param(
+        "java",
+        "class A {\n    void f() {\n        int n = 0;\n        ‸\n    }\n}\n",
+        "n += 1;",
+        id="java",
+    ),
+    pytest.param("c", "void f(void) {\n    int n = 0;\n    ‸\n}\n", "n += 1;", id="c"),
+    pytest.param("python", "def f():\n    n = 0\n    ‸\n", "n += 1", id="python"),
+]
+
+
+@pytest.mark.parametrize(("language_id", "doc", "good"), BROKEN)
+def test_a_suggestion_that_adds_a_syntax_error_is_cut_to_its_clean_lines(
+    language_id: str, doc: str, good: str
+) -> None:
+    indent = doc.split(CURSOR)[0].rsplit("\n", 1)[1]
+    raw = f"{good}\n{indent}n = n + + ;\n"
+    assert fitted_text(raw, doc, language_id) == good
+    # Today's rules alone keep the broken line.
+    assert fitted_text(raw, doc, "") == f"{good}\n{indent}n = n + + ;"
+
+
+@pytest.mark.parametrize(("language_id", "doc", "good"), BROKEN)
+def test_a_suggestion_broken_from_its_first_line_is_dropped(
+    language_id: str, doc: str, good: str
+) -> None:
+    del good
+    indent = doc.split(CURSOR)[0].rsplit("\n", 1)[1]
+    assert fitted_text(f"n = n + + ;\n{indent}n = 1;\n", doc, language_id) is None
+
+
+@pytest.mark.parametrize(
+    ("language_id", "doc", "raw"),
+    [
+        pytest.param("javascript", "let a = 1‸\nlet b = 2;\n", " + * 2;", id="javascript"),
+        pytest.param("go", "package p\n\nvar a = 1‸\n", " + * / 2", id="go"),
+        pytest.param("python", "a = 1‸\nb = 2\n", " + * 2", id="python"),
+    ],
+)
+def test_a_single_line_that_breaks_the_code_is_dropped(
+    language_id: str, doc: str, raw: str
+) -> None:
+    assert fitted_text(raw, doc, language_id, SINGLE) is None
+    assert fitted_text(" + 2", doc, language_id, SINGLE) == " + 2"
+
+
+def test_code_that_was_broken_before_the_suggestion_does_not_count_against_it() -> None:
+    """The document's own errors (an unclosed call in the next function) are the baseline."""
+    doc = "function f() {\n  ‸\n}\n\nfunction g() {\n  h(1, 2;\n}\n"
+    prefix, suffix = doc.split(CURSOR)
+    assert error_count(prefix + suffix, "javascript")
+    assert errors_added(prefix, "let x = 1;", suffix, "javascript") == 0
+    assert fitted_text("let x = 1;\n", doc, "javascript") == "let x = 1;"
+
+
+# --- repeated blocks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language_id", ["java", ""])
+def test_a_block_written_again_and_again_is_cut_after_its_first_copy(language_id: str) -> None:
+    doc = "class A {\n    void f(Node next) {\n        ‸\n    }\n}\n"
+    block = "if (next != null) {\n            next.remove();\n        }\n        "
+    raw = block * 5
+    assert fitted_text(raw, doc, language_id) == block.rstrip()
+
+
+def test_lines_that_merely_look_alike_are_kept() -> None:
+    doc = "void f(void) {\n    ‸\n}\n"
+    raw = "a();\n    b();\n    a();\n    c();\n"
+    assert fitted_text(raw, doc, "") == raw.rstrip()
+
+
+# --- bounded work ---------------------------------------------------------------------------
+
+
+def test_a_huge_document_is_checked_in_a_window_around_the_cursor() -> None:
+    line = "  total += values[index] * weights[index];\n"
+    prefix = "function f(values, weights) {\n  let total = 0;\n" + line * 60_000 + "  "
+    suffix = "\n  return total;\n}\n" + line * 60_000
+    window = Window.around(prefix, suffix)
+    assert len(window.before) <= WINDOW_BEFORE
+    assert len(window.after) <= WINDOW_AFTER
+    assert prefix.endswith(window.before)
+    assert suffix.startswith(window.after)
+    ctx = CursorContext(prefix=prefix, suffix=suffix, language_id="javascript")
+    fitted = fit_completion("total += 1;\n", ctx, MULTI)
+    assert fitted is not None
+    assert fitted.text == "total += 1;"
+
+
+def test_a_minified_line_is_checked_in_a_window_too() -> None:
+    minified = "var a=function(b){return b+1};" * 20_000
+    doc = minified + "var c=‸" + minified
+    prefix, suffix = doc.split(CURSOR)
+    window = Window.around(prefix, suffix)
+    assert len(window.before) <= WINDOW_BEFORE
+    assert len(window.after) <= WINDOW_AFTER
+    ctx = CursorContext(prefix=prefix, suffix=suffix, language_id="javascript")
+    fitted = fit_completion("2;", ctx, SINGLE)
+    assert fitted is not None
+    assert fitted.text == "2;"
+
+
+def test_a_document_over_the_limit_gets_todays_enclosing_block() -> None:
+    body = "    x = 1\n" * (DOCUMENT_LIMIT // 10 + 1)
+    text = "def f():\n" + body
+    assert enclosing_function(text, 3, "python") is None
+    assert enclosing_code(text, 3, "python") == enclosing_block(text, 3)
+
+
+# --- the enclosing function for code actions ------------------------------------------------
+
+FUNCTIONS = [
+    pytest.param(
+        "c",
+        "#include <stdio.h>\n\nstatic int\nadd(int a,\n    int b)\n{\n    int s = a + b;\n"
+        "    return s;\n}\n\nint main(void) { return add(1, 2); }\n",
+        6,
+        LineSpan(start=2, end=8),
+        id="c: the signature over three lines, the brace on its own",
+    ),
+    pytest.param(
+        "javascript",
+        "class Store {\n  load(ids) {\n    return ids.map((id) => {\n      const item = get(id);\n"
+        "      return item;\n    });\n  }\n}\n",
+        3,
+        LineSpan(start=1, end=6),
+        id="javascript: the method around a callback",
+    ),
+    pytest.param(
+        "typescript",
+        "export function pick<T>(\n  items: T[],\n  keep: (x: T) => boolean,\n): T[] {\n"
+        "  const out: T[] = [];\n  return out;\n}\n",
+        4,
+        LineSpan(start=0, end=6),
+        id="typescript: exported, its parameters over lines",
+    ),
+    pytest.param(
+        "go",
+        "package p\n\nfunc (s *Server) Run() error {\n\tgo func() {\n\t\ts.loop()\n\t}()\n"
+        "\treturn nil\n}\n",
+        4,
+        LineSpan(start=2, end=7),
+        id="go: a method around a func literal",
+    ),
+    pytest.param(
+        "rust",
+        "fn apply<F>(xs: &[i32], f: F) -> Vec<i32>\nwhere\n    F: Fn(i32) -> i32,\n{\n"
+        "    xs.iter().map(|x| {\n        f(*x)\n    }).collect()\n}\n",
+        5,
+        LineSpan(start=0, end=7),
+        id="rust: a where clause, a closure inside",
+    ),
+    pytest.param(
+        "java",
+        "class A {\n    @Override\n    public String toString() {\n        Runnable r = () -> {\n"
+        '            log();\n        };\n        return "A";\n    }\n}\n',
+        4,
+        LineSpan(start=1, end=7),
+        id="java: an annotated method around a lambda",
+    ),
+    pytest.param(
+        "python",
+        "class A:\n    @property\n    def name(self):\n        return self._name\n",
+        3,
+        LineSpan(start=1, end=3),
+        id="python: a decorated method",
+    ),
+]
+
+
+@pytest.mark.parametrize(("language_id", "text", "line", "span"), FUNCTIONS)
+def test_code_actions_find_the_enclosing_function_in_the_tree(
+    language_id: str, text: str, line: int, span: LineSpan
+) -> None:
+    assert enclosing_code(text, line, language_id) == span
+
+
+def test_an_unknown_language_gets_the_enclosing_block_by_indentation() -> None:
+    text = "proc f {\n  set x 1\n  puts $x\n}\n"
+    assert enclosing_code(text, 1, "tcl") == enclosing_block(text, 1)
+    assert enclosing_code(text, 1, "tcl") is not None
+
+
+def test_a_line_outside_every_function_falls_back_too() -> None:
+    text = "const a = 1;\nif (a) {\n  b();\n}\n"
+    assert enclosing_function(text, 2, "javascript") is None
+    assert enclosing_code(text, 2, "javascript") == enclosing_block(text, 2)
+
+
+def test_an_unclosed_brace_counts_in_a_window_that_ends_inside_a_class() -> None:
+    """The window ends long before the class does; the brace the suggestion leaves open is
+    still an added error, and the suggestion is dropped."""
+    method = "    int get{n}(int x) {{\n        int y = x + {n};\n        return y;\n    }}\n\n"
+    methods = "".join(method.format(n=n) for n in range(400))
+    doc = (
+        "class Big {\n"
+        + method.format(n=0)
+        + "    int last(Object e) {\n        int n = 0;\n        ‸\n"
+        "        return n;\n    }\n\n" + methods + "}\n"
+    )
+    assert fitted_text("if (e == null) {", doc, "java", SINGLE) is None
+    assert fitted_text("n += 1;", doc, "java", SINGLE) == "n += 1;"
