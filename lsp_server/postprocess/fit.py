@@ -16,7 +16,7 @@ from lsp_server.postprocess.context import (
 )
 from lsp_server.postprocess.lexer import OPENER_OF
 from lsp_server.postprocess.mode import CompletionMode
-from lsp_server.postprocess.syntax import block_end, errors_added
+from lsp_server.postprocess.syntax import block_end, closers_owed, errors_added
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +63,9 @@ def fit_completion(raw: str, ctx: CursorContext, mode: CompletionMode) -> Fitted
     8. Where the language has a grammar (`syntax`): a suggestion that leaves the document
        with more syntax errors than it had without it is cut to the most whole lines that
        do not (each cut fitted again by steps 2 to 7), or dropped when no cut is clean. A
-       window around the cursor is parsed, a few tenths of a millisecond per cut.
+       window around the cursor is parsed, a few tenths of a millisecond per cut. A text that
+       ends by opening a block, with nothing after it on the line, is judged with that block
+       closed: the user writes the block next.
     """
     # 1. Lines.
     lines = lines_and_endings(raw)
@@ -88,7 +90,14 @@ def _adds_errors(fitted: Fitted, ctx: CursorContext) -> bool:
     if not ctx.language_id:
         return False
     after = ctx.suffix[fitted.replace_chars :]
-    added = errors_added(ctx.prefix, fitted.text, after, ctx.language_id)
+    text = fitted.text
+    if text.rstrip().endswith("{") and not after.partition("\n")[0].strip():
+        # A line that ends by opening a block (`if (i < hi) {`, `) {` after `while (x`) is
+        # where the user goes on to write the block: it is judged with the block it opened
+        # closed. Judged as it stands, every such line would be dropped, and a brace language
+        # would never be offered the start of a block one line at a time.
+        text += "\n" + closers_owed(text)
+    added = errors_added(ctx.prefix, text, after, ctx.language_id)
     return added is not None and added > 0
 
 

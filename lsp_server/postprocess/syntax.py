@@ -225,11 +225,16 @@ def _window_errors(window: Window, language_id: str) -> tuple[int, str] | None:
     closers with and without the suggestion, so a bracket the suggestion leaves open shows.
     """
     text = window.before + window.after
-    state = LexState(slash_comments=slash_comments(text))
-    scan_document(state, text)
-    closers = "".join(_CLOSER_OF.get(item.delim, "") for item in reversed(state.stack))
+    closers = closers_owed(text)
     count = error_count(text + "\n" + closers, language_id)
     return None if count is None else (count, "\n" + closers)
+
+
+def closers_owed(text: str) -> str:
+    """The closers of the brackets `text` leaves open (by the lexer), innermost first."""
+    state = LexState(slash_comments=slash_comments(text))
+    scan_document(state, text)
+    return "".join(_CLOSER_OF.get(item.delim, "") for item in reversed(state.stack))
 
 
 def errors_added(prefix: str, text: str, suffix: str, language_id: str) -> int | None:

@@ -379,5 +379,33 @@ def test_an_unclosed_brace_counts_in_a_window_that_ends_inside_a_class() -> None
         + "    int last(Object e) {\n        int n = 0;\n        ‸\n"
         "        return n;\n    }\n\n" + methods + "}\n"
     )
-    assert fitted_text("if (e == null) {", doc, "java", SINGLE) is None
+    assert fitted_text("if (e == null) { n = 1;", doc, "java", SINGLE) is None
     assert fitted_text("n += 1;", doc, "java", SINGLE) == "n += 1;"
+
+
+@pytest.mark.parametrize(
+    ("language_id", "doc", "line"),
+    [
+        (
+            "java",
+            "class A {\n    int f(int n) {\n        ‸\n        return n;\n    }\n}\n",
+            "if (n < 0) {",
+        ),
+        (
+            "typescript",
+            "function f(n: number) {\n  ‸\n  return n;\n}\n",
+            "for (let i = 0; i < n; i++) {",
+        ),
+        ("go", "package a\n\nfunc f(n int) int {\n\t‸\n\treturn n\n}\n", "if n < 0 {"),
+        ("rust", "fn f(n: i32) -> i32 {\n    ‸\n    n\n}\n", "if n < 0 {"),
+        ("c", "int f(int n) {\n    ‸\n    return n;\n}\n", "while (n > 10) {"),
+    ],
+)
+def test_a_line_that_ends_by_opening_a_block_is_offered(
+    language_id: str, doc: str, line: str
+) -> None:
+    """The user goes on to write the block: the line is judged with its block closed, where
+    judged as it stands every such line would be dropped. One that leaves a bracket open
+    without ending on the block's brace is still dropped."""
+    assert fitted_text(line, doc, language_id, SINGLE) == line
+    assert fitted_text(line.replace("{", "{ (x"), doc, language_id, SINGLE) is None
