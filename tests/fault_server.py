@@ -63,8 +63,9 @@ class ScriptedBackend(FakeBackend):
         )
 
 
-def scripted_backend(spec: ModelSpec) -> FakeBackend:
-    """What `engine.models.load_backend` returns in this server, whatever the spec names."""
+def scripted_backend(spec: ModelSpec, progress: object = None) -> FakeBackend:
+    """What `engine.models.load_backend` returns in this server, whatever the spec names (a
+    load's progress, which only a hub model has, is not told)."""
     fail_after = os.environ.get("INFILL_TEST_FAIL_AFTER", "3")
     return ScriptedBackend(
         script=["value + 1 if value else 0\n"],

@@ -214,20 +214,18 @@ def _window(prefix: str, suffix: str) -> Window:
 
 
 @functools.lru_cache(maxsize=16)
-def _window_errors(window: Window, language_id: str) -> tuple[int, str] | None:
-    """The window's errors without a suggestion, and the closers it still owes at its end:
-    cached, every choice and cut asks again.
+def _window_errors(window: Window, language_id: str) -> int | None:
+    """The window's errors without a suggestion: cached, every choice and cut asks again.
 
     A window that ends inside a class or function leaves it open, and tree-sitter then wraps
     much of the window in one ERROR node, inside which a suggestion's own mistakes are not
-    counted (seen on OpenJDK's AbstractMap: an unclosed `if (...) {` added no error). The
-    brackets still open at the window's end (by the lexer) are closed after it, the same
-    closers with and without the suggestion, so a bracket the suggestion leaves open shows.
+    counted (seen on OpenJDK's AbstractMap: an unclosed `if (...) {` added no error). So the
+    brackets still open at the window's end (by the lexer) are closed after it, with and
+    without the suggestion; a bracket the suggestion opens and leaves open is counted on its
+    own (`_left_open`).
     """
     text = window.before + window.after
-    closers = closers_owed(text)
-    count = error_count(text + "\n" + closers, language_id)
-    return None if count is None else (count, "\n" + closers)
+    return error_count(text + "\n" + closers_owed(text), language_id)
 
 
 def closers_owed(text: str) -> str:
@@ -241,13 +239,31 @@ def errors_added(prefix: str, text: str, suffix: str, language_id: str) -> int |
     """How many more syntax errors the document has with `text` written between `prefix`
     and `suffix` than without it (negative: fewer); None without a grammar."""
     window = _window(prefix, suffix)
-    known = _window_errors(window, language_id)
-    if known is None:
+    before = _window_errors(window, language_id)
+    if before is None:
         return None
-    before, closers = known
     inserted = _LINE_BREAKS.sub("\n", text)
-    after = error_count(window.before + inserted + window.after + closers, language_id)
-    return None if after is None else after - before
+    written = window.before + inserted + window.after
+    # The brackets still open at the window's end with the suggestion: fewer where it closes
+    # some that were open at the cursor (`str(` + `value)` at a document's end), more where it
+    # leaves its own open. Each left open is an error of its own; all are closed after the
+    # window as before, so that tree-sitter does not wrap the rest in one ERROR node.
+    owed = closers_owed(written)
+    after = error_count(written + "\n" + owed, language_id)
+    left_open = _left_open(window.before, inserted, window.after)
+    return None if after is None else after - before + left_open
+
+
+def _left_open(before: str, inserted: str, after: str) -> int:
+    """How many brackets `inserted` opens that are still open at the end of `after` (by the
+    lexer): those the closers after the window would otherwise close for it."""
+    state = LexState(slash_comments=slash_comments(before + inserted + after))
+    scan_document(state, before)
+    held = {id(item) for item in state.stack}
+    scan_document(state, inserted, starts_line=not before or before.endswith("\n"))
+    own = {id(item) for item in state.stack} - held
+    scan_document(state, after, starts_line=not inserted or inserted.endswith("\n"))
+    return sum(1 for item in state.stack if id(item) in own)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,7 +100,9 @@ def test_a_chat_model_whose_template_runs_away_is_refused_when_it_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     template = "{{ 'x' * 10000000 }}"  # 10 MB: over the default limit
-    monkeypatch.setattr(models, "load_backend", lambda spec: FakeBackend(template=template))
+    monkeypatch.setattr(
+        models, "load_backend", lambda spec, progress=None: FakeBackend(template=template)
+    )
     spec = ModelSpec(path=Path("runaway.gguf"))
     model_set = ModelSet({Role.COMPLETION: spec, Role.CHAT: spec})
     try:

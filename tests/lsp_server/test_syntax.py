@@ -409,3 +409,20 @@ def test_a_line_that_ends_by_opening_a_block_is_offered(
     without ending on the block's brace is still dropped."""
     assert fitted_text(line, doc, language_id, SINGLE) == line
     assert fitted_text(line.replace("{", "{ (x"), doc, language_id, SINGLE) is None
+
+
+@pytest.mark.parametrize(
+    ("language_id", "doc", "raw"),
+    [
+        ("python", "import os\n\n\ndef describe(value):\n    text = str(‸", "value)"),
+        ("javascript", "const a = 1;\nfunction f(x) {\n  return g(‸", "x, a);"),
+        ("java", "class A {\n    int f(int n) {\n        return Math.max(‸", "n, 0);"),
+    ],
+)
+def test_a_suggestion_that_closes_the_bracket_open_at_the_documents_end_is_offered(
+    language_id: str, doc: str, raw: str
+) -> None:
+    """The user is writing the document's last lines: the brackets open at the cursor are the
+    suggestion's to close, and closing them adds no error; leaving one of its own open does."""
+    assert fitted_text(raw, doc, language_id, SINGLE) == raw
+    assert fitted_text(raw.replace(")", ") + (1"), doc, language_id, SINGLE) is None
