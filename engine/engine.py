@@ -97,6 +97,8 @@ class _Channel:
 
 
 J = TypeVar("J")
+#: What a job that runs to its end at once answers (`Engine._answer`).
+_Answer = TypeVar("_Answer", Scores, Branches)
 
 
 class JobTable(Generic[J]):
@@ -288,20 +290,22 @@ class Engine(BaseEngine):
     async def score(self, request: ScoreRequest) -> Scores | None:
         if not self.backend.can_score:
             return await super().score(request)
-        result: Scores | None = None  # none comes for a cancelled scoring
-        async with contextlib.aclosing(self._run(request)) as items:
-            async for item in items:
-                assert isinstance(item, Scores)
-                result = item
-        return result
+        return await self._answer(request, Scores)
 
     async def branch(self, request: BranchRequest) -> Branches | None:
         if not self.backend.can_score:
             return await super().branch(request)
-        result: Branches | None = None  # none comes for a cancelled branching
+        return await self._answer(request, Branches)
+
+    async def _answer(
+        self, request: ScoreRequest | BranchRequest, kind: type[_Answer]
+    ) -> _Answer | None:
+        """The one answer of a job that runs to its end at once; None for a cancelled one
+        (none comes)."""
+        result: _Answer | None = None
         async with contextlib.aclosing(self._run(request)) as items:
             async for item in items:
-                assert isinstance(item, Branches)
+                assert isinstance(item, kind)
                 result = item
         return result
 

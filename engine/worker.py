@@ -310,18 +310,13 @@ class Worker:
             return
         if scores is not None:
             job.emit(scores)
-        stats = JobStats(
-            request_id=request.request_id,
+        stats = self._record_whole(
+            request,
             prompt_tokens=len(request.prompt_token_ids) + sum(map(len, request.continuations)),
-            prompt_evaluated=self.backend.last_prefill_tokens,
             generated_tokens=0,
-            queued_seconds=started - submitted,
-            first_token_seconds=None,
-            total_seconds=time.perf_counter() - started,
-            finish_reasons=(),
-            cache_key=request.cache_key,
+            submitted=submitted,
+            started=started,
         )
-        self.record.add(stats)
         log.info(
             "%s %s: scored %d continuations after %d prompt tokens (%s evaluated) in %.0f ms%s",
             self.name,
@@ -389,18 +384,13 @@ class Worker:
                     texts[index].extend(d.text for d in processor.end(index))
             reasons = tuple(processor.finish_reason(i) or FinishReason.LENGTH for i in range(n))
             job.emit(Branches(texts=tuple("".join(t) for t in texts), finish_reasons=reasons))
-        stats = JobStats(
-            request_id=request.request_id,
+        stats = self._record_whole(
+            request,
             prompt_tokens=len(prompt),
-            prompt_evaluated=backend.last_prefill_tokens,
             generated_tokens=sum(processor.generated_tokens(i) for i in range(n)),
-            queued_seconds=started - submitted,
-            first_token_seconds=None,
-            total_seconds=time.perf_counter() - started,
-            finish_reasons=(),
-            cache_key=request.cache_key,
+            submitted=submitted,
+            started=started,
         )
-        self.record.add(stats)
         log.info(
             "%s %s: %d branches after %d prompt tokens (%s evaluated), %d tokens in %.0f ms%s",
             self.name,
@@ -412,6 +402,31 @@ class Worker:
             stats.total_seconds * 1000,
             "" if written is not None else ", cancelled",
         )
+
+    def _record_whole(
+        self,
+        request: ScoreRequest | BranchRequest,
+        *,
+        prompt_tokens: int,
+        generated_tokens: int,
+        submitted: float,
+        started: float,
+    ) -> JobStats:
+        """Record the figures of a job that ran to its end at once (a scoring, a branching):
+        no first token, no finish reasons of its own."""
+        stats = JobStats(
+            request_id=request.request_id,
+            prompt_tokens=prompt_tokens,
+            prompt_evaluated=self.backend.last_prefill_tokens,
+            generated_tokens=generated_tokens,
+            queued_seconds=started - submitted,
+            first_token_seconds=None,
+            total_seconds=time.perf_counter() - started,
+            finish_reasons=(),
+            cache_key=request.cache_key,
+        )
+        self.record.add(stats)
+        return stats
 
     def _start(self, job: Job, submitted: float) -> _Run | None:
         request = job.request
