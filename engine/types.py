@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 
@@ -226,6 +227,11 @@ class BranchRequest:
     role: Role = Role.COMPLETION
     request_id: str = field(default_factory=next_request_id)
     cache_key: str | None = None  # as in GenerationRequest
+    #: Where set, a branch also ends (finish STOP) after a token that grew its text once
+    #: `ends(index, its text so far)` holds: the caller's own sign of a whole answer (inline
+    #: completion's: a multi-line answer's code has left the cursor's block), which a stream
+    #: would have been cancelled at. Called on the model's worker thread: it must be quick.
+    ends: Callable[[int, str], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.prompt_token_ids:

@@ -360,7 +360,15 @@ class Worker:
         texts: list[list[str]] = [[] for _ in range(n)]
 
         def ended(index: int, token: int) -> bool:
-            texts[index].extend(d.text for d in processor.on_tokens(index, (token,)))
+            grown = [d.text for d in processor.on_tokens(index, (token,))]
+            texts[index].extend(grown)
+            if (
+                request.ends is not None
+                and any(grown)
+                and not processor.is_finished(index)
+                and request.ends(index, "".join(texts[index]))
+            ):
+                texts[index].extend(d.text for d in processor.finish(index, FinishReason.STOP))
             return processor.is_finished(index)
 
         try:

@@ -4,8 +4,8 @@ Such a model only continues the prefix: the code after the cursor cannot steer w
 It can still judge it: a line that fits the code after it makes that code more likely. So:
 
 1. Candidates: after the prompt, the most likely first tokens of code (past the indentation
-   the model writes first), each continued greedily to the end of its line (one
-   `BranchRequest`: the llama.cpp backend writes them together); and the same
+   the model writes first), each continued greedily to the end of its line (`starts.py`:
+   one `BranchRequest`, which the llama.cpp backend writes together); and the same
    after a second prompt that shows the code after the cursor first, as a comment block (it
    suggests lines the plain prompt does not rank high).
 2. Each candidate line that holds code is scored after the plain prompt, together with the
@@ -25,14 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.completion import Scorer
-from engine.types import (
-    BranchRequest,
-    FinishReason,
-    GenerationRequest,
-    SamplingParams,
-    ScoreRequest,
-)
+from engine.types import GenerationRequest, ScoreRequest
 from lsp_server.neighbors import LINE_COMMENTS
+from lsp_server.starts import starts
 
 #: Candidate lines written after each of the two prompts, and tokens of the code after the
 #: cursor scored after each line. Chosen with bench/suffix.py on 100 HumanEval tasks other than
@@ -127,49 +122,10 @@ async def candidate_lines(
     """Up to `count` (`CANDIDATES`) lines after `prompt_ids`, one per most likely first token
     of code, each continued greedily (`request`'s token limit and stops) to its line's end."""
     count = CANDIDATES if count is None else count
-    engine = scorer.engine
-    stem = list(prompt_ids)
-    scores = await engine.score(
-        ScoreRequest(prompt_token_ids=tuple(stem), top=count, cache_key=cache_key)
+    found = await starts(
+        scorer, prompt_ids, request, count=count, cache_key=cache_key, blank_lines=False
     )
-    if scores is None or not scores.top:
-        return []
-    first = scores.top[0][0]
-    written = ""
-    # The branch point is the first token after the line's indentation: branching on the
-    # indentation itself gives other indentations, which are no real alternatives.
-    if scorer.detokenize([first]).strip(" \t") == "":
-        stem.append(first)
-        written = scorer.detokenize([first])
-        scores = await engine.score(
-            ScoreRequest(prompt_token_ids=tuple(stem), top=count, cache_key=cache_key)
-        )
-        if scores is None:
-            return []
-    firsts = []
-    for token, _ in scores.top:
-        piece = scorer.detokenize([token])
-        if "\ufffd" in piece or piece.startswith("\n"):
-            continue  # part of a character, or an empty line
-        firsts.append(token)
-    # Every first token continued greedily to its line's end, in one job: the llama.cpp
-    # backend writes them together, a sequence each after the prompt evaluated once.
-    branches = await engine.branch(
-        BranchRequest(
-            prompt_token_ids=tuple(stem),
-            first_tokens=tuple(firsts),
-            sampling=SamplingParams(max_tokens=request.sampling.max_tokens),
-            stops=request.stops,
-            cache_key=cache_key,
-        )
-    )
-    if branches is None:
-        return []
-    return [
-        (written + scorer.detokenize([token]) + text).split("\n", 1)[0]
-        for token, text, finish in zip(firsts, branches.texts, branches.finish_reasons, strict=True)
-        if finish not in (FinishReason.CANCELLED, FinishReason.ERROR)
-    ]
+    return [start.text.split("\n", 1)[0] for start in found]
 
 
 async def rank_lines(

@@ -199,7 +199,8 @@ class FakeBackend(Backend):
         scored = tuple(
             tuple(log_prob((*prompt, *c[:i]), t) for i, t in enumerate(c)) for c in continuations
         )
-        ranked = sorted(range(self.info.vocab_size), key=lambda t: -log_prob(prompt, t))
+        vocabulary = [*range(BYTE_OFFSET + 256), *self.pieces]
+        ranked = sorted(vocabulary, key=lambda t: -log_prob(prompt, t))
         return Scores(
             continuations=scored,
             top=tuple((t, log_prob(prompt, t)) for t in ranked[:top]),

@@ -1,6 +1,7 @@
 """The model's answer to one request of a plan: candidate lines ranked by the code after
-them, or the generated choices, a multi-line one stopped as soon as its code leaves the
-cursor's block. Raw texts: fitting them to the document is `suggest`'s."""
+them, an invoked request's greedy answers written together, or the generated choices, a
+multi-line one stopped as soon as its code leaves the cursor's block. Raw texts: fitting them
+to the document is `suggest`'s."""
 
 from __future__ import annotations
 
@@ -13,13 +14,32 @@ from lsp_server.inline.plan import Plan, RawText, RawTexts
 from lsp_server.inline.prompt import unheal
 from lsp_server.postprocess import CompletionMode, CursorContext, block_ended
 from lsp_server.rerank import best_lines
+from lsp_server.starts import starts
 
 
 async def answer(model: CompletionModel, plan: Plan, request: GenerationRequest) -> RawTexts:
     """What the model answers `request` of `plan` with: candidate lines ranked by the code
-    after them, most likely first (the plan's first request, when it ranks); else its
+    after them, most likely first (the plan's first request, when it ranks); the greedy
+    answers after the most likely first tokens (when it writes them together); else its
     generated choices."""
     scorer, ids = model.scorer, plan.prompt.token_ids
+    if plan.together > 1 and request is plan.requests[0] and scorer and ids:
+        ctx, healed = plan.ctx, plan.prompt.healed_indent
+        found = await starts(
+            scorer,
+            ids,
+            request,
+            count=plan.together,
+            cache_key=request.cache_key,
+            # Each answer ends where a streamed one is stopped (`_generate`'s `stop_early`).
+            ends=(
+                (lambda text: block_ended(unheal(text, healed), ctx))
+                if plan.mode is CompletionMode.MULTI_LINE
+                else None
+            ),
+        )
+        if found:
+            return [RawText(text=start.text, finish=start.finish) for start in found]
     if plan.ranking is not None and request is plan.requests[0] and scorer and ids:
         ranked = await best_lines(scorer, ids, plan.ranking, request)
         if ranked:

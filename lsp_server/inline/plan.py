@@ -1,6 +1,6 @@
 """What a request for a snapshot asks of the model, before it is asked: the mode, the prompt,
-the greedy request and the sampled ones, and whether candidate lines are ranked by the code
-after the cursor."""
+the greedy request and the sampled ones, whether candidate lines are ranked by the code after
+the cursor, and whether an invoked request's items are written together."""
 
 from __future__ import annotations
 
@@ -48,12 +48,16 @@ class Plan:
     requests: tuple[GenerationRequest, ...]  # the greedy one, then the sampled ones
     #: Set when the first request's answer is candidate lines ranked by the code after them.
     ranking: Ranking | None = None
+    #: More than 1: the first request's answer is this many greedy answers, one after each of
+    #: the most likely first tokens, written together (`starts.py`), instead of sampled choices.
+    together: int = 1
 
 
 #: What identifies a model answer: the same prompt, sampling and stops get the same raw texts
 #: (and the same indentation taken back, which decides where a multi-line one was stopped;
-#: and the same ranking, which decides which lines come first).
-AnswerKey = tuple[str, SamplingParams, StopConditions, str, Ranking | None]
+#: the same ranking, which decides which lines come first; and the same number of answers
+#: written together).
+AnswerKey = tuple[str, SamplingParams, StopConditions, str, Ranking | None, int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,8 +78,17 @@ RawTexts = list[RawText]
 
 
 def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
-    ranking = plan.ranking if request is plan.requests[0] else None
-    return (plan.prompt.text, request.sampling, request.stops, plan.prompt.healed_indent, ranking)
+    first = request is plan.requests[0]
+    ranking = plan.ranking if first else None
+    together = plan.together if first else 1
+    return (
+        plan.prompt.text,
+        request.sampling,
+        request.stops,
+        plan.prompt.healed_indent,
+        ranking,
+        together,
+    )
 
 
 def ranks_lines(model: CompletionModel, settings: Settings) -> bool:
@@ -84,6 +97,13 @@ def ranks_lines(model: CompletionModel, settings: Settings) -> bool:
     if model.format.fim is not None or model.scorer is None or settings.suffix_ranking == "off":
         return False
     return settings.suffix_ranking == "on" or not model.engine.info.device.startswith("cpu")
+
+
+def writes_together(model: CompletionModel, settings: Settings, prompt: Prompt) -> bool:
+    """Whether an invoked request's items can be greedy answers written together: the model
+    can score (its most likely first tokens are known) and the user asked for greedy answers
+    (temperature 0; a user who set a temperature gets sampled ones, as asked)."""
+    return model.scorer is not None and settings.temperature == 0 and prompt.token_ids is not None
 
 
 def _ranking(
@@ -128,12 +148,24 @@ def plan_for(
         stops=stops,
         cache_key=snap.uri,  # the document's KV state is kept when the user goes elsewhere
     )
-    requests = [base]
-    if wanted > 1:
-        spread = max(settings.temperature, INVOKED_TEMPERATURE)
-        sampled = _sampling(settings, mode, n=wanted, temperature=spread)
-        requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
     ranking = None
     if mode is CompletionMode.SINGLE_LINE and ranks_lines(model, settings):
         ranking = _ranking(model, snap, ctx, prompt)
-    return Plan(ctx=ctx, mode=mode, prompt=prompt, requests=tuple(requests), ranking=ranking)
+    requests = [base]
+    together = 1
+    if wanted > 1 and ranking is None and writes_together(model, settings, prompt):
+        # One job: the greedy answer and its alternatives after the next most likely first
+        # tokens, the prompt evaluated once; sampled choices would each be a job of their own.
+        together = wanted
+    elif wanted > 1:
+        spread = max(settings.temperature, INVOKED_TEMPERATURE)
+        sampled = _sampling(settings, mode, n=wanted, temperature=spread)
+        requests.append(replace(base, sampling=sampled, request_id=base.request_id + "-n"))
+    return Plan(
+        ctx=ctx,
+        mode=mode,
+        prompt=prompt,
+        requests=tuple(requests),
+        ranking=ranking,
+        together=together,
+    )

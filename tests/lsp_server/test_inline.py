@@ -123,6 +123,95 @@ async def test_invoked_completion_gives_distinct_items(make_model) -> None:
     assert backend.calls[1].sampling.temperature > 0
 
 
+def first_tokens_model(
+    make_model, script: list, first: dict[int, float], **kw: object
+) -> tuple[CompletionModel, FakeBackend]:
+    """A FIM model that can score: after any prompt its most likely next tokens are `first`'s
+    (most likely first); each greedy continuation plays the script's next entry."""
+
+    def log_prob(context, token: int) -> float:
+        return first.get(token, -9.0)
+
+    return make_model(script, log_prob=log_prob, repeat_last=False, **kw)
+
+
+async def test_invoked_items_are_the_greedy_answers_after_the_likeliest_first_tokens(
+    make_model,
+) -> None:
+    (b, a, c) = byte_ids("bac")
+    model, backend = first_tokens_model(
+        make_model, ["1", "2", "3", "4"], {b: -0.1, a: -0.5, c: -1.0}
+    )
+    settings = Settings(debounce_ms=0, invoked_suggestions=3)
+    result = await suggest(model, snap_at("x = |"), settings, invoked=True)
+    record = model.engine.job_record
+    # The worker records a job just after its answer went out.
+    await wait_until(lambda: record.snapshot()[0] >= 2, "two jobs recorded")
+    written = [job.generated_tokens for job in record.snapshot()[1]]
+    # The first item is what the automatic request shows: the greedy answer ("b" then "1").
+    assert [s.text for s in result.suggestions] == ["b1", "a2", "c3"]
+    assert all(call.sampling.temperature == 0 for call in backend.calls)
+    assert [call.prompt_ids[-1] for call in backend.calls] == [b, a, c]
+    assert written == [0, 3]  # one scoring, then one job that writes the three answers
+
+
+async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -> None:
+    # After the prompt the "model" writes an indentation (one token), then "i" or "r"; each
+    # answer runs on past its block, as a small model's do.
+    indent, middle = 1000, SPECIAL_TOKENS["<fim_middle>"]
+    (i, r) = byte_ids("ir")
+    after_i = "f n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
+    after_r = "eturn n\n\nprint(f(3))\n"
+
+    def log_prob(context, token: int) -> float:
+        likely = {indent: -0.1} if context[-1] == middle else {i: -0.1, r: -0.5}
+        return likely.get(token, -9.0)
+
+    model, backend = make_model(
+        [after_i + "    pass\n" + "x" * 300, after_r + "y" * 300],
+        log_prob=log_prob,
+        repeat_last=False,
+        pieces={indent: b"    "},
+    )
+    settings = Settings(debounce_ms=0, invoked_suggestions=2)
+    result = await suggest(model, snap_at("def f(n):\n|"), settings, invoked=True)
+    assert result.mode is CompletionMode.MULTI_LINE
+    assert [s.text for s in result.suggestions] == [
+        "    if n < 2:\n        return n\n    return n * 2",
+        "    return n",
+    ]
+    # Each branch stopped at the line break that showed its code had left the block.
+    assert [call.yielded for call in backend.calls] == [len(after_i), len(after_r)]
+
+
+async def test_a_user_temperature_keeps_invoked_items_sampled(make_model) -> None:
+    (b, a) = byte_ids("ba")
+    model, backend = first_tokens_model(make_model, ["one", "two", "three"], {b: -0.1, a: -0.5})
+    settings = Settings(debounce_ms=0, invoked_suggestions=3, temperature=0.2)
+    result = await suggest(model, snap_at("x = |"), settings, invoked=True)
+    assert [s.text for s in result.suggestions] == ["one", "two", "three"]
+    assert backend.scored == []  # no first tokens were asked for
+    assert backend.calls[1].sampling.temperature > 0
+
+
+async def test_a_first_token_that_holds_the_stop_is_a_whole_item(make_model) -> None:
+    # A multi-byte piece "q\n": the single-line answer it starts ends in it, nothing to write.
+    piece = 1000
+    z = byte_ids("z")[0]
+    eos = SPECIAL_TOKENS["<eos>"]
+    model, backend = first_tokens_model(
+        make_model,
+        ["9"],
+        {piece: -0.1, eos: -0.2, z: -0.3},
+        pieces={piece: b"q\n"},
+    )
+    settings = Settings(debounce_ms=0, invoked_suggestions=3)
+    result = await suggest(model, snap_at("x = |\ny = 2\n"), settings, invoked=True)
+    # The end token is no item; only "z" was continued.
+    assert [s.text for s in result.suggestions] == ["q", "z9"]
+    assert [call.prompt_ids[-1] for call in backend.calls] == [z]
+
+
 async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) -> None:
     model, backend = make_model(["never"])
     result = await suggest(model, snap_at("pri|nt(1)"), SETTINGS, invoked=False)

@@ -283,8 +283,11 @@ async def test_a_real_client_over_tcp_gets_a_completion_and_the_log_goes_to_the_
     assert "listening on 127.0.0.1:" in log
     assert "client connected from" in log
     assert "inline fibonacci.py:" in log
-    for job_id in job_ids:  # the engine's line for each of the completion's jobs
-        assert re.search(rf"completion {re.escape(job_id)}: prompt \d+ tokens", log), job_id
+    # The engine's line for each of the completion's jobs: an invoked request's items are a
+    # scoring and a branching where the model writes them together, else generations.
+    kinds = r"(prompt \d+ tokens|scored \d+ continuations|\d+ branches after)"
+    for job_id in job_ids:
+        assert re.search(rf"completion {re.escape(job_id)}: {kinds}", log), job_id
     assert "Traceback" not in log
     assert stdout == b""  # over TCP, stdout carries nothing at all
     # Our log lines went to the file only (llama.cpp may still print its own notes).
