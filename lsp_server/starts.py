@@ -82,6 +82,9 @@ async def starts(
             break
         stem.append(first)
         written += piece
+    # The answer's token limit counts the stem's tokens and the first one, as a stream's does:
+    # an answer cut by it is then cut where the streamed one would be.
+    room = request.sampling.max_tokens - (len(stem) - len(prompt_ids)) - 1
     found: list[Start | int] = []  # a whole answer, or a first token to branch on
     for token, _ in top:
         if len(found) == count:
@@ -95,6 +98,9 @@ async def starts(
         if cut is not None:
             if (written + piece[:cut]).strip():
                 found.append(Start(text=written + piece[:cut], finish=FinishReason.STOP))
+            continue
+        if room < 1:
+            found.append(Start(text=written + piece, finish=FinishReason.LENGTH))
             continue
         found.append(token)
     firsts = tuple(t for t in found if isinstance(t, int))
@@ -113,7 +119,7 @@ async def starts(
             BranchRequest(
                 prompt_token_ids=tuple(stem),
                 first_tokens=firsts,
-                sampling=SamplingParams(max_tokens=request.sampling.max_tokens),
+                sampling=SamplingParams(max_tokens=room),
                 stops=stops,
                 cache_key=cache_key,
                 ends=None if ends is None else whole,

@@ -184,6 +184,15 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
     assert [call.yielded for call in backend.calls] == [len(after_i), len(after_r)]
 
 
+async def test_an_invoked_items_token_limit_counts_its_first_token(make_model) -> None:
+    (b, a) = byte_ids("ba")
+    model, _ = first_tokens_model(make_model, ["123456", "789"], {b: -0.1, a: -0.5})
+    settings = Settings(debounce_ms=0, invoked_suggestions=2, max_tokens_single_line=3)
+    result = await suggest(model, snap_at("x = |"), settings, invoked=True)
+    # Three tokens each, as a streamed answer has: its first and two more.
+    assert [s.text for s in result.suggestions] == ["b12", "a78"]
+
+
 async def test_a_user_temperature_keeps_invoked_items_sampled(make_model) -> None:
     (b, a) = byte_ids("ba")
     model, backend = first_tokens_model(make_model, ["one", "two", "three"], {b: -0.1, a: -0.5})
