@@ -108,6 +108,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/drafts.py
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/languages.py
+	$(BIN)/python bench/invoked.py
+	$(BIN)/python bench/sequences_memory.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)
