@@ -18,10 +18,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.backend import Backend
-from engine.types import SamplingParams
+from engine.types import Role, SamplingParams
+
+if TYPE_CHECKING:
+    from engine.backends.llama_cpp import LlamaCppBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -127,6 +130,19 @@ def timed_tokens(
     finally:
         tokens.close()
     return started, stamps, ids
+
+
+def default_llama(threads: int | None = None) -> LlamaCppBackend:
+    """The default completion model through llama.cpp, loaded as the server loads it (the
+    environment's model settings ignored: every run measures the same model)."""
+    # Here, not at the top: the benchmarks that load no model do not pay llama.cpp's import.
+    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.models import load_backend, model_spec
+    from engine.specs import ModelOptions
+
+    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=threads), environ={}))
+    assert isinstance(backend, LlamaCppBackend)
+    return backend
 
 
 def rss_kib(pid: int) -> int:

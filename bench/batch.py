@@ -33,15 +33,13 @@ import statistics
 import time
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, setup_logging, write_json
+from _common import RESULTS, default_llama, humaneval_rows, setup_logging, write_json
 
 from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.fim import build_fim_prompt
-from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
-from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from engine.types import GenerationRequest, SamplingParams, StopConditions
 from lsp_server.rerank import Ranked, Ranking, best_lines, following_code, hint_prompt
 
 log = logging.getLogger("bench.batch")
@@ -113,9 +111,7 @@ def parted(a: tuple[float, ...], b: tuple[float, ...]) -> float:
 async def run(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     rows = humaneval_rows()
     picked = sorted({i * len(rows) // args.limit for i in range(args.limit)})
-    spec = model_spec(Role.COMPLETION, ModelOptions(threads=args.threads), environ={})
-    backend = load_backend(spec)
-    assert isinstance(backend, LlamaCppBackend)
+    backend = default_llama(args.threads)
     shipped = backend.sequences
     engine = Engine(backend)
     model = CompletionModel.of(engine, "none")

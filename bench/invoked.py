@@ -44,14 +44,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from _common import RESULTS, humaneval_rows, setup_logging, write_json
+from _common import RESULTS, default_llama, humaneval_rows, setup_logging, write_json
 
 from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
 from engine.completion import CompletionModel
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
-from engine.types import Role
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.inline import plan
 from lsp_server.inline.suggest import suggest
@@ -128,9 +125,7 @@ async def answer_once(
 async def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], int]:
     rows = humaneval_rows()
     picked = sorted({i * len(rows) // args.limit for i in range(args.limit)})
-    spec = model_spec(Role.COMPLETION, ModelOptions(threads=args.threads), environ={})
-    backend = load_backend(spec)
-    assert isinstance(backend, LlamaCppBackend)
+    backend = default_llama(args.threads)
     shipped = backend.sequences
     engine = Engine(backend)
     model = CompletionModel.of(engine, None)

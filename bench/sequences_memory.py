@@ -33,13 +33,11 @@ import subprocess
 import threading
 from typing import Any
 
-from _common import RESULTS, ROOT, rss_kib, setup_logging, write_json
+from _common import RESULTS, ROOT, default_llama, rss_kib, setup_logging, write_json
 
-from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
+from engine.backends.llama_cpp import SEQUENCES
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
-from engine.types import BranchRequest, Role, SamplingParams, ScoreRequest
+from engine.types import BranchRequest, SamplingParams, ScoreRequest
 
 COUNTS = (1, 4, 8)
 
@@ -69,9 +67,7 @@ class PeakReader:
 
 
 async def run(args: argparse.Namespace, count: int) -> dict[str, Any]:
-    spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
-    backend = load_backend(spec)
-    assert isinstance(backend, LlamaCppBackend)
+    backend = default_llama()
     loaded = rss_kib(os.getpid())
     engine = Engine(backend)
     text = (ROOT / "engine" / "worker.py").read_text(encoding="utf-8")[:1000]
