@@ -290,9 +290,13 @@ class Place(enum.Enum):
 #: `raw_string_literal` (Go), `string_literal`, `raw_string_literal`, `char_literal` (Rust,
 #: C), `character_literal` (Java), `rune_literal` (Go), heredocs (Ruby, Bash, PHP).
 _STRING_PARTS = ("string", "char_literal", "character_literal", "rune_literal", "heredoc")
-#: Node types of the code inside a string: `interpolation` (Python's f-strings, Ruby),
-#: `template_substitution` (JS, TS), and the like in other grammars.
-_CODE_PARTS = ("interpolation", "substitution")
+#: Node types of the code inside or between strings: `interpolation` (Python's f-strings,
+#: Ruby), `template_substitution` (JS, TS), and the blanks between the parts of a
+#: `concatenated_string` (Python's and C's `"a" "b"`, a string node over both).
+_CODE_PARTS = ("interpolation", "substitution", "concatenated")
+#: Node types whose text the grammar leaves unparsed: a C or C++ macro's body (`preproc_arg`),
+#: where a string is a string all the same. The tree has no answer there.
+_OPAQUE = frozenset({"preproc_arg"})
 #: How block comments end: a comment that ends so is over after its last character, where a
 #: line comment goes on to the line's end.
 _BLOCK_COMMENT_ENDS = ("*/", "-->", "*)", "-}", "]]")
@@ -358,8 +362,9 @@ def place_in(
     root: Node, offset: int, line: tuple[int, int], doubt: Doubt = DOUBT
 ) -> tuple[Place, Node | None] | None:
     """What the byte `offset` of `root`'s text sits in, and the comment or string node that
-    says so (None: code); None where `doubt` finds an error (`place_at`). `line`: the bytes
-    where the offset's line starts and ends."""
+    says so (None: code); None where `doubt` finds an error (`place_at`), and in text the
+    grammar leaves unparsed (a C macro's body). `line`: the bytes where the offset's line
+    starts and ends."""
     if doubt is Doubt.LINE and root.has_error and _error_within(root, *line):
         return None
     strict = doubt is not Doubt.NEVER
@@ -374,6 +379,8 @@ def place_in(
             break
         path.append(child)
     if strict and any(item.is_error or item.is_missing for item in path):
+        return None
+    if any(item.type in _OPAQUE for item in path):
         return None
     line_comment = _line_comment_ending_at(root, offset) if offset == line[1] else None
     if line_comment is not None:

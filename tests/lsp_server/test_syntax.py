@@ -469,6 +469,8 @@ PLACES = [
     pytest.param("c", "char q = '\"‸';\n", STRING, id="c-char-literal"),
     pytest.param("c", "char q = '\"'; int n = ‸1;\n", CODE, id="c-after-char-literal"),
     pytest.param("c", "int n; // count‸", COMMENT, id="c-comment-at-document-end"),
+    pytest.param("c", 'puts("a\\n"‸\n     "b");\n', CODE, id="c-between-concatenated"),
+    pytest.param("python", 's = ("a "\n     "b‸")\n', STRING, id="python-concatenated-part"),
 ]
 
 
@@ -502,6 +504,14 @@ def test_an_unclosed_quote_as_the_user_types_it_is_the_lexers_to_judge() -> None
     prefix, suffix = 'def f():\n    name = "hello ‸\n    return name\n'.split(CURSOR)
     assert place_at(prefix, suffix, "python") is None
     assert cursor_place(prefix, suffix, "python") is STRING
+
+
+def test_a_c_macros_body_is_the_lexers_to_judge() -> None:
+    """The C grammar leaves a macro's body unparsed (one `preproc_arg`, code by its type): the
+    tree gives no answer there, and the lexer finds the string."""
+    prefix, suffix = '#define GREETING "hello ‸world"\nint n;\n'.split(CURSOR)
+    assert place_at(prefix, suffix, "c") is None
+    assert cursor_place(prefix, suffix, "c") is STRING
 
 
 def test_a_language_without_a_grammar_has_no_place_by_the_tree() -> None:
