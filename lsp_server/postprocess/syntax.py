@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Parser, Tree
 
+from engine.text import line_start
 from lsp_server.postprocess.brackets import scan_document
 from lsp_server.postprocess.lexer import LexState, lex, slash_comments
 
@@ -305,27 +306,24 @@ _BLOCK_COMMENT_ENDS = ("*/", "-->", "*)", "-}", "]]")
 def place_at(prefix: str, suffix: str, language_id: str) -> Place | None:
     """Whether the cursor between `prefix` and `suffix` is in code, a comment or a string, by
     the tree of the window the syntax check parses (cached: after `errors_added` this costs a
-    walk down the tree). None without a grammar, and where an ERROR or MISSING node is around
-    the cursor (an unclosed string as the user types it): there the tree's answer is a guess,
-    and the caller asks the lexer.
+    walk down the tree). None without a grammar, where an ERROR or MISSING node is on the
+    cursor's line (an unclosed string as the user types it: `DOUBT`), and in a C macro's body:
+    there the tree's answer is a guess, and the caller asks the lexer (`cursor_place`).
 
     The cursor is inside a node when it is after the node's first character and before its
     end: right after a closing quote is code. A line comment also holds the cursor at its end.
     The code inside a string (f-string `{...}`, template `${...}`) is code."""
+    if grammar_of(language_id) is None:
+        return None  # before the window is cut: the gate asks for every language
     window = _window(prefix, suffix)
     tree = _window_tree(window, language_id)
     if tree is None:
         return None
     offset = len(window.before.encode("utf-8"))
-    line_start = offset - len(window.before[line_start_of(window.before) :].encode("utf-8"))
+    line_begins = offset - len(window.before[line_start(window.before) :].encode("utf-8"))
     line_end = offset + len(window.after.partition("\n")[0].encode("utf-8"))
-    found = place_in(tree.root_node, offset, (line_start, line_end))
+    found = place_in(tree.root_node, offset, (line_begins, line_end))
     return None if found is None else found[0]
-
-
-def line_start_of(text: str) -> int:
-    """Where the last line of `text` starts (lines end at `\n`)."""
-    return text.rfind("\n") + 1
 
 
 def cursor_place(prefix: str, suffix: str, language_id: str) -> Place:
@@ -354,7 +352,10 @@ class Doubt(enum.Enum):
     NEVER = "never"
 
 
-#: The rule `place_at` follows, chosen by bench/cursor_place.py (see the README).
+#: The rule `place_at` follows, chosen by bench/cursor_place.py (README, "Code, comment or
+#: string at the cursor"): with the lexer where the tree is doubted, on cursors whose line is
+#: being typed, LINE agreed with the whole file's tree at 99.5-100% a language, PATH at
+#: 94.2-100%, NEVER at 89.7-100%.
 DOUBT = Doubt.LINE
 
 
