@@ -24,7 +24,7 @@ from typing import Any
 
 from lsp_server.postprocess import CompletionMode, CursorContext
 from lsp_server.postprocess.context import is_closing_text, is_word_char
-from lsp_server.postprocess.lexer import LexState, lex, slash_comments
+from lsp_server.postprocess.syntax import Place, cursor_place
 
 #: The tokens whose log-probabilities make the "first tokens" feature: the model's first
 #: choices decide what the line is about.
@@ -123,9 +123,9 @@ def features_of(
     line_prefix = ctx.line_prefix
     before = line_prefix.rstrip()
     last = before[-1:]  # the last character before the cursor on its line, blanks aside
-    state = LexState(slash_comments=slash_comments(ctx.prefix))
-    for _ in lex(state, ctx.prefix):
-        pass
+    # By the tree where the language has a grammar (the window the syntax check parsed, so
+    # this is a walk down a cached tree), else by the lexer (`syntax.cursor_place`).
+    place = cursor_place(ctx.prefix, ctx.suffix, ctx.language_id)
     return Features(
         tokens=len(clipped),
         mean_logprob=sum(clipped) / len(clipped),
@@ -136,8 +136,8 @@ def features_of(
         after_opener=bool(last) and last in OPENERS,
         at_line_end=bool(before.strip()) and is_closing_text(ctx.line_suffix),
         blank_line=not before.strip(),
-        in_comment=state.comment is not None,
-        in_string=state.string is not None,
+        in_comment=place is Place.COMMENT,
+        in_string=place is Place.STRING,
         after_word=bool(last) and is_word_char(last),
         after_space=bool(before.strip()) and line_prefix != before,
         after_dot=last == ".",

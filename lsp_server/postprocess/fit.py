@@ -16,7 +16,7 @@ from lsp_server.postprocess.context import (
 )
 from lsp_server.postprocess.lexer import OPENER_OF
 from lsp_server.postprocess.mode import CompletionMode
-from lsp_server.postprocess.syntax import block_end, closers_owed, errors_added
+from lsp_server.postprocess.syntax import Place, block_end, closers_owed, errors_added, place_at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,8 +128,7 @@ def _fit_text(text: str, ctx: CursorContext) -> Fitted | None:
     stripped = text.rstrip()
     tail = text[len(stripped) :]
     code_follows = bool(follow) and not follow[0].isspace() and follow[0] not in CLOSING_CHARS
-    in_string = doc.scan(text).state.string is not None
-    if LINE_BREAK.search(tail) or not (code_follows or in_string):
+    if LINE_BREAK.search(tail) or not (code_follows or _ends_in_string(text, follow, doc, ctx)):
         text = stripped
 
     # 6. Empty or no change.
@@ -156,6 +155,20 @@ def _fit_text(text: str, ctx: CursorContext) -> Fitted | None:
     if merged == doc.run:
         return None
     return Fitted(text=merged, replace_chars=len(doc.run))
+
+
+def _ends_in_string(text: str, follow: str, doc: Surroundings, ctx: CursorContext) -> bool:
+    """Whether the end of `text`, written at the cursor, lies inside a string literal: by the
+    tree of the document with it where the language has a grammar (`syntax.place_at`), else
+    by the lexer from the cursor's state."""
+    if ctx.language_id:
+        # The document as accepting the text leaves it: the rest of the line that the text
+        # does not absorb (`follow`) and what follows the absorbed run.
+        after = follow + ctx.suffix[len(doc.run) :] if doc.run_closes is not None else ctx.suffix
+        place = place_at(ctx.prefix + text, after, ctx.language_id)
+        if place is not None:
+            return place is Place.STRING
+    return doc.scan(text).state.string is not None
 
 
 def block_ended(generated: str, ctx: CursorContext) -> bool:

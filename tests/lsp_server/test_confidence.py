@@ -130,6 +130,31 @@ def test_features_say_where_the_cursor_is(text: str, fact: str) -> None:
     assert getattr(features, fact) is True
 
 
+@pytest.mark.parametrize(
+    ("language_id", "text"),
+    [
+        ("rust", "fn f<T>(x: T) where T: 'a + |Clone {}\n"),
+        ("go", "func f(name string) string {\n\treturn `C:\\dir\\` + |name\n}\n"),
+        ("javascript", "const s = `a ${b ? `x` : |y} c`;\n"),
+    ],
+)
+def test_in_string_follows_the_tree_where_the_lexer_was_wrong(language_id: str, text: str) -> None:
+    """A Rust lifetime, a Go raw string ending in a backslash, a template nested in a template's
+    `${...}`: the lexer (the language unknown) puts the cursor in a string, which the gate
+    counts against the suggestion; the language's tree puts it in code."""
+    context = _context(text)
+    lexed = features_of([SURE], context, CompletionMode.SINGLE_LINE)
+    treed = features_of(
+        [SURE], replace(context, language_id=language_id), CompletionMode.SINGLE_LINE
+    )
+    assert lexed is not None
+    assert treed is not None
+    assert lexed.in_string
+    assert not treed.in_string
+    assert not treed.in_comment
+    assert confidence(treed) > confidence(lexed)
+
+
 def test_features_in_plain_code_are_not_comment_or_string() -> None:
     features = features_of([SURE], _context("x = 1  # note\ny = |\n"), CompletionMode.SINGLE_LINE)
     assert features is not None

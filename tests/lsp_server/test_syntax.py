@@ -8,18 +8,29 @@ Documents are written with `‸` where the cursor is; the model's raw text conti
 from __future__ import annotations
 
 import pytest
+from tree_sitter import Tree
 
 from lsp_server.action_logic import LineSpan, enclosing_block, enclosing_code
-from lsp_server.postprocess import CompletionMode, CursorContext, block_ended, fit_completion
+from lsp_server.postprocess import (
+    CompletionMode,
+    CursorContext,
+    block_ended,
+    fit_completion,
+    syntax,
+)
 from lsp_server.postprocess.syntax import (
     DOCUMENT_LIMIT,
     WINDOW_AFTER,
     WINDOW_BEFORE,
+    Place,
     Window,
+    cursor_place,
     enclosing_function,
     error_count,
     errors_added,
     grammar_of,
+    lexed_place,
+    place_at,
 )
 
 CURSOR = "‸"
@@ -426,3 +437,111 @@ def test_a_suggestion_that_closes_the_bracket_open_at_the_documents_end_is_offer
     suggestion's to close, and closing them adds no error; leaving one of its own open does."""
     assert fitted_text(raw, doc, language_id, SINGLE) == raw
     assert fitted_text(raw.replace(")", ") + (1"), doc, language_id, SINGLE) is None
+
+
+# --- what the cursor sits in: code, a comment or a string, by the tree -------------------------
+
+CODE, COMMENT, STRING = Place.CODE, Place.COMMENT, Place.STRING
+
+#: (language, document, where the cursor is by the tree).
+PLACES = [
+    pytest.param("python", "x = 1  # the count‸\ny = 2\n", COMMENT, id="python-comment-end"),
+    pytest.param("python", 'name = "hel‸lo"\n', STRING, id="python-string"),
+    pytest.param("python", 'name = "hello"‸\n', CODE, id="python-after-closing-quote"),
+    pytest.param("python", 'def f():\n    """Return ‸the sum.\n    """\n', STRING, id="docstring"),
+    pytest.param("python", 's = f"{d["k"]} and {n‸}"\n', CODE, id="python-nested-f-string"),
+    pytest.param("python", 's = f"{d["k‸"]}"\n', STRING, id="python-string-in-f-string"),
+    pytest.param("javascript", "let n = 1; /* a ‸note */\n", COMMENT, id="js-block-comment"),
+    pytest.param("javascript", "let n = 1; /* a note */‸\n", CODE, id="js-after-block-comment"),
+    pytest.param("javascript", "const s = `a ${b ? `x` : ‸y} c`;\n", CODE, id="js-template-code"),
+    pytest.param("javascript", "const s = `a ${b} ‸c`;\n", STRING, id="js-template-text"),
+    pytest.param("typescript", "const s: string = `t ${‸n}`;\n", CODE, id="ts-substitution"),
+    pytest.param("typescript", "// TODO: ‸\nlet n: number = 1;\n", COMMENT, id="ts-comment"),
+    pytest.param("go", "p := `C:\\dir\\` + ‸name\n", CODE, id="go-after-raw-string"),
+    pytest.param("go", "p := `C:\\di‸r\\`\n", STRING, id="go-raw-string"),
+    pytest.param("go", "r := '‸x'\n", STRING, id="go-rune"),
+    pytest.param("rust", "fn f<'a, T>(x: &'a T) where T: 'a + ‸Clone {}\n", CODE, id="lifetime"),
+    pytest.param("rust", 'let s = r#"a "b" ‸c"#;\n', STRING, id="rust-raw-string"),
+    pytest.param("rust", "/// Adds ‸\nfn f() {}\n", COMMENT, id="rust-doc-comment"),
+    pytest.param("rust", "/// Adds\n‸fn f() {}\n", CODE, id="rust-after-doc-comment"),
+    pytest.param("java", 'String s = """\n  a "b" ‸c\n  """;\n', STRING, id="java-text-block"),
+    pytest.param("java", "char c = 'x'; int n = ‸1;\n", CODE, id="java-after-char"),
+    pytest.param("c", "char q = '\"‸';\n", STRING, id="c-char-literal"),
+    pytest.param("c", "char q = '\"'; int n = ‸1;\n", CODE, id="c-after-char-literal"),
+    pytest.param("c", "int n; // count‸", COMMENT, id="c-comment-at-document-end"),
+    pytest.param("c", 'puts("a\\n"‸\n     "b");\n', CODE, id="c-between-concatenated"),
+    pytest.param("python", 's = ("a "\n     "b‸")\n', STRING, id="python-concatenated-part"),
+]
+
+
+@pytest.mark.parametrize(("language_id", "doc", "place"), PLACES)
+def test_the_tree_says_where_the_cursor_is(language_id: str, doc: str, place: Place) -> None:
+    prefix, suffix = doc.split(CURSOR)
+    assert place_at(prefix, suffix, language_id) is place
+    assert cursor_place(prefix, suffix, language_id) is place
+
+
+@pytest.mark.parametrize(
+    ("language_id", "doc"),
+    [
+        pytest.param("go", "p := `C:\\dir\\` + ‸name\n", id="go-raw-string-backslash"),
+        pytest.param("rust", "fn f<T>(x: T) where T: 'a + ‸Clone {}\n", id="rust-lifetime"),
+        pytest.param("javascript", "const s = `a ${b ? `x` : ‸y} c`;\n", id="js-nested-template"),
+        pytest.param("python", 's = f"{d["k"]} and {n‸}"\n', id="python-nested-f-string"),
+    ],
+)
+def test_where_the_lexer_is_wrong_the_tree_is_right(language_id: str, doc: str) -> None:
+    """The cases the tree is there for: the lexer, tuned on Python, puts each cursor in a
+    string; it is in code."""
+    prefix, suffix = doc.split(CURSOR)
+    assert lexed_place(prefix) is STRING
+    assert cursor_place(prefix, suffix, language_id) is CODE
+
+
+def test_an_unclosed_quote_as_the_user_types_it_is_the_lexers_to_judge() -> None:
+    """tree-sitter wraps an unclosed string in an ERROR node and answers at random there: the
+    tree gives no answer, and the lexer's (a string) stands."""
+    prefix, suffix = 'def f():\n    name = "hello ‸\n    return name\n'.split(CURSOR)
+    assert place_at(prefix, suffix, "python") is None
+    assert cursor_place(prefix, suffix, "python") is STRING
+
+
+def test_a_c_macros_body_is_the_lexers_to_judge() -> None:
+    """The C grammar leaves a macro's body unparsed (one `preproc_arg`, code by its type): the
+    tree gives no answer there, and the lexer finds the string."""
+    prefix, suffix = '#define GREETING "hello ‸world"\nint n;\n'.split(CURSOR)
+    assert place_at(prefix, suffix, "c") is None
+    assert cursor_place(prefix, suffix, "c") is STRING
+
+
+def test_a_language_without_a_grammar_has_no_place_by_the_tree() -> None:
+    prefix, suffix = "x = 1  # note‸\n".split(CURSOR)
+    assert place_at(prefix, suffix, "cobol") is None
+    assert place_at(prefix, suffix, "") is None
+    assert cursor_place(prefix, suffix, "cobol") is COMMENT  # the lexer's
+
+
+def test_the_place_reads_the_tree_the_syntax_check_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the syntax check of a suggestion, the place costs no parse of its own."""
+    prefix, suffix = "function f(x) {\n  return g(‸);\n}\n".split(CURSOR)
+    errors_added(prefix, "x", suffix, "javascript")
+    parses: list[str] = []
+    original = syntax.parse
+
+    def counting(text: str, language_id: str) -> Tree | None:
+        parses.append(text)
+        return original(text, language_id)
+
+    monkeypatch.setattr(syntax, "parse", counting)
+    assert place_at(prefix, suffix, "javascript") is CODE
+    assert parses == []
+
+
+def test_trailing_space_inside_a_raw_string_is_kept_by_the_tree() -> None:
+    """Fitting keeps a suggestion's trailing blanks where they end inside a string literal.
+    In `r#"x" "#` the lexer sees `"x"` closed and the space in code, and strips the space from
+    the user's string; the tree sees the raw string go on to `"#`."""
+    doc = 'fn f() {\n    let s = ‸"#;\n}\n'
+    assert fitted_text('r#"x" ', doc, "rust", SINGLE) == 'r#"x" '
+    assert fitted_text('r#"x" ', doc, "", SINGLE) == 'r#"x"'  # the lexer's rule, as before
+    assert fitted_text("value ", "fn f() {\n    let s = ‸\n}\n", "rust", SINGLE) == "value"
