@@ -188,6 +188,19 @@ def pypi_cases(sdists: Path, per_package: int) -> list[Case]:
 # The server
 
 
+async def judged_count(client: ServerClient) -> int:
+    """How many suggestions the server's gate has judged so far (`infill/stats`)."""
+    count: int = (await client.client.stats())["gate"]["judged"]
+    return count
+
+
+async def last_judgement(client: ServerClient, judged: int) -> tuple[dict[str, Any] | None, int]:
+    """The gate's judgement of the request just answered (its `Judgement.json()`), None where
+    the gate judged nothing since `judged` (no suggestion); and the new count."""
+    gate = (await client.client.stats())["gate"]
+    return (gate["last"] if gate["judged"] > judged else None), gate["judged"]
+
+
 async def collect(
     cases: Sequence[Case], options: dict[str, Any], partial: Path
 ) -> list[dict[str, Any]]:
@@ -198,16 +211,14 @@ async def collect(
     try:
         status = await client.start()
         log.info("server ready: %s", status.get("model"))
-        judged = (await client.client.stats())["gate"]["judged"]
+        judged = await judged_count(client)
         for number, case in enumerate(cases):
             uri = f"file:///bench/confidence/c{number:04d}.py"
             client.open(uri, case.document)
             started = time.perf_counter()
             items, _ = await client.inline(uri, case.cursor)
             seconds = time.perf_counter() - started
-            gate = (await client.client.stats())["gate"]
-            judgement = gate["last"] if gate["judged"] > judged else None
-            judged = gate["judged"]
+            judgement, judged = await last_judgement(client, judged)
             record: dict[str, Any] = {
                 "id": case.id,
                 "part": case.part,
@@ -267,7 +278,9 @@ def shown_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def curve(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per threshold: suggestions shown, right and wrong among them."""
+    """Per threshold (`THRESHOLDS`): suggestions shown, right and wrong among them. A record
+    needs `inserted` (None: no suggestion), `right` and `judgement` (the gate's, recorded with
+    `minConfidence` 0; its features are weighed again here, so the curve is today's weights')."""
     shown = shown_records(records)
     scores = []
     for r in shown:
@@ -323,26 +336,58 @@ def fit(records: list[dict[str, Any]], names: Sequence[str], l2: float = 1.0) ->
     }
 
 
-def print_curve(title: str, rows: list[dict[str, Any]], default: float) -> None:
+def precision(row: dict[str, Any]) -> float:
+    """Right among shown at a curve's row (0 where nothing is shown)."""
+    return float(row["right"] / row["shown"]) if row["shown"] else 0.0
+
+
+def print_curve(
+    title: str,
+    rows: list[dict[str, Any]],
+    default: float,
+    *,
+    right: str = "right",
+    wrong: str = "wrong",
+) -> None:
+    """A curve as a table; `right` and `wrong` name those columns (a benchmark that scores
+    by exact match says "exact" and "not exact")."""
     base = rows[0]
     print(f"\n{title}")
+    kept_name, cut_name = f"{right} kept", f"{wrong} cut"
+    widths = [max(6, len(right)), max(6, len(wrong)), len(kept_name), len(cut_name)]
     print(
-        f"{'threshold':>9} {'shown':>6} {'right':>6} {'wrong':>6} {'precision':>9} "
-        f"{'right kept':>10} {'wrong cut':>9}"
+        f"{'threshold':>9} {'shown':>6} {right:>{widths[0]}} {wrong:>{widths[1]}} "
+        f"{'precision':>9} {kept_name:>{widths[2]}} {cut_name:>{widths[3]}}"
     )
     for row in rows:
-        precision = row["right"] / row["shown"] if row["shown"] else 0.0
         kept = row["right"] / base["right"] if base["right"] else 1.0
         cut = 1 - row["wrong"] / base["wrong"] if base["wrong"] else 0.0
         mark = "  <- default" if math.isclose(row["threshold"], default) else ""
         print(
-            f"{row['threshold']:>9.2f} {row['shown']:>6} {row['right']:>6} {row['wrong']:>6} "
-            f"{precision:>9.0%} {kept:>10.0%} {cut:>9.0%}{mark}"
+            f"{row['threshold']:>9.2f} {row['shown']:>6} {row['right']:>{widths[0]}} "
+            f"{row['wrong']:>{widths[1]}} {precision(row):>9.0%} {kept:>{widths[2]}.0%} "
+            f"{cut:>{widths[3]}.0%}{mark}"
         )
 
 
 def at(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
     return next(r for r in rows if math.isclose(r["threshold"], threshold))
+
+
+def change_at(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
+    """What the gate at `threshold` changes against showing everything (the curve's first
+    row, threshold 0): the share of wrong and of right suggestions it hides (0 where there
+    were none to hide), and the precision before and after."""
+    base, gated = rows[0], at(rows, threshold)
+    return {
+        "threshold": threshold,
+        "shown": (base["shown"], gated["shown"]),
+        "right": (base["right"], gated["right"]),
+        "wrong": (base["wrong"], gated["wrong"]),
+        "wrong_cut": 1 - gated["wrong"] / base["wrong"] if base["wrong"] else 0.0,
+        "right_cut": 1 - gated["right"] / base["right"] if base["right"] else 0.0,
+        "precision": (precision(base), precision(gated)),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -408,14 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         result["gate_ms"] = {"median": statistics.median(ms), "max": max(ms)}
     if held:
-        rows = result["curves"]["held-out"]
-        base, gated = rows[0], at(rows, Settings().min_confidence)
-        wrong_cut = 1 - gated["wrong"] / base["wrong"] if base["wrong"] else 0.0
-        right_kept = gated["right"] / base["right"] if base["right"] else 1.0
+        change = change_at(result["curves"]["held-out"], Settings().min_confidence)
         print(
             f"held-out at the default {Settings().min_confidence:.2f}: wrong shown "
-            f"{wrong_cut:.0%} fewer (target >= 40%), right shown {1 - right_kept:.0%} fewer "
-            f"(target <= 10%)"
+            f"{change['wrong_cut']:.0%} fewer (target >= 40%), right shown "
+            f"{change['right_cut']:.0%} fewer (target <= 10%)"
         )
     result["seconds"] = time.perf_counter() - started
     write_json(args.json, result)

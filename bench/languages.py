@@ -4,7 +4,7 @@
 Run from the repository root:
 
     .venv/bin/python bench/languages.py [--per-language 20] [--languages go,rust]
-                                        [--cache DIR] [--model PATH] [--json PATH]
+                                        [--cache DIR] [--model PATH] [--json PATH] [--curve]
 
 Files: the sources of six well-known projects, fetched once with the registries' own clients
 into `--cache` (default `~/.cache/infill-lsp/bench-languages`) and read from there after:
@@ -49,6 +49,15 @@ Raw first (then its model is closed), then the server. Prints a table per langua
 all; writes bench/results/languages.json with every case. Targets (issue 27): per language,
 the server's added syntax errors at most half of raw's, no duplicated suffix, exact at least
 raw's.
+
+`--curve`: the confidence gate's curve on these cursors (issue 27, "suggestions shown against
+suggestions right" in other languages than Python). The server side alone, with
+`minConfidence` 0 so every suggestion comes back, each one's judgement read from
+`infill/stats` and scored exact or not as above; then, per language and in all, what the gate
+would show at each threshold of bench/confidence.py (its `curve`: the recorded features
+weighed with today's weights, so this is what the server shows at each setting), and at the
+default `minConfidence` the change against 0. The weights were fitted on Python alone and are
+not refitted here: a report, not a tuning. Writes bench/results/languages_curve.json.
 """
 
 from __future__ import annotations
@@ -76,6 +85,7 @@ from typing import Any
 from _common import RESULTS, Column, Table, median, ok, setup_logging, write_json
 from _compare import run_on_raw_engine, server_options
 from _lsp import ServerClient, mode_at, offset_of
+from confidence import change_at, curve, judged_count, last_judgement, print_curve
 
 from engine.completion import CompletionModel
 from engine.engine import Engine
@@ -268,6 +278,7 @@ class Side:
     end: int = 0  # the range of the document it replaces
     seconds: float = 0.0
     error: str | None = None
+    judgement: dict[str, Any] | None = None  # the confidence gate's (`infill/stats`)
 
     def result(self, case: Case) -> str:
         if self.text is None:
@@ -335,6 +346,7 @@ async def server_phase(cases: Sequence[Case], options: dict[str, Any]) -> list[S
     try:
         status = await client.start()
         log.info("server ready: %s", status.get("model"))
+        judged = await judged_count(client)
         for index, case in enumerate(cases):
             uri = _uri(case, index)
             client.open(uri, case.document, case.language_id)
@@ -350,6 +362,7 @@ async def server_phase(cases: Sequence[Case], options: dict[str, Any]) -> list[S
                         side.end = offset_of(case.document, item.range.end)
             except Exception as e:  # an error response: recorded, the run goes on
                 side.error = str(e)
+            side.judgement, judged = await last_judgement(client, judged)
             client.close(uri)
             out.append(side)
             if (index + 1) % 10 == 0:
@@ -480,6 +493,84 @@ def print_table(result: dict[str, Any]) -> None:
     )
 
 
+# --- the confidence gate's curve (--curve) --------------------------------------------------
+
+
+def curve_result(
+    cases: Sequence[Case], sides: Sequence[Side], wanted: Sequence[str], default: float
+) -> dict[str, Any]:
+    """Every case scored, and per language and in all the gate's curve (bench/confidence.py's
+    `curve`, exact as `right`) and its change at `default` against 0."""
+    rows = []
+    for case, side in zip(cases, sides, strict=True):
+        scored = score(case, side, error_count(case.document, case.language_id))
+        rows.append(
+            {
+                "language": case.language_id,
+                "file": case.file,
+                "line": case.line + 1,
+                "expected": case.expected,
+                "server_mode": mode_at(case.document, case.cursor),
+                "inserted": side.text,
+                "right": scored["exact"],
+                "judgement": side.judgement,
+                "server": scored,
+            }
+        )
+    curves: dict[str, list[dict[str, Any]]] = {}
+    changes: dict[str, dict[str, Any]] = {}
+    for language in [*wanted, "all"]:
+        picked = [r for r in rows if language in ("all", r["language"])]
+        if picked:
+            curves[language] = curve(picked)
+            changes[language] = change_at(curves[language], default)
+            # Shown suggestions the gate cannot judge (no log-probabilities): always shown.
+            changes[language]["unjudged"] = sum(
+                r["inserted"] is not None
+                and (r["judgement"] is None or r["judgement"]["features"] is None)
+                for r in picked
+            )
+    return {"default": default, "curves": curves, "changes": changes, "cases": rows}
+
+
+def print_curves(result: dict[str, Any]) -> None:
+    default = result["default"]
+    table = Table(
+        Column("language", 11, "<"),
+        Column("shown@0", 7),
+        Column("exact", 5),
+        Column("not", 4),
+        Column("prec", 5, spec=".0%"),
+        Column(f"shown@{default:g}", 10),
+        Column("exact", 5),
+        Column("not", 4),
+        Column("prec", 5, spec=".0%"),
+        Column("not-exact shown", 15),
+        Column("exact shown", 11),
+    )
+    rows = []
+    for language, change in result["changes"].items():
+        rows.append(
+            (
+                language,
+                change["shown"][0],
+                change["right"][0],
+                change["wrong"][0],
+                change["precision"][0],
+                change["shown"][1],
+                change["right"][1],
+                change["wrong"][1],
+                change["precision"][1],
+                f"{-change['wrong_cut']:+.0%}",
+                f"{-change['right_cut']:+.0%}",
+            )
+        )
+    print(f"the gate at {default:g} against 0 (shown, exact, not exact, precision = exact/shown):")
+    table.print(rows)
+    for language, rows_of in result["curves"].items():
+        print_curve(language, rows_of, default, right="exact", wrong="not exact")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-language", type=int, default=20, help="cursors per language")
@@ -488,8 +579,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="fetched packages")
     parser.add_argument("--model", help="completion model for both sides (default: the default)")
-    parser.add_argument("--json", type=Path, default=RESULTS / "languages.json")
+    parser.add_argument("--json", type=Path, default=None, help="default: bench/results/...")
+    parser.add_argument(
+        "--curve", action="store_true", help="the confidence gate's curve (server side only)"
+    )
     args = parser.parse_args(argv)
+    if args.json is None:
+        args.json = RESULTS / ("languages_curve.json" if args.curve else "languages.json")
     setup_logging(quiet_engine=True)
     started = time.perf_counter()
     wanted = args.languages.split(",")
@@ -499,11 +595,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             files = source_files(source, args.cache)
             log.info("%s: %d files from %s", source.language_id, len(files), source.project)
             cases += cases_for(source, files, args.per_language)
+    if args.curve:
+        return curve_main(args, cases, wanted, started)
     options, settings = server_options(args.model)
     raw = raw_phase(cases, settings)
     ours = asyncio.run(server_phase(cases, options))
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for case, raw_case, server_side in zip(cases, raw, ours, strict=True):
         errors_before = error_count(case.document, case.language_id)
         rows.append(
@@ -536,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     timed = [r for r in rows if r["fit_ms"] is not None]
     added = [r["fit_ms"] - r["fit_plain_ms"] for r in timed]
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "languages",
         "config": {
             "per_language": args.per_language,
@@ -563,6 +661,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print_table(result)
+    write_json(args.json, result)
+    log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
+    return 0
+
+
+def curve_main(
+    args: argparse.Namespace, cases: Sequence[Case], wanted: Sequence[str], started: float
+) -> int:
+    """`--curve`: the server alone with the gate off, then the curve (module docstring)."""
+    load_before = os.getloadavg()
+    options, _ = server_options(args.model, {"minConfidence": 0})
+    sides = asyncio.run(server_phase(cases, options))
+    result = curve_result(cases, sides, wanted, Settings().min_confidence)
+    result["config"] = {
+        "per_language": args.per_language,
+        "languages": wanted,
+        "sources": {s.language_id: f"{s.project} ({s.registry} {s.package})" for s in SOURCES},
+        "server_settings": {k: v for k, v in options.items() if k != "model"},
+        "model": options.get("model", "default"),
+        "weights": "lsp_server/inline/confidence.py as fitted on Python, not refitted here",
+        "cpu_count": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    print(
+        f"{len(cases)} cursors, {args.per_language} a language; the server with minConfidence 0, "
+        f"each suggestion's confidence from infill/stats; load average "
+        f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores"
+    )
+    print()
+    print_curves(result)
     write_json(args.json, result)
     log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
     return 0
