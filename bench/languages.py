@@ -561,8 +561,8 @@ def print_curves(result: dict[str, Any]) -> None:
                 change["right"][1],
                 change["wrong"][1],
                 change["precision"][1],
-                f"{-change['wrong_cut']:+.0%}",
-                f"{-change['right_cut']:+.0%}",
+                f"{0.0 - change['wrong_cut']:+.0%}",  # 0.0 - 0.0 is 0.0, not "-0%"
+                f"{0.0 - change['right_cut']:+.0%}",
             )
         )
     print(f"the gate at {default:g} against 0 (shown, exact, not exact, precision = exact/shown):")
