@@ -37,9 +37,10 @@ _ALL_SEQUENCES = -1
 #: graph. A cancel stops a pass within one operation (`LlamaContext.evaluate_prompt`), so a
 #: bigger batch no longer makes a newer request wait longer. bench/cold.py, Gemma 3 270M, a
 #: 1,500-token cold prompt, 2 threads on 2 shared cores (load 2.5-3.7), median of 5 rounds:
-#: batches of 256 15.5 s, 512 10.3 s (0.66x), 1024 or 1536 in micro-batches of 512 10.4 s; a
-#: cancel ended llama_decode 3-41 ms after it (median 11 ms, 5 aborted passes), where a
-#: batch of 256 took 0.3-2.6 s. (Until issue 25: 256, the cancel looked at between batches.)
+#: batches of 256 15.5 s, 512 10.3 s (0.66x), 1024 or 1536 in micro-batches of 512 10.4 s
+#: (1 thread: 13.8 s, 14.5 s, 13.3 s, 12.2 s: within the noise); a cancel ended llama_decode
+#: 2-57 ms after it (15 aborted passes), where a batch of 256 took 0.3-2.6 s. Until issue 25
+#: batches were 256 tokens, the cancel looked at only between them.
 EVAL_CHUNK = 512
 #: The live cache's sequence; the others exist only within a job.
 LIVE_SEQUENCE = 0
