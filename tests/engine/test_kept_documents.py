@@ -2,7 +2,8 @@
 
 Coming back to a document restores its KV state: the model evaluates one token instead of the
 whole prompt, and answers exactly what it answered before it left. A prompt evaluation that a newer
-request supersedes stops within one batch, keeping what it computed. Each test loads its own
+request supersedes stops within one batch (within its pass: llama.cpp's abort callback),
+keeping what it computed. Each test loads its own
 backend (0.6 s), so that what other tests left in the cache does not count.
 """
 
