@@ -10,9 +10,8 @@ Bringing the cache to a prompt (`LocalBackend._bring_to`) is the heart of it. `P
 2. Keep the longest prefix the cache shares with the prompt, but never all of the prompt: its
    last token is evaluated again, because only an evaluation gives the logits to sample from.
 3. Cut the cache back to that prefix.
-4. Evaluate the rest in chunks, looking at the cancel event before each (and, in llama.cpp,
-   within each): a cancel stops a long prompt within one chunk (llama.cpp: within one
-   operation), and what was evaluated stays for the next request.
+4. Evaluate the rest in chunks, looking at the cancel event before each: a cancel stops a long
+   prompt within one chunk, and what was evaluated stays for the next request.
 
 While the user types, each request then costs a few new tokens instead of the whole prompt;
 coming back to a document, one. What a state is, and how it is copied out, brought back, cut
@@ -80,12 +79,6 @@ class LiveCache(abc.ABC, Generic[S, Out]):
     @abc.abstractmethod
     def evaluate(self, ids: list[int]) -> Out:
         """Run `ids` through the model on top of the cache."""
-
-    def evaluate_prompt(self, ids: list[int], cancelled: threading.Event) -> Out | None:
-        """A chunk of a prompt through the model on top of the cache. A backend that can stop
-        a pass midway stops when `cancelled` is set, and the cache then holds what it
-        evaluated (None: stopped); here, the whole chunk."""
-        return self.evaluate(ids)
 
     def prepare_to_keep(self, tokens: int) -> None:
         """A long prompt is about to be evaluated: its state, of `tokens` tokens and what is
@@ -273,7 +266,7 @@ class LocalBackend(Backend, Generic[S, Out, D]):
         for start in range(0, len(rest), live.chunk):
             if cancelled.is_set():
                 break
-            output = live.evaluate_prompt(rest[start : start + live.chunk], cancelled)
+            output = live.evaluate(rest[start : start + live.chunk])
         kept.set_live(key, live.length)
         return None if cancelled.is_set() else Prefilled(output)
 

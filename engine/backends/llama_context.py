@@ -32,16 +32,18 @@ log = logging.getLogger(__name__)
 
 #: llama.cpp's "every sequence" id in the state functions.
 _ALL_SEQUENCES = -1
-#: Prompt tokens evaluated per pass, between two looks at the machine's load: llama.cpp's
-#: micro-batch (llama-cpp-python's `n_ubatch`, and llama-server's), so that a pass is one
-#: graph. A cancel stops a pass within one operation (`LlamaContext.evaluate_prompt`), so a
-#: bigger batch no longer makes a newer request wait longer. bench/cold.py, Gemma 3 270M, a
-#: 1,500-token cold prompt, 2 threads on 2 shared cores (load 2.5-3.7), median of 5 rounds:
-#: batches of 256 15.5 s, 512 10.3 s (0.66x), 1024 or 1536 in micro-batches of 512 10.4 s
-#: (1 thread: 13.8 s, 14.5 s, 13.3 s, 12.2 s: within the noise); a cancel ended llama_decode
-#: 2-57 ms after it (15 aborted passes), where a batch of 256 took 0.3-2.6 s. Until issue 25
-#: batches were 256 tokens, the cancel looked at only between them.
-EVAL_CHUNK = 512
+#: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
+#: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
+#: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
+#: Issue 25 measured again (bench/cold.py, Gemma 3 270M, a 1,500-token cold prompt, medians of
+#: 5 interleaved rounds on 2 shared cores): batches of 256 / 512 / 1536 took 3.21 / 3.34 /
+#: 3.23 s on 2 threads as the load fell below 1, 13.8 / 14.5 / 12.2 s on 1 thread under load
+#: (4.2): within the noise. Only 2 threads on a loaded machine, which the adaptive thread
+#: count avoids, favoured 512 (15.5 / 10.3 / 10.4 s). Larger batches would need llama.cpp's
+#: abort callback to keep a cancel this quick (it stops a pass 2-57 ms after a cancel, and the
+#: cache is sound after), but as a Python callback it waits for the GIL after each of a pass's
+#: ~400 operations: 1.35-1.56x the time while another Python thread computes. So 256 stays.
+EVAL_CHUNK = 256
 #: The live cache's sequence; the others exist only within a job.
 LIVE_SEQUENCE = 0
 #: Rows of logits one pass of several sequences' tokens gives at most: each row is a vocabulary
@@ -100,10 +102,6 @@ class LlamaContext(LiveCache[State, None]):
         self.sequences = int(lib.llama_n_seq_max(self._ctx_pointer)) - 1
         self._rows = lib.llama_batch_init(max(llm.n_batch, SCORE_ROWS), 0, 1)
         self._rows_held = True
-        # The abort callback and a null one to remove it with; llama.cpp keeps only pointers.
-        self._cancelled: threading.Event | None = None
-        self._abort = lib.ggml_abort_callback(self._should_abort)
-        self._no_abort = lib.ggml_abort_callback()
 
     # --- computing ---------------------------------------------------------------------------
 
@@ -122,39 +120,6 @@ class LlamaContext(LiveCache[State, None]):
     def evaluate(self, ids: list[int]) -> None:
         self.use_threads()
         self._llm.eval(ids)
-
-    def evaluate_prompt(self, ids: list[int], cancelled: threading.Event) -> None:
-        """`evaluate`, with llama.cpp's abort callback on `cancelled` for the while: a cancel
-        stops the pass within one of its operations (milliseconds), and the cache then holds
-        the micro-batches that were done (llama.cpp drops the cells of the one it stopped)."""
-        lib, llm = self._lib, self._llm
-        base = llm.n_tokens
-        self._cancelled = cancelled
-        lib.llama_set_abort_callback(self._ctx_pointer, self._abort, None)
-        try:
-            self.evaluate(ids)
-        except RuntimeError:  # llama-cpp-python's word for any code but 0: 2 is "aborted"
-            if not cancelled.is_set():
-                raise
-            # The micro-batches done stay in the cache: they count as evaluated. The tokens
-            # of a batch whose decode failed are not in `input_ids` yet.
-            held = int(lib.llama_memory_seq_pos_max(self._memory(), LIVE_SEQUENCE)) + 1
-            held = min(max(held, llm.n_tokens), base + len(ids))
-            llm.input_ids[llm.n_tokens : held] = ids[llm.n_tokens - base : held - base]
-            llm.n_tokens = held
-            log.debug("a cancel stopped a prompt's pass: %d of its tokens kept", held - base)
-        finally:
-            lib.llama_set_abort_callback(self._ctx_pointer, self._no_abort, None)
-            self._cancelled = None
-
-    def _should_abort(self, _data: Any) -> bool:
-        """llama.cpp's abort callback, called after each operation of a pass (about 400 a
-        pass of Gemma 3 270M). Python, so it takes the GIL each time: free, it costs nothing
-        measurable (a 1,500-token pass 3.04 s with it, 3.17 s without), but while another
-        Python thread computes it waits for its turn (16.5 s to 22.2 s, bench/cold.py). So it
-        is installed only while a prompt evaluates, when the event loop mostly waits."""
-        cancelled = self._cancelled
-        return cancelled is not None and cancelled.is_set()
 
     def most_likely(self, ids: list[int]) -> list[int]:
         """Evaluate `ids` on top of the cache in one pass with every position's logits: the
