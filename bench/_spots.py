@@ -73,6 +73,10 @@ def default_spots() -> list[Spot]:
     ]
 
 
+class NoLineToType(SystemExit):
+    """A file with no `name = call(...)` line where `typing_doc` looks for one."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TypingDoc:
     """A document of about N tokens with a line to type near its end.
@@ -108,7 +112,7 @@ def typing_doc(path: str, target_tokens: int, count: Callable[[str], int]) -> Ty
         if m is not None:
             break
     else:
-        raise SystemExit(f"{path}: no `name = call(...)` line in its first {end} lines")
+        raise NoLineToType(f"{path}: no `name = call(...)` line in its first {end} lines")
     kept = lines[:end]
     column = m.end()
     next_char = kept[index][column]

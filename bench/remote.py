@@ -91,7 +91,7 @@ log = logging.getLogger("bench.remote")
 #: The files documents are cut from (real code of this repository); `--spots N` takes the first N.
 FILES = (
     "engine/worker.py",
-    "lsp_server/neighbors.py",
+    "lsp_server/documents.py",  # lsp_server/neighbors.py lost its `name = call(` line
     "lsp_server/action_handlers.py",
     "lsp_server/protocol.py",
     "engine/prefix_cache.py",

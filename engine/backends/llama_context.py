@@ -35,6 +35,14 @@ _ALL_SEQUENCES = -1
 #: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
 #: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
 #: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
+#: Issue 25 measured again (bench/cold.py, Gemma 3 270M, a 1,500-token cold prompt, medians of
+#: 5 interleaved rounds on 2 shared cores): batches of 256 / 512 / 1536 took 3.21 / 3.34 /
+#: 3.23 s on 2 threads as the load fell below 1, 13.8 / 14.5 / 12.2 s on 1 thread under load
+#: (4.2): within the noise. Only 2 threads on a loaded machine, which the adaptive thread
+#: count avoids, favoured 512 (15.5 / 10.3 / 10.4 s). Larger batches would need llama.cpp's
+#: abort callback to keep a cancel this quick (it stops a pass 2-57 ms after a cancel, and the
+#: cache is sound after), but as a Python callback it waits for the GIL after each of a pass's
+#: ~400 operations: 1.35-1.56x the time while another Python thread computes. So 256 stays.
 EVAL_CHUNK = 256
 #: The live cache's sequence; the others exist only within a job.
 LIVE_SEQUENCE = 0
