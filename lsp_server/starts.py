@@ -4,9 +4,10 @@ scores (`rerank.py`).
 
 One scoring of the prompt gives the most likely next tokens; each is then continued greedily
 by one `BranchRequest` (the llama.cpp backend writes the branches together, the prompt
-evaluated once). The first start is the greedy answer itself: its first token is the most
-likely one, and a greedy answer after it is what plain decoding writes, so an invoked request's
-first item is the automatic suggestion.
+evaluated once). The first start is the greedy answer itself in exact arithmetic: its first
+token is the most likely one. Written beside other rows, llama.cpp may round it otherwise than
+plain decoding (README "Many sequences per pass"), so an invoked request takes its first item
+from plain decoding, exactly the automatic suggestion, and only the others from here.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ async def starts(
     cache_key: str | None,
     blank_lines: bool = True,
     ends: Callable[[str], bool] | None = None,
+    others: bool = False,
 ) -> list[Start]:
     """Up to `count` answers after `prompt_ids`, one per most likely first token, each
     continued greedily with `request`'s token limit and stops; most likely first token first.
@@ -59,7 +61,8 @@ async def starts(
     character, an end token, or empty is no start; nor one that begins with a line break,
     unless `blank_lines`. A first token that holds a stop string is a whole answer (cut at it).
     `ends`: an answer is also whole once this holds of its text, asked when a line break came
-    (as a streamed answer is judged when its delta brings one).
+    (as a streamed answer is judged when its delta brings one). `others`: the most likely
+    first token is left out, for a caller that has the greedy answer from plain decoding.
     """
     engine = scorer.engine
     stops = request.stops
@@ -86,7 +89,7 @@ async def starts(
     # an answer cut by it is then cut where the streamed one would be.
     room = request.sampling.max_tokens - (len(stem) - len(prompt_ids)) - 1
     found: list[Start | int] = []  # a whole answer, or a first token to branch on
-    for token, _ in top:
+    for token, _ in top[1:] if others else top:
         if len(found) == count:
             break
         piece = scorer.detokenize([token])

@@ -20,16 +20,16 @@ from lsp_server.starts import starts
 async def answer(model: CompletionModel, plan: Plan, request: GenerationRequest) -> RawTexts:
     """What the model answers `request` of `plan` with: candidate lines ranked by the code
     after them, most likely first (the plan's first request, when it ranks); the greedy
-    answers after the most likely first tokens (when it writes them together); else its
-    generated choices."""
+    answers after the next most likely first tokens (the second request, when an invoked
+    request's items are written together); else its generated choices."""
     scorer, ids = model.scorer, plan.prompt.token_ids
-    if plan.together > 1 and request is plan.requests[0] and scorer and ids:
+    if plan.together > 1 and request is not plan.requests[0] and scorer and ids:
         ctx, healed = plan.ctx, plan.prompt.healed_indent
         found = await starts(
             scorer,
             ids,
             request,
-            count=plan.together,
+            count=plan.together - 1,
             cache_key=request.cache_key,
             # Each answer ends where a streamed one is stopped (`_generate`'s `stop_early`).
             ends=(
@@ -37,9 +37,10 @@ async def answer(model: CompletionModel, plan: Plan, request: GenerationRequest)
                 if plan.mode is CompletionMode.MULTI_LINE
                 else None
             ),
+            others=True,
         )
-        if found:
-            return [RawText(text=start.text, finish=start.finish) for start in found]
+        # None found (cancelled, or no other first token): the greedy answer is all there is.
+        return [RawText(text=start.text, finish=start.finish) for start in found]
     if plan.ranking is not None and request is plan.requests[0] and scorer and ids:
         ranked = await best_lines(scorer, ids, plan.ranking, request)
         if ranked:

@@ -48,8 +48,9 @@ class Plan:
     requests: tuple[GenerationRequest, ...]  # the greedy one, then the sampled ones
     #: Set when the first request's answer is candidate lines ranked by the code after them.
     ranking: Ranking | None = None
-    #: More than 1: the first request's answer is this many greedy answers, one after each of
-    #: the most likely first tokens, written together (`starts.py`), instead of sampled choices.
+    #: More than 1: after the greedy request, the second's answer is the greedy answers after
+    #: the next `together - 1` most likely first tokens, written together (`starts.py`),
+    #: instead of sampled choices.
     together: int = 1
 
 
@@ -80,7 +81,7 @@ RawTexts = list[RawText]
 def answer_key(plan: Plan, request: GenerationRequest) -> AnswerKey:
     first = request is plan.requests[0]
     ranking = plan.ranking if first else None
-    together = plan.together if first else 1
+    together = 1 if first else plan.together
     return (
         plan.prompt.text,
         request.sampling,
@@ -154,9 +155,11 @@ def plan_for(
     requests = [base]
     together = 1
     if wanted > 1 and ranking is None and writes_together(model, settings, prompt):
-        # One job: the greedy answer and its alternatives after the next most likely first
-        # tokens, the prompt evaluated once; sampled choices would each be a job of their own.
+        # The greedy answer as the automatic request has it, then one job for the answers
+        # after the next most likely first tokens, the prompt evaluated once (sampled choices
+        # would each be a job of their own).
         together = wanted
+        requests.append(replace(base, request_id=base.request_id + "-others"))
     elif wanted > 1:
         spread = max(settings.temperature, INVOKED_TEMPERATURE)
         sampled = _sampling(settings, mode, n=wanted, temperature=spread)

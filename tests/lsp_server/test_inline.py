@@ -135,24 +135,26 @@ def first_tokens_model(
     return make_model(script, log_prob=log_prob, repeat_last=False, **kw)
 
 
-async def test_invoked_items_are_the_greedy_answers_after_the_likeliest_first_tokens(
+async def test_invoked_items_are_the_greedy_answer_then_those_after_the_next_first_tokens(
     make_model,
 ) -> None:
     (b, a, c) = byte_ids("bac")
     model, backend = first_tokens_model(
-        make_model, ["1", "2", "3", "4"], {b: -0.1, a: -0.5, c: -1.0}
+        make_model, ["b1", "2", "3", "4"], {b: -0.1, a: -0.5, c: -1.0}
     )
     settings = Settings(debounce_ms=0, invoked_suggestions=3)
     result = await suggest(model, snap_at("x = |"), settings, invoked=True)
-    record = model.engine.job_record
-    # The worker records a job just after its answer went out.
-    await wait_until(lambda: record.snapshot()[0] >= 2, "two jobs recorded")
-    written = [job.generated_tokens for job in record.snapshot()[1]]
-    # The first item is what the automatic request shows: the greedy answer ("b" then "1").
+    # The first item is the automatic suggestion, by plain decoding; the others are the
+    # greedy answers after the next likeliest first tokens, "a" and "c", in one job.
     assert [s.text for s in result.suggestions] == ["b1", "a2", "c3"]
     assert all(call.sampling.temperature == 0 for call in backend.calls)
-    assert [call.prompt_ids[-1] for call in backend.calls] == [b, a, c]
-    assert written == [0, 3]  # one scoring, then one job that writes the three answers
+    assert [call.prompt_ids[-1] for call in backend.calls[1:]] == [a, c]
+    record = model.engine.job_record
+    # The worker records a job just after its answer went out.
+    await wait_until(lambda: record.snapshot()[0] >= 3, "three jobs recorded")
+    jobs = record.snapshot()[1]
+    assert [len(job.finish_reasons) for job in jobs] == [1, 0, 0]  # a generation, then...
+    assert [job.generated_tokens for job in jobs[1:]] == [0, 2]  # a scoring and a branching
 
 
 async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -> None:
@@ -160,7 +162,7 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
     # answer runs on past its block, as a small model's do.
     indent, middle = 1000, SPECIAL_TOKENS["<fim_middle>"]
     (i, r) = byte_ids("ir")
-    after_i = "f n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
+    greedy = "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
     after_r = "eturn n\n\nprint(f(3))\n"
 
     def log_prob(context, token: int) -> float:
@@ -168,7 +170,7 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
         return likely.get(token, -9.0)
 
     model, backend = make_model(
-        [after_i + "    pass\n" + "x" * 300, after_r + "y" * 300],
+        [greedy + "    pass\n" + "x" * 300, after_r + "y" * 300],
         log_prob=log_prob,
         repeat_last=False,
         pieces={indent: b"    "},
@@ -180,8 +182,9 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
         "    if n < 2:\n        return n\n    return n * 2",
         "    return n",
     ]
-    # Each branch stopped at the line break that showed its code had left the block.
-    assert [call.yielded for call in backend.calls] == [len(after_i), len(after_r)]
+    # The branch after "r" stopped at the line break that showed its code had left the block.
+    assert backend.calls[1].prompt_ids[-2:] == (indent, r)
+    assert backend.calls[1].yielded == len(after_r)
 
 
 async def test_an_invoked_items_token_limit_counts_its_first_token(make_model) -> None:
@@ -189,8 +192,8 @@ async def test_an_invoked_items_token_limit_counts_its_first_token(make_model) -
     model, _ = first_tokens_model(make_model, ["123456", "789"], {b: -0.1, a: -0.5})
     settings = Settings(debounce_ms=0, invoked_suggestions=2, max_tokens_single_line=3)
     result = await suggest(model, snap_at("x = |"), settings, invoked=True)
-    # Three tokens each, as a streamed answer has: its first and two more.
-    assert [s.text for s in result.suggestions] == ["b12", "a78"]
+    # Three tokens each, as the streamed answer has: the branch's first and two more.
+    assert [s.text for s in result.suggestions] == ["123", "a78"]
 
 
 async def test_a_user_temperature_keeps_invoked_items_sampled(make_model) -> None:
@@ -210,15 +213,15 @@ async def test_a_first_token_that_holds_the_stop_is_a_whole_item(make_model) -> 
     eos = SPECIAL_TOKENS["<eos>"]
     model, backend = first_tokens_model(
         make_model,
-        ["9"],
-        {piece: -0.1, eos: -0.2, z: -0.3},
+        ["z9"],
+        {z: -0.1, piece: -0.2, eos: -0.3},
         pieces={piece: b"q\n"},
     )
     settings = Settings(debounce_ms=0, invoked_suggestions=3)
     result = await suggest(model, snap_at("x = |\ny = 2\n"), settings, invoked=True)
-    # The end token is no item; only "z" was continued.
-    assert [s.text for s in result.suggestions] == ["q", "z9"]
-    assert [call.prompt_ids[-1] for call in backend.calls] == [z]
+    # The end token is no item, and nothing was left to branch on.
+    assert [s.text for s in result.suggestions] == ["z9", "q"]
+    assert len(backend.calls) == 1  # the greedy answer's generation alone
 
 
 async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) -> None:
