@@ -128,7 +128,11 @@ def _fit_text(text: str, ctx: CursorContext) -> Fitted | None:
     stripped = text.rstrip()
     tail = text[len(stripped) :]
     code_follows = bool(follow) and not follow[0].isspace() and follow[0] not in CLOSING_CHARS
-    if LINE_BREAK.search(tail) or not (code_follows or _ends_in_string(text, follow, doc, ctx)):
+    # Nothing to strip, nothing to decide: where the text ends is asked only of a tail (a
+    # parse of the document with the text, where the language has a grammar).
+    if tail and (
+        LINE_BREAK.search(tail) or not (code_follows or _ends_in_string(text, follow, doc, ctx))
+    ):
         text = stripped
 
     # 6. Empty or no change.
