@@ -107,10 +107,11 @@ async def starts(
             continue
         found.append(token)
     firsts = tuple(t for t in found if isinstance(t, int))
+    # Each branch's text before what the engine writes: the stem's and its first token's.
+    heads = [written + scorer.detokenize([token]) for token in firsts]
     texts: tuple[str, ...] = ()
     finishes: tuple[FinishReason, ...] = ()
     if firsts:
-        heads = [written + scorer.detokenize([token]) for token in firsts]
         judged = [0] * len(firsts)
 
         def whole(index: int, text: str) -> bool:
@@ -131,16 +132,16 @@ async def starts(
         if branches is None:
             return []
         texts, finishes = branches.texts, branches.finish_reasons
-    branched = iter(zip(firsts, texts, finishes, strict=True))
+    branched = iter(zip(heads, texts, finishes, strict=True))
     answers: list[Start] = []
     for item in found:
         if isinstance(item, Start):
             answers.append(item)
             continue
-        token, text, finish = next(branched)
+        head, text, finish = next(branched)
         if finish in (FinishReason.CANCELLED, FinishReason.ERROR):
             continue
-        answers.append(Start(text=written + scorer.detokenize([token]) + text, finish=finish))
+        answers.append(Start(text=head + text, finish=finish))
     return answers
 
 
