@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import enum
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,59 @@ def scoring_prompt(
     if len(prompt) + longest > context_size:
         raise PromptTooLongError(len(prompt) + longest, context_size)
     return prompt
+
+
+class Joined(enum.Enum):
+    """What came of a request's joining a `StepGroup`."""
+
+    JOINED = "joined"
+    #: The cache has no room for it beside the members now: it waits for one to leave.
+    NO_ROOM = "no room"
+    CANCELLED = "cancelled"
+
+
+class StepRefusedError(RuntimeError):
+    """The backend could not take a pass of every member of a `StepGroup` now (its cache
+    found no cells for them): the members go on one at a time."""
+
+
+class StepGroup(abc.ABC):
+    """Greedy generations of several requests advanced together, a pass taking the next token
+    of every member (continuous batching). A request joins with what it has so far and leaves
+    when it ends; either happens between two passes. Runs only on the model's worker thread.
+    The backend's live cache and kept documents are only read while the group exists; `close`
+    removes what the group added to the cache."""
+
+    #: The most members the group takes.
+    capacity: int
+
+    @abc.abstractmethod
+    def join(
+        self,
+        member: int,
+        history: Sequence[int],
+        ahead: int,
+        cancelled: threading.Event,
+        *,
+        cache_key: str | None = None,
+    ) -> tuple[Joined, int]:
+        """Make `member` a member: `history` is its prompt and the tokens it has so far (the
+        next pass gives the token after them), `ahead` the most tokens it may still write.
+        With the outcome, the history's tokens that were evaluated (the rest came from the
+        live cache or a kept document)."""
+
+    @abc.abstractmethod
+    def step(self) -> dict[int, tuple[int, float]]:
+        """One pass: every member's next token (the most likely one; ties to the lowest id)
+        and its log-probability. StepRefusedError if the backend cannot take the pass."""
+
+    @abc.abstractmethod
+    def leave(self, member: int) -> None:
+        """`member` is done (or set aside): what it held in the cache goes."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Every member leaves."""
 
 
 class Backend(abc.ABC):
@@ -186,6 +240,16 @@ class Backend(abc.ABC):
     def can_score(self) -> bool:
         """Whether `score` is implemented (a reranker is only offered where it is)."""
         return False
+
+    @property
+    def group_size(self) -> int:
+        """The most greedy generations `step_group` advances together; 1 where the backend
+        writes one request at a time (the worker then gives requests turns)."""
+        return 1
+
+    def step_group(self) -> StepGroup:
+        """A new, empty group of generations advanced together (`group_size` > 1 only)."""
+        raise NotImplementedError(f"the {self.info.backend} backend writes one request at a time")
 
     def score(
         self,

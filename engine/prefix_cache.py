@@ -149,14 +149,7 @@ class PrefixCache(Generic[S]):
         """
         prompt, live = tuple(prompt), tuple(live)
         live_shared = common_prefix(live, prompt)
-        best_id, best_shared, best_rank = None, 0, (0, False)
-        for entry_id, entry in self._kept.items():
-            shared = common_prefix(entry.tokens, prompt)
-            # Among equals, the prompt's own document, then the most recently kept (the
-            # store runs from least to most recently kept).
-            rank = (shared, key is not None and entry.key == key)
-            if shared > 0 and rank >= best_rank:
-                best_id, best_shared, best_rank = entry_id, shared, rank
+        best_id, best_shared = self._best(prompt, key)
         restore = best_id is not None and best_shared >= live_shared + RESTORE_MARGIN
         leaving = self.live_key != key if key is not None else live_shared * 2 < len(live)
         save_live = (
@@ -176,6 +169,32 @@ class PrefixCache(Generic[S]):
             restore_tokens=entry.tokens,
             shared=best_shared,
         )
+
+    def _best(self, prompt: tuple[int, ...], key: str | None) -> tuple[int | None, int]:
+        """The kept state that shares the most leading tokens with `prompt`, and how many."""
+        best_id, best_shared, best_rank = None, 0, (0, False)
+        for entry_id, entry in self._kept.items():
+            shared = common_prefix(entry.tokens, prompt)
+            # Among equals, the prompt's own document, then the most recently kept (the
+            # store runs from least to most recently kept).
+            rank = (shared, key is not None and entry.key == key)
+            if shared > 0 and rank >= best_rank:
+                best_id, best_shared, best_rank = entry_id, shared, rank
+        return best_id, best_shared
+
+    def read(
+        self, prompt: Sequence[int], key: str | None, live_shared: int
+    ) -> tuple[S, tuple[int, ...], int] | None:
+        """The kept state to start `prompt` from beside the live cache (which shares
+        `live_shared` of its tokens), its tokens and how many it shares; None where none
+        shares `RESTORE_MARGIN` more. It stays in the store (it is only copied from), as the
+        most recently used."""
+        best_id, best_shared = self._best(tuple(prompt), key)
+        if best_id is None or best_shared < live_shared + RESTORE_MARGIN:
+            return None
+        self._kept.move_to_end(best_id)
+        entry = self._kept[best_id]
+        return entry.state, entry.tokens, best_shared
 
     def keep(self, key: str | None, tokens: Sequence[int], state: S, nbytes: int) -> None:
         """Keep a state the live cache held (the newest of its document's)."""

@@ -76,6 +76,13 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def most_likely_each(self) -> bool:
+        """Whether each token is the most likely one after the tokens before it, whatever
+        else a pass computes: greedy and unpenalized. Such tokens may come from checked
+        drafts, or from a pass that carries other requests' rows."""
+        return self.greedy and self.repetition_penalty == 1.0
+
     def for_choice(self, index: int) -> SamplingParams:
         """The parameters of choice `index`: each sampled choice gets its own seed."""
         if self.seed is None or index == 0:

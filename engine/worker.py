@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from engine.backend import Backend
+from engine.backend import Backend, Joined, StepGroup, StepRefusedError
 from engine.chat_template import render_chat
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
@@ -217,15 +217,22 @@ class Worker:
                     self.record.close_unrecorded(job.request.request_id)
                 return
             item = self._next()
-            job = item.job if isinstance(item, _Run) else item[0]
-            try:
-                if self._serve(item):
-                    continue  # set aside for another job; END comes later
-            except Exception as e:  # keep serving: a job's failure is reported to that job only
-                log.exception("%s: job %s failed", self.name, job.request.request_id)
-                job.emit(e)
-            job.emit(END)
-            self.record.close_unrecorded(job.request.request_id)
+            if self._groupable(item) and any(map(self._groupable, self._urgent)):
+                self._serve_group(item)
+            else:
+                self._serve_one(item)
+
+    def _serve_one(self, item: tuple[Job, float] | _Run) -> None:
+        """Serve a job alone until it ends (END) or steps aside for another."""
+        job = item.job if isinstance(item, _Run) else item[0]
+        try:
+            if self._serve(item):
+                return  # set aside for another job; END comes later
+        except Exception as e:  # keep serving: a job's failure is reported to that job only
+            log.exception("%s: job %s failed", self.name, job.request.request_id)
+            job.emit(e)
+        job.emit(END)
+        self.record.close_unrecorded(job.request.request_id)
 
     def _next(self) -> tuple[Job, float] | _Run:
         """The next job: a completion job before the others; within a queue, a cancelled one
@@ -246,6 +253,8 @@ class Worker:
         held = run.held + time.perf_counter() - run.turn_started
         if run.job.request.role is not Role.COMPLETION and self._urgent:
             step_aside = True
+        elif self._groupable(run) and any(map(self._groupable, self._urgent)):
+            step_aside = True  # to be written together with it (`_serve_group`)
         else:
             waiting = self._queue_of(run.job)
             step_aside = bool(waiting) and min(map(_claim, waiting)) < held - TURN_SECONDS
@@ -494,23 +503,12 @@ class Worker:
             )
             try:
                 for token_id in tokens:
-                    if job.cancelled.is_set():  # computed while the cancel came, or after it
-                        run.after_cancel = (run.after_cancel or 0) + 1
-                    if run.first_token is None:
-                        run.first_token = time.perf_counter()
-                        run.evaluated = self.backend.last_prefill_tokens
-                        self.record.note(
-                            JobEvent(
-                                phase=JobPhase.GENERATING,
-                                request_id=job.request.request_id,
-                                cache_key=job.request.cache_key,
-                            )
-                        )
-                    run.generated.append(token_id)
-                    logprob = self.backend.last_logprob
-                    known = None if logprob is None else (logprob,)
-                    for delta in processor.on_tokens(index, (token_id,), known):
-                        job.emit(delta)
+                    self._on_token(
+                        run,
+                        token_id,
+                        self.backend.last_logprob,
+                        evaluated=self.backend.last_prefill_tokens,
+                    )
                     if processor.is_finished(index) or job.cancelled.is_set():
                         break
                     if self._should_yield(run):
@@ -524,6 +522,161 @@ class Worker:
             run.index += 1
             run.generated = []
         return False
+
+    def _on_token(
+        self, run: _Run, token_id: int, logprob: float | None, *, evaluated: int | None
+    ) -> None:
+        """A token of the run's current choice: its deltas emitted, its figures noted
+        (`evaluated`: the prompt tokens the model evaluated for it, for a first token)."""
+        job = run.job
+        if job.cancelled.is_set():  # computed while the cancel came, or after it
+            run.after_cancel = (run.after_cancel or 0) + 1
+        if run.first_token is None:
+            run.first_token = time.perf_counter()
+            if evaluated is not None:
+                run.evaluated = evaluated
+            self.record.note(
+                JobEvent(
+                    phase=JobPhase.GENERATING,
+                    request_id=job.request.request_id,
+                    cache_key=job.request.cache_key,
+                )
+            )
+        run.generated.append(token_id)
+        known = None if logprob is None else (logprob,)
+        for delta in run.processor.on_tokens(run.index, (token_id,), known):
+            job.emit(delta)
+
+    # --- jobs written together ----------------------------------------------------------------
+
+    def _groupable(self, item: tuple[Job, float] | _Run) -> bool:
+        """Whether a job may be written together with others (`StepGroup`): a completion
+        job's one greedy, unpenalized choice, where the backend writes requests together."""
+        job = item.job if isinstance(item, _Run) else item[0]
+        request = job.request
+        return (
+            isinstance(request, GenerationRequest)
+            and request.role is Role.COMPLETION
+            and request.sampling.n == 1
+            and request.sampling.most_likely_each
+            and job.aborted is None
+            and not job.cancelled.is_set()
+            and self.backend.group_size > 1
+        )
+
+    def _serve_group(self, first: tuple[Job, float] | _Run) -> None:
+        """Write `first` and the other groupable completion jobs together, a token of each
+        per pass, until every one has ended. Jobs join between passes as they come (while the
+        group has room) and leave as they end. Any other completion job that comes sets the
+        group's jobs aside, as `_should_yield` does one job: they go on in turns afterwards."""
+        group = self.backend.step_group()
+        members: dict[int, _Run] = {}
+        waiting_room = False  # a job found no room: none joins until a member leaves
+        try:
+            if self._admit(group, first, members) is Joined.NO_ROOM:
+                # No room beside the live cache even for one: it goes on alone.
+                group.close()
+                self._serve_one(self._urgent.popleft())  # where `_admit` put it back
+                return
+            while members:
+                self._drain(block=False)
+                if self._closing:
+                    break
+                for item in [w for w in self._urgent if not self._groupable(w)]:
+                    if not (item.job if isinstance(item, _Run) else item[0]).cancelled.is_set():
+                        return  # another completion job comes first: set the group aside
+                if not waiting_room:
+                    for item in [w for w in self._urgent if self._groupable(w)]:
+                        if len(members) >= group.capacity:
+                            break
+                        self._urgent.remove(item)
+                        if self._admit(group, item, members) is Joined.NO_ROOM:
+                            waiting_room = True
+                            break
+                for key, run in list(members.items()):
+                    if run.job.cancelled.is_set():
+                        del members[key]
+                        group.leave(key)
+                        self._end_run(run)
+                        waiting_room = False
+                if not members:
+                    break
+                try:
+                    stepped = group.step()
+                except StepRefusedError as e:
+                    log.warning("%s: %s; the jobs go on one at a time", self.name, e)
+                    return
+                for key, run in list(members.items()):
+                    token, logprob = stepped[key]
+                    self._on_token(run, token, logprob, evaluated=None)
+                    if run.processor.is_finished(0) or run.job.cancelled.is_set():
+                        del members[key]
+                        group.leave(key)
+                        self._end_run(run)
+                        waiting_room = False
+        except Exception as e:
+            log.error(
+                "%s: generation failed for %d jobs written together: %s: %s",
+                self.name,
+                len(members),
+                type(e).__name__,
+                e,
+                exc_info=not self._failed_before,
+            )
+            self._failed_before = True
+            for run in members.values():
+                for delta in run.processor.error(f"{type(e).__name__}: {e}"):
+                    run.job.emit(delta)
+                self._end_run(run)
+            members.clear()
+        finally:
+            group.close()
+            now = time.perf_counter()
+            for run in members.values():  # set aside: they go on in turns
+                run.held += now - run.turn_started
+                self._urgent.append(run)
+
+    def _admit(
+        self, group: StepGroup, item: tuple[Job, float] | _Run, members: dict[int, _Run]
+    ) -> Joined:
+        """Start `item` (if it is not a started run) and make it a member. A job that ends
+        before it joins (cancelled, refused, failed) counts as CANCELLED: it has its END. One
+        the group has no room for waits at the head of the queue again (NO_ROOM)."""
+        run = item if isinstance(item, _Run) else self._start(*item)
+        if run is None:  # it ended before it started (its deltas or error are out)
+            job = item.job if isinstance(item, _Run) else item[0]
+            job.emit(END)
+            self.record.close_unrecorded(job.request.request_id)
+            return Joined.CANCELLED
+        history = [*run.prompt_ids, *run.generated]
+        ahead = max(1, run.request.sampling.max_tokens - len(run.generated))
+        key = id(run)
+        try:
+            joined, evaluated = group.join(
+                key, history, ahead, run.job.cancelled, cache_key=run.request.cache_key
+            )
+        except Exception as e:
+            log.exception("%s: job %s failed", self.name, run.request.request_id)
+            for delta in run.processor.error(f"{type(e).__name__}: {e}"):
+                run.job.emit(delta)
+            self._end_run(run)
+            return Joined.CANCELLED
+        if joined is Joined.NO_ROOM:
+            self._urgent.appendleft(run)
+        elif joined is Joined.CANCELLED:
+            self._end_run(run)
+        else:
+            if run.first_token is None:
+                run.evaluated = evaluated
+            run.turn_started = time.perf_counter()
+            members[key] = run
+        return joined
+
+    def _end_run(self, run: _Run) -> None:
+        """A run's end: its figures recorded, its channel closed."""
+        self._finish(run)
+        run.job.emit(END)
+        self.record.close_unrecorded(run.job.request.request_id)
 
     def _finish(self, run: _Run) -> None:
         job, processor, request = run.job, run.processor, run.request

@@ -362,8 +362,8 @@ class LlamaContext(LiveCache[State, None]):
     def _memory(self) -> Any:
         return self._lib.llama_get_memory(self._ctx_pointer)
 
-    def _decode_rows(self, rows: Sequence[tuple[int, int, int]]) -> None:
-        """One pass over `rows` (token, position, sequence), every row's logits."""
+    def _decode_rows(self, rows: Sequence[tuple[int, int, int]], *, logits: bool = True) -> None:
+        """One pass over `rows` (token, position, sequence), every row's logits (or none)."""
         self.use_threads()
         batch = self._rows
         batch.n_tokens = len(rows)
@@ -372,10 +372,65 @@ class LlamaContext(LiveCache[State, None]):
             batch.pos[i] = position
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq
-            batch.logits[i] = True
+            batch.logits[i] = logits
         code = int(self._lib.llama_decode(self._ctx_pointer, batch))
         if code != 0:
             raise SequencesRefusedError(f"llama_decode of {len(rows)} rows refused ({code})")
+
+    # --- sequences beside the live one, for a group of generations (llama_group.py) ----------
+
+    def rows_best(self, rows: Sequence[tuple[int, int, int]]) -> list[tuple[int, float]]:
+        """One pass over `rows` (token, position, sequence): the most likely token after each
+        row (ties to the lowest id, as `most_likely`) and its log-probability."""
+        self._decode_rows(rows)
+        logits = self._logits(len(rows))
+        best: list[int] = logits.argmax(axis=1).tolist()
+        return [(t, token_log_prob(row, t)) for row, t in zip(logits, best, strict=True)]
+
+    def copy_sequence(self, source: int, seq: int, length: int = -1) -> None:
+        """`seq` shares the cells of `source`'s first `length` tokens (all: -1)."""
+        memory = self._memory()
+        self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+        self._lib.llama_memory_seq_cp(memory, source, seq, 0 if length >= 0 else -1, length)
+
+    def drop_sequence(self, seq: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory(), seq, -1, -1)
+
+    def restore_beside(self, seq: int, state: State, length: int) -> int:
+        """A kept state copied into sequence `seq` (the state stays the store's), cut to its
+        first `length` tokens: how many it holds; 0 where llama.cpp refused it (no room) or a
+        sliding-window layer lost the cells before the cut (`_lost_cells`)."""
+        read = int(
+            self._lib.llama_state_seq_set_data(
+                self._ctx_pointer, _uint8_pointer(state), state.size, seq
+            )
+        )
+        memory = self._memory()
+        if read > 0 and length > 0:
+            removed = self._lib.llama_memory_seq_rm(memory, seq, length, -1)
+            if removed and self._lib.llama_memory_seq_pos_min(memory, seq) <= 0:
+                return length
+        self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+        return 0
+
+    def evaluate_beside(
+        self, seq: int, ids: Sequence[int], at: int, cancelled: threading.Event
+    ) -> bool:
+        """Evaluate `ids` in sequence `seq` from position `at`, in passes of `chunk` tokens
+        with no logits; False if `cancelled` stopped it (looked at before every pass)."""
+        for start in range(0, len(ids), self.chunk):
+            if cancelled.is_set():
+                return False
+            part = ids[start : start + self.chunk]
+            self._decode_rows(
+                [(t, at + start + i, seq) for i, t in enumerate(part)], logits=False
+            )
+        return not cancelled.is_set()
+
+    @property
+    def cells(self) -> int:
+        """The cells of the cache, which every sequence's tokens share."""
+        return int(self._lib.llama_n_ctx(self._ctx_pointer))
 
     # --- what the cache holds ----------------------------------------------------------------
 

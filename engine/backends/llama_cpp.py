@@ -42,6 +42,7 @@ from engine.backends.llama_context import (
     State,
     padded_rows,
 )
+from engine.backends.llama_group import LlamaStepGroup
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
 from engine.errors import BackendUnavailableError, ModelLoadError, PromptTooLongError
@@ -92,9 +93,8 @@ class DraftChecking(enum.Enum):
 
 
 def drafts_apply(sampling: SamplingParams) -> bool:
-    """Whether a request's tokens may come from checked drafts: greedy and unpenalized, where
-    the answer after each position is its most likely token, whatever came in the same pass."""
-    return sampling.greedy and sampling.repetition_penalty == 1.0
+    """Whether a request's tokens may come from checked drafts."""
+    return sampling.most_likely_each
 
 
 def llama_params(spec: ModelSpec) -> dict[str, Any]:
@@ -509,6 +509,15 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
             if alone is None:
                 return None
         return branched.written
+
+    @property
+    def group_size(self) -> int:
+        """Requests written together (`LlamaStepGroup`): as many as rows go together."""
+        return min(self.sequences, self._context.sequences)
+
+    def step_group(self) -> LlamaStepGroup:
+        self._check_open()
+        return LlamaStepGroup(self._context, self._kept, self.group_size)
 
     def _score_continuations(
         self,
