@@ -35,6 +35,8 @@ from engine.specs import (
     API_KEY_ENV,
     BACKENDS,
     REMOTE_BACKEND,
+    ROWS_CHOICES,
+    ROWS_ENV,
     HubModel,
     LoadOptions,
     ModelOptions,
@@ -124,7 +126,10 @@ def model_spec(
     for remote in ("endpoint", "api_key"):
         loading[remote] = None  # not the local model's: two specs differing here are one model
     path, hub = _resolve(role, explicit, environ, options.model)
-    return ModelSpec(path=path, hub=hub, **loading)
+    rows = environ.get(ROWS_ENV) or "auto"
+    if rows not in ROWS_CHOICES:
+        raise ModelLoadError(f"${ROWS_ENV} must be one of {', '.join(ROWS_CHOICES)}, not {rows!r}")
+    return ModelSpec(path=path, hub=hub, rows=rows, **loading)
 
 
 def _load_llama_cpp(spec: ModelSpec) -> Backend:

@@ -31,6 +31,12 @@ DEVICES = "auto, cpu, cuda or cuda:N"  # what the transformers backend takes
 #: "auto" is "compiled" on CUDA and "dynamic" on the CPU.
 DECODE_PATHS = ("auto", "dynamic", "static", "compiled")
 DEFAULT_CONTEXT_SIZE = 4096
+#: Whether llama.cpp writes several sequences' rows in one pass (branches, scorings, requests
+#: under way at once): "auto" where a probe at load finds that they pay (a GPU, usually not 2
+#: CPU cores), "together" or "one" (at a time) whatever it finds: for benchmarks, or a device
+#: the probe misjudges. An environment setting, not a user setting.
+ROWS_ENV = "INFILL_ROWS"
+ROWS_CHOICES = ("auto", "together", "one")
 
 
 def check_device(value: object) -> str:
@@ -161,6 +167,7 @@ class ModelSpec(LoadOptions):
     #: The model's file or folder; for a hub model, where it is (or will be) in our cache.
     path: Path
     hub: HubModel | None = None  # where `path` comes from, when it is downloaded
+    rows: str = "auto"  # llama.cpp: one of ROWS_CHOICES ($INFILL_ROWS)
 
     @property
     def cache_bytes(self) -> int | None:

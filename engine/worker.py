@@ -2,7 +2,10 @@
 
 Jobs queue up and run one at a time, completion jobs first; a chat job yields to a waiting
 completion job between two tokens and resumes afterwards, and among jobs of one priority the
-one that has held the model least goes first (see `Worker`). Each job has a cancel
+one that has held the model least goes first (see `Worker`). Where the backend writes several
+requests per pass (`Backend.group_size`), greedy completion jobs under way at once are written
+together instead, a token of each per pass, joining and leaving between passes
+(`Worker._serve_group`: continuous batching). Each job has a cancel
 event that the backend checks before every token, and hands its results to the caller's event
 loop through a thread-safe `emit` callback. Prompt preparation (chat rendering, tokenizing)
 happens here too, so nothing touches the model from another thread. What it records of each
@@ -90,6 +93,7 @@ class _Run:
 
     __slots__ = (
         "after_cancel",
+        "alone",
         "evaluated",
         "first_token",
         "generated",
@@ -129,6 +133,13 @@ class _Run:
         #: Seconds it held the model in its earlier turns, and when its turn began.
         self.held = 0.0
         self.turn_started = started
+        #: A group had no room for it (the cache's cells): it goes alone, in turns.
+        self.alone = False
+
+
+def _alone(item: tuple[Job, float] | _Run) -> bool:
+    """Whether a job is one a group had no room for (it goes alone, in turns)."""
+    return isinstance(item, _Run) and item.alone
 
 
 def _claim(item: tuple[Job, float] | _Run) -> float:
@@ -561,20 +572,21 @@ class Worker:
             and request.sampling.most_likely_each
             and job.aborted is None
             and not job.cancelled.is_set()
+            and not _alone(item)
             and self.backend.group_size > 1
         )
 
     def _serve_group(self, first: tuple[Job, float] | _Run) -> None:
         """Write `first` and the other groupable completion jobs together, a token of each
-        per pass, until every one has ended. Jobs join between passes as they come (while the
-        group has room) and leave as they end. Any other completion job that comes sets the
-        group's jobs aside, as `_should_yield` does one job: they go on in turns afterwards."""
+        per pass, until every one has ended. Jobs join between passes as they come and leave
+        as they end. A job the group has no room for (the cache's cells) is never asked again:
+        no one else joins while it waits, so the group ends and it goes next, alone. Any other
+        completion job that comes sets the group's jobs aside, as `_should_yield` does one
+        job: they go on in turns afterwards."""
         group = self.backend.step_group()
         members: dict[int, _Run] = {}
-        waiting_room = False  # a job found no room: none joins until a member leaves
         try:
             if self._admit(group, first, members) is Joined.NO_ROOM:
-                # No room beside the live cache even for one: it goes on alone.
                 group.close()
                 self._serve_one(self._urgent.popleft())  # where `_admit` put it back
                 return
@@ -582,23 +594,22 @@ class Worker:
                 self._drain(block=False)
                 if self._closing:
                     break
-                for item in [w for w in self._urgent if not self._groupable(w)]:
-                    if not (item.job if isinstance(item, _Run) else item[0]).cancelled.is_set():
+                for item in self._urgent:
+                    job = item.job if isinstance(item, _Run) else item[0]
+                    if not (self._groupable(item) or job.cancelled.is_set() or _alone(item)):
                         return  # another completion job comes first: set the group aside
-                if not waiting_room:
+                if not any(map(_alone, self._urgent)):
                     for item in [w for w in self._urgent if self._groupable(w)]:
                         if len(members) >= group.capacity:
                             break
                         self._urgent.remove(item)
                         if self._admit(group, item, members) is Joined.NO_ROOM:
-                            waiting_room = True
                             break
                 for key, run in list(members.items()):
                     if run.job.cancelled.is_set():
                         del members[key]
                         group.leave(key)
                         self._end_run(run)
-                        waiting_room = False
                 if not members:
                     break
                 try:
@@ -613,7 +624,6 @@ class Worker:
                         del members[key]
                         group.leave(key)
                         self._end_run(run)
-                        waiting_room = False
         except Exception as e:
             log.error(
                 "%s: generation failed for %d jobs written together: %s: %s",
@@ -630,11 +640,14 @@ class Worker:
                 self._end_run(run)
             members.clear()
         finally:
-            group.close()
             now = time.perf_counter()
             for run in members.values():  # set aside: they go on in turns
                 run.held += now - run.turn_started
                 self._urgent.append(run)
+            try:
+                group.close()
+            except Exception:  # the members go on alone from their own tokens
+                log.exception("%s: could not close a group of jobs", self.name)
 
     def _admit(
         self, group: StepGroup, item: tuple[Job, float] | _Run, members: dict[int, _Run]
@@ -662,6 +675,7 @@ class Worker:
             self._end_run(run)
             return Joined.CANCELLED
         if joined is Joined.NO_ROOM:
+            run.alone = True
             self._urgent.appendleft(run)
         elif joined is Joined.CANCELLED:
             self._end_run(run)

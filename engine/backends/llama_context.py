@@ -422,9 +422,7 @@ class LlamaContext(LiveCache[State, None]):
             if cancelled.is_set():
                 return False
             part = ids[start : start + self.chunk]
-            self._decode_rows(
-                [(t, at + start + i, seq) for i, t in enumerate(part)], logits=False
-            )
+            self._decode_rows([(t, at + start + i, seq) for i, t in enumerate(part)], logits=False)
         return not cancelled.is_set()
 
     @property

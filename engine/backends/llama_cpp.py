@@ -233,7 +233,8 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
         #: Together only where many rows cost much less than as many passes of one, measured
         #: once at load (`_rows_pay`).
-        self.sequences = self._context.sequences if self._rows_pay() else 1
+        together = spec.rows == "together" or (spec.rows == "auto" and self._rows_pay())
+        self.sequences = self._context.sequences if together else 1
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,6 +68,7 @@ class LlamaStepGroup(StepGroup):
         *,
         cache_key: str | None = None,
     ) -> tuple[Joined, int]:
+        began = time.perf_counter()
         context = self._context
         if len(self._members) >= self.capacity or not history:
             return Joined.NO_ROOM, 0
@@ -105,6 +107,14 @@ class LlamaStepGroup(StepGroup):
             return Joined.CANCELLED, 0
         self._members[member] = lane
         self._refill()
+        log.debug(
+            "joined beside %d: %d tokens from %s, %d evaluated in %.0f ms",
+            len(self._members) - 1,
+            start,
+            "a kept state" if kept is not None and start != shared else "the live cache",
+            len(before) - start,
+            (time.perf_counter() - began) * 1000,
+        )
         return Joined.JOINED, len(history) - start
 
     def step(self) -> dict[int, tuple[int, float]]:

@@ -21,8 +21,9 @@ from test_llama_drafts import programs
 
 from engine.backend import StepGroup
 from engine.backends.llama_cpp import LlamaCppBackend
+from engine.errors import ModelLoadError
 from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
+from engine.specs import ROWS_ENV, ModelOptions
 from engine.types import (
     FinishReason,
     GenerationRequest,
@@ -375,10 +376,14 @@ def test_kept_documents_come_back_exactly_after_a_group(
     assert live_sequences(backend) == []
 
 
-def test_requests_that_do_not_fit_beside_each_other_go_on_after(shared_data: Path) -> None:
-    """A context of 1,024 cells and four prompts of 300-400 tokens: those that find no room
-    in the group wait for a member to leave (or go on alone), and every answer is whole and
-    greedy up to rounding."""
+def test_requests_that_do_not_fit_beside_each_other_go_on_after(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context of 1,024 cells. Four prompts of 400 tokens: those that find no room in the
+    group wait for a member to leave, and every answer is whole and greedy up to rounding.
+    Two prompts of 600 tokens: only the one whose document the live cache holds fits (it
+    shares its cells); the other goes alone after it, each answer the one alone, and no
+    group is tried again for it."""
     backend = load_backend(
         model_spec(Role.CHAT, ModelOptions(threads=1, context_size=1024), environ={})
     )
@@ -399,6 +404,16 @@ def test_requests_that_do_not_fit_beside_each_other_go_on_after(shared_data: Pat
             for _position, gap in most_likely_up_to_rounding(backend, prompt, answer):
                 assert gap <= ROUNDING
         assert live_sequences(backend) == []
+
+        pairs = ["\n".join(found[i * 10 : i * 10 + 10]) for i in range(2)]
+        long = [backend.tokenize(t, add_bos=backend.vocab.adds_bos)[:600] for t in pairs]
+        assert all(len(p) == 600 for p in long)
+        requests = [request(p, f"long-{i}", tokens=40) for i, p in enumerate(long)]
+        alone = run_alone(backend, requests)
+        spy = GroupSpy(backend, monkeypatch)
+        with worker_of(backend) as worker:
+            assert [a.tokens() for a in run_together(worker, requests)] == alone
+        assert len(spy.groups) <= len(requests)
     finally:
         backend.close()
 
@@ -435,3 +450,18 @@ def test_sampled_requests_are_not_written_together(
         answers = run_together(worker, sampled)
     assert all(a.tokens() for a in answers)
     assert spy.groups == []
+
+
+@pytest.mark.parametrize(("value", "size"), [("together", 8), ("one", 1)])
+def test_the_rows_environment_setting_overrides_the_probe(value: str, size: int) -> None:
+    spec = model_spec(Role.CHAT, ModelOptions(threads=1), environ={ROWS_ENV: value})
+    backend = load_backend(spec)
+    try:
+        assert backend.group_size == size
+    finally:
+        backend.close()
+
+
+def test_a_rows_setting_it_does_not_know_is_refused_saying_which() -> None:
+    with pytest.raises(ModelLoadError, match=f"{ROWS_ENV}.*auto, together, one.*'many'"):
+        model_spec(Role.CHAT, ModelOptions(), environ={ROWS_ENV: "many"})
