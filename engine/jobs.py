@@ -40,6 +40,9 @@ class JobStats:
     #: Tokens the model handed over after the job's cancel was requested: the README's "stops
     #: within one token" as a figure (0 or 1). None: the job was not cancelled while it ran.
     tokens_after_cancel: int | None = None
+    #: The most other requests whose tokens went in the same passes as its own (requests
+    #: written together, engine/worker.py `_serve_group`); 0: it was written alone.
+    written_beside: int = 0
     #: The document the prompt came from (the request's `cache_key`), so that a reader can
     #: pick out the jobs of one document.
     cache_key: str | None = None
@@ -187,6 +190,7 @@ def job_json(stats: JobStats, words: ReportWords) -> dict[str, Any]:
         "finish_reasons": [None if r is None else str(r) for r in stats.finish_reasons],
         # "Stops within one token" (README), measured: tokens after the cancel was requested.
         "tokens_after_cancel": stats.tokens_after_cancel,
+        "written_beside": stats.written_beside,
         words.document: stats.cache_key,
     }
 

@@ -94,6 +94,7 @@ class _Run:
     __slots__ = (
         "after_cancel",
         "alone",
+        "beside",
         "evaluated",
         "first_token",
         "generated",
@@ -135,6 +136,8 @@ class _Run:
         self.turn_started = started
         #: A group had no room for it (the cache's cells): it goes alone, in turns.
         self.alone = False
+        #: The most other jobs written in the same passes as its tokens.
+        self.beside = 0
 
 
 def _alone(item: tuple[Job, float] | _Run) -> bool:
@@ -618,6 +621,7 @@ class Worker:
                     log.warning("%s: %s; the jobs go on one at a time", self.name, e)
                     return
                 for key, run in list(members.items()):
+                    run.beside = max(run.beside, len(members) - 1)
                     token, logprob = stepped[key]
                     self._on_token(run, token, logprob, evaluated=None)
                     if run.processor.is_finished(0) or run.job.cancelled.is_set():
@@ -714,6 +718,7 @@ class Worker:
             tokens_after_cancel=(
                 (run.after_cancel or 0) if job.cancelled.is_set() else run.after_cancel
             ),
+            written_beside=run.beside,
             cache_key=request.cache_key,
         )
         self.record.add(stats)

@@ -719,6 +719,7 @@ def test_stats_gives_each_finished_job_the_figures_of_infill_stats(
         "total_ms",
         "finish_reasons",
         "tokens_after_cancel",
+        "written_beside",
         "cache_key",
     }
     assert (job["cache_key"], job["generated_tokens"], job["finish_reasons"]) == (

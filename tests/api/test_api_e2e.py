@@ -5,6 +5,7 @@ model list, the key, and a dropped stream freeing the engine."""
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,3 +202,41 @@ def test_the_key_one_model_for_both_roles_and_shutdown() -> None:
         assert shared.process.wait(60) == 0
     finally:
         stop_engine(shared)
+
+
+#: Prompts whose greedy answers have no near tie: where requests are written together a
+#: token's logits round otherwise (README "Many sequences per pass"), and only a near tie
+#: could then go the other way.
+CONFIDENT = (
+    "1, 2, 3, 4, 5, 6, 7,",
+    "Monday, Tuesday, Wednesday,",
+    "a b c d e f g h",
+    "def one():\n    return 1\n\n\ndef two():\n    return 2\n\n\ndef three():\n",
+)
+
+
+def test_clients_at_once_are_written_together_and_answered_as_alone() -> None:
+    """Four clients at once on a server whose rows go together ($INFILL_ROWS=together, the
+    chat model SmolLM2 completing, whose passes of many rows give the logits of one): each
+    gets the answer it gets alone, and /stats says which were written beside others."""
+    smol = str(default_chat_model())
+    server = start_engine("--model", smol, "--chat-model", smol, env={"INFILL_ROWS": "together"})
+    try:
+        client = server.client()
+
+        def ask(prompt: str) -> str:
+            answer = client.completions.create(
+                model="completion", prompt=prompt, max_tokens=24, temperature=0
+            )
+            return str(answer.choices[0].text)
+
+        alone = [ask(p) for p in CONFIDENT]
+        with concurrent.futures.ThreadPoolExecutor(len(CONFIDENT)) as pool:
+            at_once = list(pool.map(ask, CONFIDENT))
+        assert at_once == alone
+        (model,) = server.get("/stats")["models"]
+        jobs = model["recent"][-len(CONFIDENT) :]
+        assert all(job["written_beside"] == 0 for job in model["recent"][: len(CONFIDENT)])
+        assert max(job["written_beside"] for job in jobs) >= 1, jobs
+    finally:
+        stop_engine(server)

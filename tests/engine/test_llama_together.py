@@ -222,9 +222,11 @@ def test_requests_under_way_at_once_are_written_together_and_answered_as_alone(
     spy = GroupSpy(backend, monkeypatch)
     with worker_of(backend) as worker:
         answers = run_together(worker, requests)
+        figures = worker.record.snapshot()[1][-len(requests) :]
     assert [a.tokens() for a in answers] == alone
     assert len(spy.groups) == 1
     assert spy.passes == [max(len(t) for t in alone)]
+    assert sorted(f.written_beside for f in figures) == [len(requests) - 1] * len(requests)
     assert live_sequences(backend) == []
 
 

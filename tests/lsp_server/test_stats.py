@@ -50,6 +50,7 @@ def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish()
         "total_ms": 74.4,
         "finish_reasons": ["cancelled", None],
         "tokens_after_cancel": None,
+        "written_beside": 0,
         "document": None,
     }
     assert job_json(figures(4), WORDS)["first_token_ms"] == 19.5
