@@ -10,9 +10,9 @@ asked alone once, as an editor's earlier keystroke would), then a keystroke in e
 requests submitted at once, greedy, `--tokens` tokens at most. Each is answered two ways, the
 order turning from round to round:
 
-- together: the llama.cpp backend's rows together (8 sequences), so the worker writes the N
-  requests as one group, a token of each per pass (`engine/backends/llama_group.py`);
-- one at a time: rows one at a time, so the requests take turns as before.
+- together: the worker writes the N requests as one group, a token of each per pass
+  (`engine/backends/llama_group.py`), whatever the load-time probe found (`group_from` 2);
+- one at a time: no group (`group_from` 0), so the requests take turns as before.
 
 Prints, for N = 1, 2, 4 and 8, the median seconds until the last of the N answers is out and
 the mean seconds per answer, each way; their ratio to one request alone (the issue's measure
@@ -47,7 +47,7 @@ from _common import (
     write_json,
 )
 
-from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
+from engine.backends.llama_cpp import LlamaCppBackend
 from engine.types import GenerationRequest, Role, SamplingParams, TextDelta
 from engine.worker import END, Job, Worker
 
@@ -106,7 +106,7 @@ def at_once(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     backend: LlamaCppBackend = default_llama(args.threads)
-    shipped = backend.sequences
+    shipped = backend.group_from
     worker = Worker(backend, "bench")
     rows = humaneval_rows()
     texts = [row["prompt"] for row in rows[:: max(1, len(rows) // 200)]]
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 order = WAYS if round_number % 2 == 0 else WAYS[::-1]
                 case: dict[str, Any] = {"count": count, "round": round_number}
                 for way in order:
-                    backend.sequences = SEQUENCES if way == "together" else 1
+                    backend.group_from = 2 if way == "together" else 0
                     keys = [f"{way}-{count}-{round_number}-{i}" for i in range(count)]
                     # Each document's state kept: its prompt but the last 3 tokens, alone.
                     for p, key in zip(ids, keys, strict=True):
@@ -143,11 +143,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
     finally:
         worker.close(60)
-        backend.sequences = shipped
+        backend.group_from = shipped
         backend.close()
     summary = summarize(cases)
     return {
-        "shipped_sequences": shipped,
+        "shipped_group_from": shipped,
         "threads": args.threads,
         "tokens": args.tokens,
         "load": os.getloadavg(),
@@ -211,7 +211,7 @@ def main() -> int:
         ]
         for s in result["summary"]
     )
-    print(f"rows together at load: {result['shipped_sequences']}; load {result['load']}")
+    print(f"written together at load from: {result['shipped_group_from']}; load {result['load']}")
     write_json(args.json, result)
     return 0
 

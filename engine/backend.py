@@ -241,14 +241,18 @@ class Backend(abc.ABC):
         """Whether `score` is implemented (a reranker is only offered where it is)."""
         return False
 
+    #: The least greedy generations under way at once that the worker writes together
+    #: (`step_group`): where that many cost less together than in turns. 0: never (the
+    #: worker gives requests turns).
+    group_from: int = 0
+
     @property
     def group_size(self) -> int:
-        """The most greedy generations `step_group` advances together; 1 where the backend
-        writes one request at a time (the worker then gives requests turns)."""
+        """The most greedy generations `step_group` advances together."""
         return 1
 
     def step_group(self) -> StepGroup:
-        """A new, empty group of generations advanced together (`group_size` > 1 only)."""
+        """A new, empty group of generations advanced together (`group_from` > 0 only)."""
         raise NotImplementedError(f"the {self.info.backend} backend writes one request at a time")
 
     def score(

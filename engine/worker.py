@@ -231,7 +231,7 @@ class Worker:
                     self.record.close_unrecorded(job.request.request_id)
                 return
             item = self._next()
-            if self._groupable(item) and any(map(self._groupable, self._urgent)):
+            if self._groupable(item) and self._group_waits(others=1):
                 self._serve_group(item)
             else:
                 self._serve_one(item)
@@ -267,8 +267,8 @@ class Worker:
         held = run.held + time.perf_counter() - run.turn_started
         if run.job.request.role is not Role.COMPLETION and self._urgent:
             step_aside = True
-        elif self._groupable(run) and any(map(self._groupable, self._urgent)):
-            step_aside = True  # to be written together with it (`_serve_group`)
+        elif self._groupable(run) and self._group_waits(others=1):
+            step_aside = True  # to be written together with them (`_serve_group`)
         else:
             waiting = self._queue_of(run.job)
             step_aside = bool(waiting) and min(map(_claim, waiting)) < held - TURN_SECONDS
@@ -576,8 +576,14 @@ class Worker:
             and job.aborted is None
             and not job.cancelled.is_set()
             and not _alone(item)
-            and self.backend.group_size > 1
+            and self.backend.group_from > 1
         )
+
+    def _group_waits(self, *, others: int) -> bool:
+        """Whether enough groupable jobs wait for a group, with `others` under way beside them
+        (`Backend.group_from`)."""
+        waiting = sum(map(self._groupable, self._urgent))
+        return waiting > 0 and waiting + others >= self.backend.group_from
 
     def _serve_group(self, first: tuple[Job, float] | _Run) -> None:
         """Write `first` and the other groupable completion jobs together, a token of each

@@ -36,6 +36,7 @@ from engine.accelerators import (
 from engine.backend import ModelInfo, Vocabulary
 from engine.backends.llama_context import EVAL_CHUNK as EVAL_CHUNK
 from engine.backends.llama_context import (
+    ROW_GROUP,
     LlamaContext,
     LogProbs,
     SequencesRefusedError,
@@ -75,6 +76,12 @@ SEQUENCES = 8
 #: together was no faster than one at a time (bench/batch.py: 6.8 s / 7.3 s median, scorings
 #: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels, README): one at a time there.
 ROWS_PAY = 0.5
+#: Requests under way at once are written together (`LlamaStepGroup`) from the least number
+#: of them whose rows, in whole 4-row groups, cost less than this share of as many passes of
+#: one: members end at different times, and the rest go on beside fillers. On 2 shared cores
+#: under load a pass of 4 rows took 5.0x one (91 / 18 ms, Gemma 3 270M) and one of 8 rows 5.6x
+#: (101 ms): from 8 requests at once; idle, rows cost less; on a GPU 4 rows cost about one.
+GROUP_PAYS = 0.8
 #: The text on which passes are compared with a pass per token (`LlamaContext.exact_batches`)
 #: once the model is loaded: as many tokens as a pass checks.
 PROBE_TEXT = "for size in range(1, 10):\n    print(size, area(size, size + 1))\n"
@@ -233,8 +240,13 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
         #: Together only where many rows cost much less than as many passes of one, measured
         #: once at load (`_rows_pay`).
-        together = spec.rows == "together" or (spec.rows == "auto" and self._rows_pay())
+        costs = self._row_costs() if spec.rows == "auto" else {}
+        together = spec.rows == "together" or (
+            bool(costs) and costs[SEQUENCES] < ROWS_PAY * SEQUENCES * costs[1]
+        )
         self.sequences = self._context.sequences if together else 1
+        #: The least requests under way at once that are written together (0: never).
+        self.group_from = {"together": 2, "one": 0}.get(spec.rows) or _group_from(costs)
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
@@ -259,23 +271,24 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         )
         return exact
 
-    def _rows_pay(self) -> bool:
-        """Whether a pass of `SEQUENCES` rows costs less than `ROWS_PAY` of as many passes of
-        one, here (`LlamaContext.row_costs`, least of 3, on the empty cache after `_probe`)."""
+    def _row_costs(self) -> dict[int, float]:
+        """The least seconds of a pass of 1, `ROW_GROUP` and `SEQUENCES` rows here
+        (`LlamaContext.row_costs`, least of 3 each, on the empty cache after `_probe`);
+        none where the context has too few sequences or cells."""
         ids = self.tokenize(PROBE_TEXT, add_bos=False)[:8]
         if self._context.sequences < SEQUENCES or len(ids) + 8 >= self.info.context_size:
-            return False
-        one, many = self._context.row_costs(ids, SEQUENCES)
-        pays = many < ROWS_PAY * SEQUENCES * one
+            return {}
+        one, group = self._context.row_costs(ids, ROW_GROUP)
+        again, many = self._context.row_costs(ids, SEQUENCES)
+        costs = {1: min(one, again), ROW_GROUP: group, SEQUENCES: many}
         log.debug(
-            "%s: a pass of %d rows takes %.1f ms, of 1 %.1f ms: rows %s",
+            "%s: a pass of 1 / %d / %d rows takes %s ms",
             self.info.name,
+            ROW_GROUP,
             SEQUENCES,
-            many * 1000,
-            one * 1000,
-            "together" if pays else "one at a time",
+            " / ".join(f"{c * 1000:.1f}" for c in costs.values()),
         )
-        return pays
+        return costs
 
     # --- tokenizer ---------------------------------------------------------------------------
 
@@ -513,8 +526,8 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
 
     @property
     def group_size(self) -> int:
-        """Requests written together (`LlamaStepGroup`): as many as rows go together."""
-        return min(self.sequences, self._context.sequences)
+        """Requests written together (`LlamaStepGroup`), where `group_from` are under way."""
+        return self._context.sequences if self.group_from else 1
 
     def step_group(self) -> LlamaStepGroup:
         self._check_open()
@@ -587,6 +600,17 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         """The threads llama.cpp computes with now: as many as the machine's load leaves free,
         or the `threads` setting. For tests and benchmarks."""
         return self._context.threads
+
+
+def _group_from(costs: dict[int, float]) -> int:
+    """The least requests whose passes, in whole row groups, cost less than `GROUP_PAYS` of
+    as many passes of one (`costs`: seconds by rows); 0 where no count up to `SEQUENCES` does."""
+    if not costs:
+        return 0
+    for count in range(2, SEQUENCES + 1):
+        if costs[padded_rows(count)] < GROUP_PAYS * count * costs[1]:
+            return count
+    return 0
 
 
 def _check_readable(path: Path) -> None:

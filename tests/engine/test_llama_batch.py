@@ -50,6 +50,7 @@ def loaded() -> Iterator[tuple[LlamaCppBackend, Engine]]:
 def together(backend: LlamaCppBackend) -> None:
     """Rows together, as many as the context has sequences for (8 at least)."""
     backend.sequences = backend._context.sequences
+    backend.group_from = 2  # requests under way at once too (tests/engine/test_llama_together.py)
     assert backend.sequences >= 8
 
 
@@ -60,12 +61,12 @@ def backend(loaded: tuple[LlamaCppBackend, Engine]) -> LlamaCppBackend:
 
 @contextlib.contextmanager
 def one_at_a_time(backend: LlamaCppBackend) -> Iterator[None]:
-    before = backend.sequences
-    backend.sequences = 1
+    before = backend.sequences, backend.group_from
+    backend.sequences, backend.group_from = 1, 0
     try:
         yield
     finally:
-        backend.sequences = before
+        backend.sequences, backend.group_from = before
 
 
 def line_end(backend: LlamaCppBackend) -> Callable[[int, int], bool]:

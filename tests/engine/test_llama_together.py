@@ -20,7 +20,7 @@ from test_llama_batch import live_sequences, one_at_a_time, prompts, together
 from test_llama_drafts import programs
 
 from engine.backend import StepGroup
-from engine.backends.llama_cpp import LlamaCppBackend
+from engine.backends.llama_cpp import LlamaCppBackend, _group_from
 from engine.errors import ModelLoadError
 from engine.models import load_backend, model_spec
 from engine.specs import ROWS_ENV, ModelOptions
@@ -460,6 +460,7 @@ def test_the_rows_environment_setting_overrides_the_probe(value: str, size: int)
     backend = load_backend(spec)
     try:
         assert backend.group_size == size
+        assert backend.group_from == (2 if value == "together" else 0)
     finally:
         backend.close()
 
@@ -467,3 +468,34 @@ def test_the_rows_environment_setting_overrides_the_probe(value: str, size: int)
 def test_a_rows_setting_it_does_not_know_is_refused_saying_which() -> None:
     with pytest.raises(ModelLoadError, match=f"{ROWS_ENV}.*auto, together, one.*'many'"):
         model_spec(Role.CHAT, ModelOptions(), environ={ROWS_ENV: "many"})
+
+
+def test_requests_are_written_together_from_the_count_where_it_pays(
+    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With groups from 3 requests on (what the load-time probe found, forced here): two at
+    once take turns, three at once are one group."""
+    backend = chat_backend
+    ids = id_prompts(backend, shared_data, 3)
+    spy = GroupSpy(backend, monkeypatch)
+    monkeypatch.setattr(backend, "group_from", 3)
+    with worker_of(backend) as worker:
+        two = run_together(worker, [request(p, f"two-{i}") for i, p in enumerate(ids[:2])])
+        assert spy.groups == []
+        three = run_together(worker, [request(p, f"three-{i}") for i, p in enumerate(ids)])
+    assert len(spy.groups) == 1
+    assert [a.tokens() for a in three[:2]] == [a.tokens() for a in two]
+
+
+@pytest.mark.parametrize(
+    ("costs", "count"),
+    [
+        ({1: 0.018, 4: 0.091, 8: 0.101}, 8),  # 2 cores under load: only 8 at once pay
+        ({1: 0.010, 4: 0.011, 8: 0.012}, 2),  # a GPU: two already pay
+        ({1: 0.013, 4: 0.030, 8: 0.067}, 3),  # 4 rows cost 2.3x one: from 3 requests
+        ({1: 0.010, 4: 0.050, 8: 0.100}, 0),  # rows cost what passes of one do: never
+        ({}, 0),  # not measured (too few sequences or cells)
+    ],
+)
+def test_the_count_from_which_requests_go_together(costs: dict[int, float], count: int) -> None:
+    assert _group_from(costs) == count
