@@ -111,6 +111,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/invoked.py
 	$(BIN)/python bench/sequences_memory.py
 	$(BIN)/python bench/cold.py
+	$(BIN)/python bench/together.py
 
 # Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
 llama-server: $(STAMP)
