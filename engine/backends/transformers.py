@@ -151,11 +151,13 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
         super().__init__(info=info, vocab=vocab, live=self._decoder, cache_bytes=spec.cache_bytes)
         #: The most branches or scored continuations one forward writes together, as rows of
         #: a batch beside the live cache; 1: one after another (`Backend.branch`,
-        #: `LocalBackend.score`). Together on a GPU, where a forward of 8 rows costs about what
-        #: one row does. One after another on the CPU: there a forward's cost grows with its
-        #: rows, and ended branches are dropped but shorter continuations are padded, so rows
-        #: together save little there (README "Many sequences per pass": SmolLM2 on these 2
-        #: cores, a step of 8 rows took about as long as 8 steps of one).
+        #: `LocalBackend.score`). Together on a GPU, where a forward of 8 rows costs about
+        #: what one does. One after another on the CPU, as the llama.cpp backend there, though
+        #: not for speed alone: on these 2 cores a step of 8 rows took 0.16-0.23x as long as 8
+        #: steps of one, and ranking's branches together 0.58x (SmolLM2-135M in float32; 1.9x
+        #: in one run under a heavier load: README "Many sequences per pass"). Each row holds
+        #: its own copy of the prompt's keys and values (8 copies of a 4,096-token prompt: 1.5
+        #: GB for SmolLM2 in float32), in the RAM that also holds the kept documents.
         self.sequences = SEQUENCES if self._decoder.on_cuda else 1
         for line in fallbacks:
             log.warning("%s", line)
