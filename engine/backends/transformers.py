@@ -280,9 +280,10 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
                 ids.append([*c[:-1], *[c[0]] * (width - len(c) + 1)])
                 targets.append([*c[1:], *[0] * (width - len(c) + 1)])
             logits = self._decoder.run_rows(cache, ids)
-            picked = torch.log_softmax(logits, dim=-1).gather(
-                2, torch.tensor(targets, device=logits.device)[:, :, None]
-            )[:, :, 0]
+            # The picked logits less each position's log-normalizer: no second tensor of the
+            # vocabulary's width per position, as a log-softmax of them all would make.
+            index = torch.tensor(targets, device=logits.device)[:, :, None]
+            picked = logits.gather(2, index)[:, :, 0] - torch.logsumexp(logits, dim=-1)
             for i, row in zip(long, picked.tolist(), strict=True):
                 rest[i] = row[: len(continuations[i]) - 1]
         return [
@@ -376,7 +377,9 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
                     kept.append(row)
             if len(kept) < len(going):
                 if kept:
-                    cache.batch_select_indices(torch.tensor(kept, device=logits.device))
+                    # On the CPU: each layer indexes its own device's keys with it (the
+                    # layers of a model spread over GPUs are on several).
+                    cache.batch_select_indices(torch.tensor(kept))
                 going = [going[row] for row in kept]
         return None if cancelled.is_set() else written
 
