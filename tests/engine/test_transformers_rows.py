@@ -314,3 +314,39 @@ def test_smollm2_branches_and_scores_together_equal_one_after_another(
             backend.branch(ids, firsts, 16, Ends(backend), threading.Event())
         assert generation(backend, ids, 4) == before
         assert backend.last_prefill_tokens == 1
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_a_sliding_window_model_writes_rows_together_where_its_cache_can_be_copied(
+    tmp_path: Path, decode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dynamic loop keeps every layer in full: its rows go together. A static cache's
+    sliding-window layers cannot be copied into rows: one after another, said once. Either
+    way the branches are the greedy answers."""
+    folder = build_model_folder(
+        tmp_path,
+        config_class=transformers.MistralConfig,
+        model_class=transformers.MistralForCausalLM,
+        sliding_window=512,
+    )
+    backend = TransformersBackend(
+        ModelSpec(path=folder, device="cpu", decode=decode, context_size=256)
+    )
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    try:
+        ids = backend.tokenize(PROMPTS[7], add_bos=True)
+        firsts = first_tokens(backend, ids, 4)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="engine.backends.transformers_decode"):
+            for _ in range(2):
+                together = branch(backend, ids, firsts, SEQUENCES, 6)
+        said = [r.getMessage() for r in caplog.records if "rows together" in r.getMessage()]
+        if decode == "dynamic":
+            assert said == []
+        else:
+            assert len(said) == 1
+            assert "sliding-window layers" in said[0]
+        for first, written in zip(firsts, together, strict=True):
+            assert written == reference_greedy(reference, [*ids, first], len(written))
+    finally:
+        backend.close()
