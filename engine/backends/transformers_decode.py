@@ -86,7 +86,7 @@ class DecodeLoop(LiveCache[Any, torch.Tensor]):
             (name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None
         )
         self._input_device = model.get_input_embeddings().weight.device
-        self._on_cuda = self._input_device.type == "cuda"
+        self._on_cuda: bool = self._input_device.type == "cuda"
         self.chunk = CUDA_PREFILL_CHUNK if self._on_cuda else PREFILL_CHUNK
         # The KV cache and exactly the token ids whose keys it holds. Other documents' caches
         # are kept by the backend: the dynamic loop's as the cache itself, the static ones' as
@@ -95,10 +95,16 @@ class DecodeLoop(LiveCache[Any, torch.Tensor]):
         self._cached_ids: list[int] = []
         self._decode = DecodePath.DYNAMIC
         self._step: Callable[..., Any] | None = None  # the compiled decode step
+        self._rows_refused = False  # `rows` said once why it cannot copy this cache
         #: Why a faster loop was not used (doctor shows them).
         self.fallbacks: list[str] = []
         wanted = wanted_decode_path(decode, str(self._input_device))
         self._choose(wanted, context_size, warmup_token)
+
+    @property
+    def on_cuda(self) -> bool:
+        """Whether the model takes its input on a CUDA device."""
+        return self._on_cuda
 
     @property
     def path(self) -> DecodePath:
@@ -225,6 +231,57 @@ class DecodeLoop(LiveCache[Any, torch.Tensor]):
         logits: torch.Tensor = output.logits[0, -1, : self._vocab_size]
         return logits.float() if step is None else logits.float().clone()
 
+    # --- rows beside the live cache ----------------------------------------------------------
+
+    def rows(self, length: int, count: int) -> Any | None:
+        """A new `DynamicCache` holding the live cache's first `length` tokens in each of
+        `count` rows (the batch dimension), copied: what runs on it never touches the live
+        cache. None where the live cache cannot be copied so (logged once, with why)."""
+        why = self._why_no_rows(length)
+        if why is not None:
+            if not self._rows_refused:
+                self._rows_refused = True
+                log.warning("rows together not used (%s); one after another", why)
+            return None
+        cache = transformers.DynamicCache()
+        with torch.inference_mode():
+            for index, (keys, values) in enumerate(_layer_tensors(self._cache)):
+                # `update` concatenates onto an empty layer: the expanded views are copied.
+                cache.update(
+                    keys[:, :, :length].expand(count, -1, -1, -1),
+                    values[:, :, :length].expand(count, -1, -1, -1),
+                    index,
+                )
+        return cache
+
+    def _why_no_rows(self, length: int) -> str | None:
+        """Why the live cache's first `length` tokens cannot be copied into rows, or None."""
+        if self._cache is None or not 0 < length <= len(self._cached_ids):
+            return "the live cache does not hold the prompt"
+        tensors = _layer_tensors(self._cache)
+        if not tensors:
+            return f"a {type(self._cache).__name__} keeps its keys where this loop cannot see"
+        if any(getattr(layer, "is_sliding", False) for layer in getattr(self._cache, "layers", ())):
+            # A static sliding-window layer holds a window written round, not the tokens in
+            # order (the dynamic loop's cache keeps every layer in full).
+            return f"its {type(self._cache).__name__} has sliding-window layers"
+        if any(k.shape[0] != 1 or k.shape[-2] < length for k, _ in tensors):
+            return "its layers do not hold one row of the prompt"
+        return None
+
+    def run_rows(self, cache: Any, ids: list[list[int]]) -> torch.Tensor:
+        """Run rows of token ids, all of one length, through the model on top of `cache` (one
+        of `rows`, with as many rows), eagerly; the logits after each token, (rows, tokens,
+        vocabulary). No attention mask: every row is as long as the others, and a shorter
+        row padded on the right has its real tokens before the padding, which a causal model
+        never lets them see."""
+        kwargs: dict[str, Any] = {self._cache_arg: cache, "use_cache": True}
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self._input_device)
+        with torch.inference_mode():
+            output = self.model(input_ids=input_ids, **kwargs)
+        logits: torch.Tensor = output.logits[:, :, : self._vocab_size]
+        return logits.float()
+
     # --- what the cache holds ----------------------------------------------------------------
 
     @property
@@ -340,6 +397,23 @@ class _Snapshot:
         """Write the copied keys and values into an empty static cache, in place."""
         for layer, (keys, values) in zip(cache.layers, self.layers, strict=False):
             layer.update(keys, values)
+
+
+def _layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values (transformers 5 keeps them per layer, 4 in two lists);
+    empty where the layout is unknown or a layer holds none."""
+    layers = getattr(cache, "layers", None)
+    if layers:
+        pairs = [(getattr(la, "keys", None), getattr(la, "values", None)) for la in layers]
+    else:
+        keys = getattr(cache, "key_cache", None) or ()
+        pairs = list(zip(keys, getattr(cache, "value_cache", None) or (), strict=False))
+    if not pairs or not all(
+        isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4
+        for k, v in pairs
+    ):
+        return []
+    return [(k, v) for k, v in pairs if isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)]
 
 
 def _cache_bytes(cache: Any) -> int:
