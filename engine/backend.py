@@ -66,6 +66,17 @@ def scoring_prompt(
     return prompt
 
 
+def branch_prompt(prompt_ids: Sequence[int], context_size: int) -> list[int]:
+    """The prompt of a branching (`Backend.branch`), checked: not empty, and room in the
+    context for it and a first token."""
+    prompt = list(prompt_ids)
+    if not prompt:
+        raise ValueError("the prompt has no tokens")
+    if len(prompt) + 1 > context_size:
+        raise PromptTooLongError(len(prompt) + 1, context_size)
+    return prompt
+
+
 class Joined(enum.Enum):
     """What came of a request's joining a `StepGroup`."""
 

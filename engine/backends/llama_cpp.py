@@ -33,7 +33,7 @@ from engine.accelerators import (
     llama_placement,
     prepare_llama_cpp,
 )
-from engine.backend import ModelInfo, Vocabulary
+from engine.backend import ModelInfo, Vocabulary, branch_prompt
 from engine.backends.llama_context import EVAL_CHUNK as EVAL_CHUNK
 from engine.backends.llama_context import (
     ROW_GROUP,
@@ -46,7 +46,7 @@ from engine.backends.llama_context import (
 from engine.backends.llama_group import LlamaStepGroup
 from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
-from engine.errors import BackendUnavailableError, ModelLoadError, PromptTooLongError
+from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
 from engine.local_backend import LocalBackend
 from engine.threads import default_max_threads
@@ -483,11 +483,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )
         self._check_open()
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise ValueError("the prompt has no tokens")
-        if len(prompt) + 1 > self.context_size:
-            raise PromptTooLongError(len(prompt) + 1, self.context_size)
+        prompt = branch_prompt(prompt_ids, self.context_size)
         if cancelled.is_set():
             return None
         # The cache brought to the prompt and a first token holds the prompt, all of it.

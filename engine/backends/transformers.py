@@ -34,7 +34,7 @@ import torch
 import transformers
 
 from engine.accelerators import torch_model_gpu
-from engine.backend import ModelInfo, Vocabulary
+from engine.backend import ModelInfo, Vocabulary, branch_prompt
 from engine.backends.transformers_decode import DecodeLoop
 from engine.backends.transformers_decode import DecodePath as DecodePath
 from engine.backends.transformers_decode import wanted_decode_path as wanted_decode_path
@@ -52,7 +52,7 @@ from engine.backends.transformers_load import (
 from engine.backends.transformers_load import should_spread as should_spread
 from engine.backends.transformers_load import weights_bytes as weights_bytes
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
-from engine.errors import ModelLoadError, PromptTooLongError
+from engine.errors import ModelLoadError
 from engine.local_backend import LocalBackend
 from engine.sampling import Sampler
 from engine.specs import ModelSpec
@@ -310,11 +310,7 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )
         self._check_open()
-        prompt = list(prompt_ids)
-        if not prompt:
-            raise ValueError("the prompt has no tokens")
-        if len(prompt) + 1 > self.context_size:
-            raise PromptTooLongError(len(prompt) + 1, self.context_size)
+        prompt = branch_prompt(prompt_ids, self.context_size)
         if cancelled.is_set():
             return None
         if self._bring_to(prompt, cache_key, cancelled) is None:
