@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from _common import median
-from _compare import SETTLE_S
+from _compare import SETTLE_S, bust_cache
 from _lsp import KEYSTROKE_S, ServerClient
 from _spots import TypingDoc
 
@@ -63,6 +63,9 @@ async def prepare_typing(typist: Typist, tag: str) -> tuple[str, int, str]:
     count = await client.job_count()
     await client.inline(uri, len(header) + start)
     await client.jobs_since(count, at_least=1)
+    # Its answer may be the whole line: typed along, every keystroke would then be answered
+    # from the type-ahead cache, without the model server (seen with llama-server's answer).
+    bust_cache(client, uri)
     return uri, len(header) + start, doc.text[start : doc.offset]
 
 
@@ -166,16 +169,25 @@ class TypingRatio:
         return {**asdict(self), "ratio": self.ratio}
 
 
+def served(run: dict[str, Any]) -> bool:
+    """Whether a typing reached the model server: one answered wholly from the type-ahead
+    cache (the user typed along a suggestion) measures no server, and is left out."""
+    return bool(run["engine_jobs"])
+
+
 def alone_ms(runs: Sequence[dict[str, Any]], typist: str) -> float:
     """The median of a typist's last keystrokes typing alone (NaN where it never did)."""
     return median(
-        r["last_keystroke_ms"] for r in runs if r["typist"] == typist and r["mode"] == ALONE
+        r["last_keystroke_ms"]
+        for r in runs
+        if r["typist"] == typist and r["mode"] == ALONE and served(r)
     )
 
 
 def typing_ratios(runs: Sequence[dict[str, Any]], n: int) -> list[TypingRatio]:
     """Each typist of the n typing together, in the order they first appear in `runs`; n 1:
-    each typist alone, against itself (ratio 1)."""
+    each typist alone, against itself (ratio 1). Medians of the typings that reached the
+    model server."""
     names = list(dict.fromkeys(r["typist"] for r in runs if r["n"] == n))
     out = []
     for name in names:
@@ -186,7 +198,7 @@ def typing_ratios(runs: Sequence[dict[str, Any]], n: int) -> list[TypingRatio]:
             else median(
                 r["last_keystroke_ms"]
                 for r in runs
-                if r["typist"] == name and r["mode"] == TOGETHER and r["n"] == n
+                if r["typist"] == name and r["mode"] == TOGETHER and r["n"] == n and served(r)
             )
         )
         out.append(TypingRatio(typist=name, n=n, alone_ms=alone, together_ms=together))

@@ -120,6 +120,11 @@ def unequal_work(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
             where = f"round {key[0]} {key[1]}{'' if key[1] == ALONE else key[2]} {key[3]}"
             if r["suggestion"] != a["suggestion"]:
                 out.append(f"{where}: {side} {r['suggestion']!r}, {first} {a['suggestion']!r}")
+            if bool(r["engine_jobs"]) != bool(a["engine_jobs"]):
+                out.append(
+                    f"{where}: {side} {r['engine_jobs']} model requests, {first} "
+                    f"{a['engine_jobs']} (none: answered from the type-ahead cache, left out)"
+                )
             a_job, r_job = a["final_job"] or {}, r["final_job"] or {}
             a_prompt, r_prompt = a_job.get("prompt_tokens"), r_job.get("prompt_tokens")
             if a_prompt and r_prompt and a_prompt != r_prompt:

@@ -24,6 +24,7 @@ def _run(
     *,
     suggestion: str | None = "x)",
     prompt_tokens: int = 1500,
+    engine_jobs: int = 20,
 ) -> dict[str, Any]:
     return {
         "round": round_number,
@@ -31,6 +32,7 @@ def _run(
         "n": n,
         "typist": typist,
         "last_keystroke_ms": ms,
+        "engine_jobs": engine_jobs,
         "suggestion": suggestion,
         "final_job": {"prompt_tokens": prompt_tokens, "generated": 3},
     }
@@ -84,6 +86,20 @@ def test_a_typist_never_alone_makes_the_group_unknown() -> None:
     assert math.isnan(two[1].ratio)
     assert math.isnan(typists.worst_ratio(two))
     assert math.isnan(typists.worst_ratio([]))
+
+
+def test_a_typing_answered_from_the_type_ahead_cache_is_left_out() -> None:
+    # A fourth round where lsp-2, together with lsp-1, typed along a suggestion: answered in
+    # 2 ms without the model server. Counted, its median would be 71 ms (1.18x).
+    runs = [*RUNS, _run(3, "lsp-2", 2, 2, engine_jobs=0)]
+    two = typists.typing_ratios(runs, 2)
+    assert two[1].together_ms == 72
+    assert two[1].ratio == pytest.approx(1.2)
+    # The same work on the other side reached the server: named as unequal work.
+    assert editors.unequal_work({"engine": [_run(3, "lsp-2", 90, 2)], "llama-server": runs}) == [
+        "round 3 together2 lsp-2: llama-server 0 model requests, engine 20 (none: answered "
+        "from the type-ahead cache, left out)"
+    ]
 
 
 def test_the_summary_and_the_table_verdict(capsys: pytest.CaptureFixture[str]) -> None:
