@@ -107,15 +107,20 @@ async def type_together(typists: Sequence[Typist], tag: str) -> list[dict[str, A
 
 
 async def bench_typing(
-    typists: Sequence[Typist], rounds: int, groups: Sequence[int] = (2,), *, label: str = ""
+    typists: Sequence[Typist],
+    rounds: int,
+    groups: Sequence[int] = (2,),
+    *,
+    label: str = "",
+    first_round: int = 0,
 ) -> list[dict[str, Any]]:
     """Per round: each typist alone, then the first n typing at once for each n of `groups`
     (the order reversed in odd rounds, so that a drift of the machine falls on both). A record
-    per typist and step: its round, mode ("alone", "together"), n (1 alone) and `type_line`'s
-    result."""
+    per typist and step: its round (numbered from `first_round`), mode ("alone", "together"),
+    n (1 alone) and `type_line`'s result."""
     runs: list[dict[str, Any]] = []
     steps = [(ALONE, 1), *((TOGETHER, n) for n in groups)]
-    for number in range(rounds):
+    for number in range(first_round, first_round + rounds):
         for mode, n in steps if number % 2 == 0 else steps[::-1]:
             tag = f"r{number}"
             if mode == ALONE:

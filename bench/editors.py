@@ -17,8 +17,9 @@ to the answer to it is measured; typing together, every last keystroke comes at 
 moment. Per round: each typist alone, then the first 2, then all 4 at once (reversed in odd
 rounds). Medians over rounds, together / alone per typist, and the worst of a group.
 
-The two model servers serve the same GGUF (the default, Gemma 3 270M), one after the other
-(only one is up at a time), with the same threads:
+The two model servers serve the same GGUF (the default, Gemma 3 270M) with the same threads,
+both up with their typists, taking turns round by round (the order reversed in odd rounds, so
+that a change in the shared machine's load falls on both; the idle one computes nothing):
 
 - engine: `infill-lsp engine --threads T --context-size C`, then every `--engine-arg`;
 - llama-server: llama.cpp's own server, `-t T -tb T -np 4 -c 4C -cb -fa on -b 512` (its
@@ -182,24 +183,21 @@ def start_server(side: str, args: argparse.Namespace, log_dir: Path) -> tuple[An
     return peer, peer.command
 
 
-async def run_side(
+async def start_side(
     side: str,
     args: argparse.Namespace,
     settings: dict[str, Any],
     docs: Sequence[TypingDoc],
     log_dir: Path,
-) -> tuple[list[dict[str, Any]], list[str]]:
+    stack: contextlib.AsyncExitStack,
+) -> tuple[list[Typist], list[str]]:
+    """The side's model server and its typists, stopped when `stack` closes."""
     log.info("starting %s", LABELS[side])
     server, command = await asyncio.to_thread(start_server, side, args, log_dir)
-    typists: list[Typist] = []
-    try:
-        typists = await start_typists({**settings, "endpoint": f"{server.url}/v1"}, docs)
-        runs = await bench_typing(typists, args.rounds, args.groups, label=LABELS[side])
-    finally:
-        await stop_typists([t.client for t in typists])
-        server.close()
-    await asyncio.sleep(SETTLE_S)
-    return runs, command
+    stack.callback(server.close)
+    typists = await start_typists({**settings, "endpoint": f"{server.url}/v1"}, docs)
+    stack.push_async_callback(stop_typists, [t.client for t in typists])
+    return typists, command
 
 
 async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
@@ -234,19 +232,34 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {}
     commands: dict[str, list[str]] = {}
     skipped: dict[str, str] = {}
-    for side in args.sides:
-        if side == PEER and find_binary(args.llama_server) is None:
-            skipped[side] = (
-                f"no llama-server binary at {args.llama_server or '$LLAMA_SERVER or the default'}"
-                " (make llama-server)"
-            )
-            print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
-            continue
-        try:
-            runs[side], commands[side] = await run_side(side, args, settings, docs, log_dir)
-        except (RuntimeError, TimeoutError, OSError) as e:
-            skipped[side] = f"it did not start: {e}"
-            print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
+    async with contextlib.AsyncExitStack() as stack:
+        typists: dict[str, list[Typist]] = {}
+        for side in args.sides:
+            if side == PEER and find_binary(args.llama_server) is None:
+                skipped[side] = (
+                    f"no llama-server binary at "
+                    f"{args.llama_server or '$LLAMA_SERVER or the default'} (make llama-server)"
+                )
+                print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
+                continue
+            try:
+                typists[side], commands[side] = await start_side(
+                    side, args, settings, docs, log_dir, stack
+                )
+            except (RuntimeError, TimeoutError, OSError) as e:
+                skipped[side] = f"it did not start: {e}"
+                print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
+        # Both servers are up; the sides take turns round by round (the first in even rounds,
+        # the other first in odd ones), so that a change in the shared machine's load falls
+        # on both. An idle server computes nothing meanwhile.
+        runs = {side: [] for side in typists}
+        for number in range(args.rounds):
+            order = list(typists) if number % 2 == 0 else list(typists)[::-1]
+            for side in order:
+                runs[side] += await bench_typing(
+                    typists[side], 1, args.groups, label=LABELS[side], first_round=number
+                )
+                await asyncio.sleep(SETTLE_S)
     return {
         "summary": {side: summarize(side_runs, args.groups) for side, side_runs in runs.items()},
         "unequal": unequal_work(runs),
