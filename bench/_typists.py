@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -113,11 +113,13 @@ async def bench_typing(
     *,
     label: str = "",
     first_round: int = 0,
+    after_step: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> list[dict[str, Any]]:
     """Per round: each typist alone, then the first n typing at once for each n of `groups`
     (the order reversed in odd rounds, so that a drift of the machine falls on both). A record
     per typist and step: its round (numbered from `first_round`), mode ("alone", "together"),
-    n (1 alone) and `type_line`'s result."""
+    n (1 alone) and `type_line`'s result. `after_step`, given each step's round, mode and n,
+    may add what the model server says of it (bench/editors.py: the engine server's jobs)."""
     runs: list[dict[str, Any]] = []
     steps = [(ALONE, 1), *((TOGETHER, n) for n in groups)]
     for number in range(first_round, first_round + rounds):
@@ -139,6 +141,8 @@ async def bench_typing(
                         {"round": number, "mode": mode, "n": n, "typist": typist.name, **result}
                     )
                 await asyncio.sleep(SETTLE_S)
+            if after_step is not None:
+                await after_step({"round": number, "mode": mode, "n": n})
         log.info(
             "%styping round %d: %s",
             f"{label}: " if label else "",

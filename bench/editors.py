@@ -59,12 +59,13 @@ import platform
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from _common import RESULTS, Column, Table, ok, setup_logging, token_counter, write_json
 from _compare import SETTLE_S, server_options
 from _lsp import ServerClient
-from _servers import LlamaServer, find_binary, start_engine_server
+from _servers import LlamaServer, find_binary, get_json, start_engine_server
 from _spots import TypingDoc, typing_doc
 from _typists import (
     ALONE,
@@ -190,14 +191,34 @@ async def start_side(
     docs: Sequence[TypingDoc],
     log_dir: Path,
     stack: contextlib.AsyncExitStack,
-) -> tuple[list[Typist], list[str]]:
-    """The side's model server and its typists, stopped when `stack` closes."""
+) -> tuple[list[Typist], list[str], str]:
+    """The side's model server and its typists, stopped when `stack` closes; its URL."""
     log.info("starting %s", LABELS[side])
     server, command = await asyncio.to_thread(start_server, side, args, log_dir)
     stack.callback(server.close)
     typists = await start_typists({**settings, "endpoint": f"{server.url}/v1"}, docs)
     stack.push_async_callback(stop_typists, [t.client for t in typists])
-    return typists, command
+    return typists, command, server.url
+
+
+@dataclass(slots=True)
+class ServerJobs:
+    """The engine server's completion jobs, step by step (its `/stats`: only its most recent
+    jobs, so a long step may have lost its first ones)."""
+
+    url: str = ""
+    seen: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    async def record(self, step: dict[str, Any]) -> None:
+        if not self.url:
+            return
+        stats = await asyncio.to_thread(get_json, f"{self.url}/stats")
+        model = next(m for m in stats["models"] if "completion" in m["roles"])
+        new = model["jobs_finished"] - self.seen
+        jobs = model["recent"][-new:] if new > 0 else []
+        self.seen = model["jobs_finished"]
+        self.steps.append({**step, "jobs_finished": new, "jobs": jobs})
 
 
 async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
@@ -232,6 +253,7 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {}
     commands: dict[str, list[str]] = {}
     skipped: dict[str, str] = {}
+    engine_jobs = ServerJobs()
     async with contextlib.AsyncExitStack() as stack:
         typists: dict[str, list[Typist]] = {}
         for side in args.sides:
@@ -243,9 +265,11 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
                 print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
                 continue
             try:
-                typists[side], commands[side] = await start_side(
+                typists[side], commands[side], url = await start_side(
                     side, args, settings, docs, log_dir, stack
                 )
+                if side == ENGINE:
+                    engine_jobs.url = url
             except (RuntimeError, TimeoutError, OSError) as e:
                 skipped[side] = f"it did not start: {e}"
                 print(f"{LABELS[side]} skipped: {skipped[side]}", file=sys.stderr)
@@ -257,7 +281,12 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             order = list(typists) if number % 2 == 0 else list(typists)[::-1]
             for side in order:
                 runs[side] += await bench_typing(
-                    typists[side], 1, args.groups, label=LABELS[side], first_round=number
+                    typists[side],
+                    1,
+                    args.groups,
+                    label=LABELS[side],
+                    first_round=number,
+                    after_step=engine_jobs.record if side == ENGINE else None,
                 )
                 await asyncio.sleep(SETTLE_S)
     return {
@@ -268,6 +297,9 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             for i, d in enumerate(docs)
         ],
         "runs": runs,
+        # The engine server's jobs of each step (its /stats), where it still had them: the
+        # phases of a typing together (queued, first token, total) against alone.
+        "engine_server_jobs": engine_jobs.steps,
         "config": {
             "model": model_name,
             "model_path": args.model,
