@@ -4,7 +4,7 @@
 #   make test   set up everything from nothing, then run the whole test suite
 #   make test-repeat  `make test` RUNS times (default 10) beside a CPU-bound process (SHUFFLE=1: a new order each run)
 #   make bench  benchmarks (tables on stdout, JSON in bench/results/)
-#   make llama-server  the peer for bench/documents.py (benchmark-only, about 6 minutes)
+#   make llama-server  the peer for bench/documents.py and bench/editors.py (benchmark-only, about 6 minutes)
 #   make lint   ruff format check, ruff check, mypy
 #   make vsix   the VS Code extension's package, editors/vscode/infill-lsp.vsix
 
@@ -103,6 +103,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/soak.py
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/remote.py
+	$(BIN)/python bench/editors.py
 	$(BIN)/python bench/next_edit.py
 	$(BIN)/python bench/next_edit_rewrite.py
 	$(BIN)/python bench/drafts.py
@@ -112,8 +113,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/sequences_memory.py
 	$(BIN)/python bench/cold.py
 	$(BIN)/python bench/together.py
+	$(BIN)/python bench/transformers_rows.py
 
-# Benchmark-only: llama.cpp's own server, the peer bench/documents.py compares against.
+# Benchmark-only: llama.cpp's own server, the peer bench/documents.py and bench/editors.py compare against.
 llama-server: $(STAMP)
 	PYTHON=$(BIN)/python bash bench/build_llama_server.sh build/llama-server
 

@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -112,9 +112,15 @@ class ModelServer:
 
 
 def start_engine_server(
-    model: str, threads: int, context: int, log_dir: Path, wait_s: float = 300.0
+    model: str,
+    threads: int,
+    context: int,
+    log_dir: Path,
+    wait_s: float = 300.0,
+    extra_args: Sequence[str] = (),
 ) -> ModelServer:
-    """`infill-lsp engine --port 0`: its URL from the line it prints, then `/health` ready."""
+    """`infill-lsp engine --port 0`: its URL from the line it prints, then `/health` ready.
+    `extra_args` go at the end of its command line (a flag under test)."""
     server = ModelServer(
         "infill-lsp engine",
         [
@@ -132,6 +138,7 @@ def start_engine_server(
             str(threads),
             "--context-size",
             str(context),
+            *extra_args,
         ],
         log_dir,
     )
@@ -154,7 +161,7 @@ def start_engine_server(
         status = get_json(f"{server.url}/health").get("status")
         if status == "error":
             raise RuntimeError(f"{server.label} could not load its models: see its log")
-        return status == "ready"
+        return bool(status == "ready")
 
     server.wait_ready(ready, max(1.0, deadline - time.monotonic()))
     return server
@@ -240,8 +247,9 @@ class PeerRun:
 
 
 class LlamaServer:
-    """A `llama-server` subprocess on a free loopback port (its output discarded), and its
-    `/completion` request."""
+    """A `llama-server` subprocess on a free loopback port (its output in a log file in
+    `log_dir`, or discarded), and its `/completion` request. Its context is split among its
+    slots: `context_per_slot` each. `extra_args` go at the end of its command line."""
 
     def __init__(
         self,
@@ -251,6 +259,8 @@ class LlamaServer:
         threads: int,
         slots: int = 4,
         context_per_slot: int = 4096,
+        extra_args: Sequence[str] = (),
+        log_dir: Path | None = None,
     ) -> None:
         self.label = f"llama-server -t {threads} -tb {threads} -np {slots}"
         port = free_port()
@@ -270,8 +280,9 @@ class LlamaServer:
             str(slots),
             "--ctx-size",
             str(context_per_slot * slots),
+            *extra_args,
         ]
-        self.server = ModelServer(self.label, command, None)
+        self.server = ModelServer(self.label, command, log_dir)
         self.server.url = f"http://127.0.0.1:{port}"
         self.server.wait_ready(
             lambda: get_json(f"{self.server.url}/health").get("status") == "ok", 120.0
@@ -280,6 +291,14 @@ class LlamaServer:
     @property
     def pid(self) -> int:
         return self.server.pid
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def command(self) -> list[str]:
+        return self.server.command
 
     def complete(self, prompt: str, n: int) -> PeerRun:
         """Greedy `/completion` on the prompt text (llama-server tokenizes it and adds BOS, as

@@ -29,11 +29,12 @@ The sides take turns within a round (local, engine, llama_cpp.server, then the n
 only one model process computes at a time, the others stay idle. Targets: engine / local <=
 1.10; engine / llama_cpp.server <= 1.0.
 
-b. Two language servers typing at once against one engine server: each types a line of its
-own document (one character every 60 ms, a request per character, latest-wins; the shorter
-line starts later, so that both last keystrokes come at the same moment), and the time from
-its last keystroke to the answer to it is compared with the same typing by that language
-server alone. Medians over rounds, and together / alone.
+b. Two language servers typing at once against one engine server (bench/_typists.py): each
+types a line of its own document (one character every 60 ms, a request per character,
+latest-wins; the shorter line starts later, so that both last keystrokes come at the same
+moment), and the time from its last keystroke to the answer to it is compared with the same
+typing by that language server alone. Medians over rounds, and together / alone. Four, and
+llama-server beside our engine server: bench/editors.py.
 
 Prints tables to stdout and writes JSON to bench/results/remote.json; logs go to stderr.
 """
@@ -56,7 +57,7 @@ import platform
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from _common import (
@@ -70,7 +71,7 @@ from _common import (
     write_json,
 )
 from _compare import SETTLE_S, bust_cache, ours_once, server_options
-from _lsp import KEYSTROKE_S, ServerClient
+from _lsp import ServerClient
 from _servers import (
     LLAMA_CPP_SERVER,
     ModelServer,
@@ -80,6 +81,7 @@ from _servers import (
     start_llama_cpp_server,
 )
 from _spots import TypingDoc, typing_doc
+from _typists import TYPING_FILES, Typist, bench_typing, typing_ratios
 
 from engine.default_models import default_completion_model
 from engine.models import load_backend, model_spec
@@ -308,111 +310,6 @@ def summarize_latency(runs: Sequence[dict[str, Any]], sides: Sequence[str]) -> d
     }
 
 
-# --- b. two language servers typing at once --------------------------------------------------
-
-
-@dataclass(slots=True)
-class Typist:
-    """A language server typing a line of its own document."""
-
-    name: str
-    client: ServerClient
-    doc: TypingDoc
-
-
-async def prepare_typing(typist: Typist, tag: str) -> tuple[str, int, str]:
-    """Open the document with the line cut at its indentation and ask once, so that the text
-    before the line is in the KV cache (the user has been working in this file)."""
-    doc = typist.doc
-    start = doc.line_start + len(doc.indent)
-    header = f"# {tag}: {typist.name}\n"
-    text = header + doc.text[:start] + doc.text[doc.offset :]
-    uri = f"file:///bench/remote/typing/{tag}_{typist.name}.py"
-    client = typist.client
-    typist.client.open(uri, text)
-    count = await client.job_count()
-    await client.inline(uri, len(header) + start)
-    await client.jobs_since(count, at_least=1)
-    return uri, len(header) + start, doc.text[start : doc.offset]
-
-
-async def type_line(
-    typist: Typist, uri: str, start: int, typed: str, delay_s: float = 0.0
-) -> dict[str, Any]:
-    """After `delay_s`, one character every 60 ms, a request after each (latest-wins
-    supersedes the older): the time from the last keystroke to its answer."""
-    client = typist.client
-    count = await client.job_count()
-    await asyncio.sleep(delay_s)
-    typing = await client.type_keys(uri, start, typed)
-    jobs = await client.jobs_since(count, at_least=1)
-    client.close(uri)
-    final = jobs[-1] if jobs else None
-    return {
-        "keystrokes": len(typed),
-        "final_job": None if final is None else asdict(final),
-        "engine_jobs": len(jobs),
-        "last_keystroke_ms": typing.last_keystroke_s * 1000,
-        "outcomes": [p.outcome() for p in typing.pendings],
-        "answered": bool(typing.items),
-    }
-
-
-async def bench_concurrent(typists: Sequence[Typist], rounds: int) -> list[dict[str, Any]]:
-    """Per round: each typist alone, then both at once (both at once first in odd rounds)."""
-    runs = []
-    for number in range(rounds):
-        modes = ("alone", "together") if number % 2 == 0 else ("together", "alone")
-        for mode in modes:
-            tag = f"r{number}-{mode}"
-            if mode == "alone":
-                for typist in typists:
-                    uri, start, typed = await prepare_typing(typist, tag)
-                    result = await type_line(typist, uri, start, typed)
-                    runs.append({"round": number, "mode": mode, "typist": typist.name, **result})
-                    await asyncio.sleep(SETTLE_S)
-            else:
-                prepared = [await prepare_typing(t, tag) for t in typists]
-                # The shorter line starts later: both last keystrokes come at the same moment.
-                longest = max(len(typed) for _, _, typed in prepared)
-                results = await asyncio.gather(
-                    *(
-                        type_line(t, *p, delay_s=(longest - len(p[2])) * KEYSTROKE_S)
-                        for t, p in zip(typists, prepared, strict=True)
-                    )
-                )
-                for typist, result in zip(typists, results, strict=True):
-                    runs.append({"round": number, "mode": mode, "typist": typist.name, **result})
-                await asyncio.sleep(SETTLE_S)
-        log.info(
-            "typing round %d: %s",
-            number,
-            ", ".join(
-                f"{r['typist']} {r['mode']} {r['last_keystroke_ms']:.0f} ms"
-                for r in runs
-                if r["round"] == number
-            ),
-        )
-    return runs
-
-
-def summarize_concurrent(runs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in names:
-        alone = median(
-            [r["last_keystroke_ms"] for r in runs if r["typist"] == name and r["mode"] == "alone"]
-        )
-        together = median(
-            [
-                r["last_keystroke_ms"]
-                for r in runs
-                if r["typist"] == name and r["mode"] == "together"
-            ]
-        )
-        out[name] = {"alone_ms": alone, "together_ms": together, "ratio": together / alone}
-    return out
-
-
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -432,7 +329,7 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         count = token_counter(backend)
         files = FILES[: args.spots]
         docs = [typing_doc(path, args.document_tokens, count) for path in files]
-        typing_docs = [typing_doc(path, args.document_tokens, count) for path in FILES[:2]]
+        typing_docs = [typing_doc(path, args.document_tokens, count) for path in TYPING_FILES[:2]]
         model_name = backend.info.name
     finally:
         backend.close()
@@ -495,9 +392,9 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
                 Typist("lsp-1", sides[1].client, typing_docs[0]),
                 Typist("lsp-2", second, typing_docs[1]),
             ]
-            typing = await bench_concurrent(typists, args.typing_rounds)
+            typing = await bench_typing(typists, args.typing_rounds, (2,))
             result["concurrent"] = {
-                "summary": summarize_concurrent(typing, [t.name for t in typists]),
+                "summary": {r.typist: r.as_json() for r in typing_ratios(typing, 2)},
                 "documents": [t.doc.path for t in typists],
                 "runs": typing,
             }

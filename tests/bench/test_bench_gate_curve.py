@@ -5,37 +5,15 @@ by hand, so the README's curve tables rest on checked arithmetic."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from bench_modules import bench_module
 
 from lsp_server.inline.confidence import BIAS, WEIGHTS, Features, confidence
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _bench_module(name: str) -> ModuleType:
-    """A module of bench/ (not a package: its scripts import each other by bare name, so the
-    folder goes at the end of the path, where it shadows nothing of the product's)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    if str(BENCH) not in sys.path:
-        sys.path.append(str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gate = _bench_module("confidence")
+gate = bench_module("confidence")
 
 
 def _features_scoring(target: float) -> dict[str, Any]:
@@ -125,7 +103,7 @@ def test_nothing_to_hide_is_no_change() -> None:
 
 
 def test_languages_curve_scores_exact_as_right() -> None:
-    languages = _bench_module("languages")
+    languages = bench_module("languages")
     original = "fn main() {\n    let x = 1;\n    run(x);\n}\n"
     document = "fn main() {\n    \n    run(x);\n}\n"
     cursor = document.index("\n    \n") + 5
