@@ -81,7 +81,8 @@ class Joined(enum.Enum):
     """What came of a request's joining a `StepGroup`."""
 
     JOINED = "joined"
-    #: The cache has no room for it beside the members now: it waits for one to leave.
+    #: The cache has no room for it beside the members now: it waits for the group to end,
+    #: then goes alone.
     NO_ROOM = "no room"
     CANCELLED = "cancelled"
 

@@ -99,11 +99,6 @@ class DraftChecking(enum.Enum):
     EVERY = "every"
 
 
-def drafts_apply(sampling: SamplingParams) -> bool:
-    """Whether a request's tokens may come from checked drafts."""
-    return sampling.most_likely_each
-
-
 def llama_params(spec: ModelSpec) -> dict[str, Any]:
     """The `llama_cpp.Llama` arguments our backend loads `spec` with (the benchmarks' raw
     baseline loads its model with the same ones)."""
@@ -239,14 +234,14 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         #: The most branches or scored continuations a pass evaluates together (one sequence
         #: each); 1: one after another, as `Backend.branch` and `LocalBackend.score` do it.
         #: Together only where many rows cost much less than as many passes of one, measured
-        #: once at load (`_rows_pay`).
+        #: once at load (`_row_costs`), or as $INFILL_ROWS says.
         costs = self._row_costs() if spec.rows == "auto" else {}
         together = spec.rows == "together" or (
             bool(costs) and costs[SEQUENCES] < ROWS_PAY * SEQUENCES * costs[1]
         )
         self.sequences = self._context.sequences if together else 1
         #: The least requests under way at once that are written together (0: never).
-        self.group_from = {"together": 2, "one": 0}.get(spec.rows) or _group_from(costs)
+        self.group_from = 2 if spec.rows == "together" else _group_from(costs)
         for warning in info.warnings:
             log.warning("%s: %s", path.name, warning)
 
@@ -355,7 +350,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
     def _sample(
         self, prompt: list[int], sampling: SamplingParams, cancelled: threading.Event, first: None
     ) -> Iterator[int]:
-        if self.draft_tokens > 0 and drafts_apply(sampling):
+        if self.draft_tokens > 0 and sampling.most_likely_each:
             yield from self._greedy(prompt, sampling, cancelled)
             return
         # The cache holds all of the prompt but its last token: `generate()` finds that prefix
