@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from test_llama_batch import live_sequences, one_at_a_time, prompts, together
 from test_llama_drafts import programs
+from written_together import ROUNDING, most_likely_up_to_rounding
 
 from engine.backend import StepGroup
 from engine.backends.llama_cpp import LlamaCppBackend, _group_from
@@ -173,31 +174,6 @@ def gemma() -> Iterator[LlamaCppBackend]:
     together(backend)
     yield backend
     backend.close()
-
-
-#: How far below the most likely token's log-probability a token written together may be: the
-#: rounding of a cache whose cells lie otherwise (see `most_likely_up_to_rounding`). Here the
-#: tokens that parted were near ties, 0.022 to 0.054 below the best (SmolLM2, f16 cache).
-ROUNDING = 0.1
-
-
-def most_likely_up_to_rounding(
-    backend: LlamaCppBackend, prompt: Sequence[int], tokens: Sequence[int]
-) -> list[tuple[int, float]]:
-    """Where `tokens` after `prompt` are not the greedy answer alone, scored alone: each
-    position whose token is not the most likely one, and how far below it it is. Written
-    together, a request's cells lie elsewhere in the cache than alone (among other requests',
-    after the prompts of those that joined), and flash attention's sums round with where
-    they lie: a near tie can then go the other way."""
-    below = []
-    for i, token in enumerate(tokens):
-        history = [*prompt, *tokens[:i]]
-        scores = backend.score(history, [[token]], 1, threading.Event())
-        assert scores is not None
-        best, best_logprob = scores.top[0]
-        if best != token:
-            below.append((i, best_logprob - scores.continuations[0][0]))
-    return below
 
 
 def exact_rows(backend: LlamaCppBackend) -> None:
