@@ -35,10 +35,11 @@ from typing import Any
 
 from _common import RESULTS, default_llama, humaneval_rows, setup_logging, write_json
 
-from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
+from engine.backends.llama_cpp import LlamaCppBackend
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.fim import build_fim_prompt
+from engine.local_backend import SEQUENCES
 from engine.types import GenerationRequest, SamplingParams, StopConditions
 from lsp_server.rerank import Ranked, Ranking, best_lines, following_code, hint_prompt
 

@@ -46,9 +46,10 @@ from typing import Any
 
 from _common import RESULTS, default_llama, humaneval_rows, setup_logging, write_json
 
-from engine.backends.llama_cpp import SEQUENCES, LlamaCppBackend
+from engine.backends.llama_cpp import LlamaCppBackend
 from engine.completion import CompletionModel
 from engine.engine import Engine
+from engine.local_backend import SEQUENCES
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.inline import plan
 from lsp_server.inline.suggest import suggest

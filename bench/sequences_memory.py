@@ -35,8 +35,8 @@ from typing import Any
 
 from _common import RESULTS, ROOT, default_llama, rss_kib, setup_logging, write_json
 
-from engine.backends.llama_cpp import SEQUENCES
 from engine.engine import Engine
+from engine.local_backend import SEQUENCES
 from engine.types import BranchRequest, SamplingParams, ScoreRequest
 
 COUNTS = (1, 4, 8)

@@ -66,9 +66,11 @@ def scoring_prompt(
     return prompt
 
 
-def branch_prompt(prompt_ids: Sequence[int], context_size: int) -> list[int]:
-    """The prompt of a branching (`Backend.branch`), checked: not empty, and room in the
-    context for it and a first token."""
+def branch_prompt(prompt_ids: Sequence[int], max_tokens: int, context_size: int) -> list[int]:
+    """The prompt of a branching (`Backend.branch`), checked: not empty, room in the context
+    for it and a first token, and a token limit a request could have (one after another, each
+    branch is a request of that limit, refused the same way)."""
+    SamplingParams(max_tokens=max_tokens)
     prompt = list(prompt_ids)
     if not prompt:
         raise ValueError("the prompt has no tokens")

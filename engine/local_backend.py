@@ -36,6 +36,12 @@ S = TypeVar("S")  # a kept state, as the backend keeps it
 Out = TypeVar("Out")  # what evaluating tokens gives (the logits after the last, or nothing)
 D = TypeVar("D")  # a distribution over the vocabulary, as log-probabilities
 
+#: The most sequences a job evaluates together, a row of each per forward pass: the candidate
+#: lines of one ranking prompt (lsp_server/rerank.py CANDIDATES) and their scorings. Both
+#: local backends size their rows by it (llama.cpp: sequences beside the live one; transformers:
+#: rows of a batch over copies of the prompt's cache).
+SEQUENCES = 8
+
 
 class LiveCache(abc.ABC, Generic[S, Out]):
     """The primitives of one backend's live KV cache: what `LocalBackend` is written in.

@@ -48,7 +48,7 @@ from engine.detokenizer import ByteDetokenizer, Detokenizer
 from engine.drafts import Acceptance, DraftCounts, PassCosts, PromptLookup, worth_checking
 from engine.errors import BackendUnavailableError, ModelLoadError
 from engine.gguf_file import diagnose
-from engine.local_backend import LocalBackend
+from engine.local_backend import SEQUENCES, LocalBackend
 from engine.threads import default_max_threads
 from engine.types import SamplingParams
 
@@ -66,9 +66,6 @@ BATCH_SIZE = 512
 #: 0.9 / 1.2 / 1.3 / 1.5 draft tokens checked per token written (Gemma 3 270M, bench/drafts.py's
 #: rewrites); where a pass costs about its tokens' worth, as on a CPU, the waste decides.
 DRAFT_TOKENS = 8
-#: Sequences a job may evaluate together beside the live cache, a row of each per pass: the
-#: candidate lines of one ranking prompt (lsp_server/rerank.py CANDIDATES) and their scorings.
-SEQUENCES = 8
 #: Rows go together (`LlamaCppBackend.sequences`) where a pass of `SEQUENCES` rows costs less
 #: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
 #: groups of 4 rows), so a job's rows are often half filler. On 2 shared cores a pass of 8 rows
@@ -478,7 +475,7 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )
         self._check_open()
-        prompt = branch_prompt(prompt_ids, self.context_size)
+        prompt = branch_prompt(prompt_ids, max_tokens, self.context_size)
         if cancelled.is_set():
             return None
         # The cache brought to the prompt and a first token holds the prompt, all of it.

@@ -53,16 +53,12 @@ from engine.backends.transformers_load import should_spread as should_spread
 from engine.backends.transformers_load import weights_bytes as weights_bytes
 from engine.detokenizer import DecodeStreamDetokenizer, Detokenizer
 from engine.errors import ModelLoadError
-from engine.local_backend import LocalBackend
+from engine.local_backend import SEQUENCES, LocalBackend
 from engine.sampling import Sampler
 from engine.specs import ModelSpec
 from engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
-
-#: Branches or scored continuations one forward takes together, as rows of a batch (the
-#: candidate lines of one ranking prompt: lsp_server/rerank.py CANDIDATES).
-SEQUENCES = 8
 
 
 class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
@@ -310,7 +306,7 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
                 prompt_ids, firsts, max_tokens, ended, cancelled, cache_key=cache_key
             )
         self._check_open()
-        prompt = branch_prompt(prompt_ids, self.context_size)
+        prompt = branch_prompt(prompt_ids, max_tokens, self.context_size)
         if cancelled.is_set():
             return None
         if self._bring_to(prompt, cache_key, cancelled) is None:

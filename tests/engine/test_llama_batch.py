@@ -226,6 +226,17 @@ def test_a_cancel_stops_the_branches_and_leaves_the_live_cache(
     assert backend._context.tokens() == ids  # the prompt, as before the branches
 
 
+def test_a_token_limit_below_one_is_refused_together_as_one_after_another(
+    backend: LlamaCppBackend, shared_data: Path
+) -> None:
+    ids = backend.tokenize(prompts(shared_data, 1)[0], add_bos=backend.vocab.adds_bos)
+    firsts = first_tokens(backend, ids, 4)
+    for way in (contextlib.nullcontext(), one_at_a_time(backend)):
+        with way, pytest.raises(ValueError, match="max_tokens must be at least 1, got 0"):
+            backend.branch(ids, firsts, 0, line_end(backend), threading.Event())
+    assert live_sequences(backend) == []
+
+
 def test_kept_documents_come_back_exactly_after_branches(
     backend: LlamaCppBackend, shared_data: Path
 ) -> None:

@@ -35,7 +35,8 @@ from test_transformers_backend import (  # noqa: E402
 )
 
 from engine.backends import transformers_decode  # noqa: E402
-from engine.backends.transformers import SEQUENCES, TransformersBackend  # noqa: E402
+from engine.backends.transformers import TransformersBackend  # noqa: E402
+from engine.local_backend import SEQUENCES  # noqa: E402
 from engine.models import load_backend  # noqa: E402
 from engine.specs import ModelSpec  # noqa: E402
 from engine.types import SamplingParams  # noqa: E402
@@ -161,6 +162,16 @@ def test_every_branch_stops_at_max_tokens(backend: TransformersBackend, max_toke
     together = branch(backend, ids, firsts, SEQUENCES, max_tokens, ended=never)
     assert [len(b) for b in together] == [max_tokens] * 4
     assert together == branch(backend, ids, firsts, 1, max_tokens, ended=Ends(backend, never=True))
+
+
+def test_a_token_limit_below_one_is_refused_together_as_one_after_another(
+    backend: TransformersBackend,
+) -> None:
+    ids = backend.tokenize(PROMPTS[1], add_bos=True)
+    firsts = first_tokens(backend, ids, 4)
+    for sequences in (SEQUENCES, 1):
+        with pytest.raises(ValueError, match="max_tokens must be at least 1, got 0"):
+            branch(backend, ids, firsts, sequences, max_tokens=0)
 
 
 def test_after_branches_together_the_live_cache_holds_the_prompt_and_answers_as_before(
