@@ -140,6 +140,11 @@ class _Run:
         self.beside = 0
 
 
+def _job_of(item: tuple[Job, float] | _Run) -> Job:
+    """The job of a waiting item: a job not started yet (with when it came) or a run."""
+    return item.job if isinstance(item, _Run) else item[0]
+
+
 def _alone(item: tuple[Job, float] | _Run) -> bool:
     """Whether a job is one a group had no room for (it goes alone, in turns)."""
     return isinstance(item, _Run) and item.alone
@@ -148,8 +153,7 @@ def _alone(item: tuple[Job, float] | _Run) -> bool:
 def _claim(item: tuple[Job, float] | _Run) -> float:
     """A waiting job's rank for the next turn, lowest first: a cancelled job at once (it only
     ends), then by the seconds it has held the model (a new job none)."""
-    job = item.job if isinstance(item, _Run) else item[0]
-    if job.cancelled.is_set():
+    if _job_of(item).cancelled.is_set():
         return -math.inf
     return item.held if isinstance(item, _Run) else 0.0
 
@@ -225,10 +229,9 @@ class Worker:
             self._drain(block=not (self._urgent or self._background or self._closing))
             if self._closing:
                 for pending in (*self._urgent, *self._background):
-                    job = pending.job if isinstance(pending, _Run) else pending[0]
+                    job = _job_of(pending)
                     job.emit(job.aborted or EngineClosedError("the engine is shutting down"))
-                    job.emit(END)
-                    self.record.close_unrecorded(job.request.request_id)
+                    self._close(job)
                 return
             item = self._next()
             if self._groupable(item) and self._group_waits(others=1):
@@ -238,13 +241,17 @@ class Worker:
 
     def _serve_one(self, item: tuple[Job, float] | _Run) -> None:
         """Serve a job alone until it ends (END) or steps aside for another."""
-        job = item.job if isinstance(item, _Run) else item[0]
+        job = _job_of(item)
         try:
             if self._serve(item):
                 return  # set aside for another job; END comes later
         except Exception as e:  # keep serving: a job's failure is reported to that job only
             log.exception("%s: job %s failed", self.name, job.request.request_id)
             job.emit(e)
+        self._close(job)
+
+    def _close(self, job: Job) -> None:
+        """A job's channel closed (END), and the record of its events with it."""
         job.emit(END)
         self.record.close_unrecorded(job.request.request_id)
 
@@ -294,20 +301,26 @@ class Worker:
                 self._queue_of(run.job).append(run)
                 return True
         except Exception as e:
-            # The traceback once: a model that fails, fails on every keystroke.
-            log.error(
-                "%s: generation failed for %s: %s: %s",
-                self.name,
-                run.job.request.request_id,
-                type(e).__name__,
-                e,
-                exc_info=not self._failed_before,
-            )
-            self._failed_before = True
-            for delta in run.processor.error(f"{type(e).__name__}: {e}"):
-                run.job.emit(delta)
+            self._failed([run], run.job.request.request_id, e)
         self._finish(run)
         return False
+
+    def _failed(self, runs: list[_Run], what: str, e: Exception) -> None:
+        """Generation failed for `runs` (`what` names them in the log): each of their
+        choices ends with the error. The traceback once: a model that fails, fails on every
+        keystroke."""
+        log.error(
+            "%s: generation failed for %s: %s: %s",
+            self.name,
+            what,
+            type(e).__name__,
+            e,
+            exc_info=not self._failed_before,
+        )
+        self._failed_before = True
+        for run in runs:
+            for delta in run.processor.error(f"{type(e).__name__}: {e}"):
+                run.job.emit(delta)
 
     def _score(self, job: Job, submitted: float) -> None:
         """A scoring runs to its end at once: it is as short as a prompt evaluation."""
@@ -566,7 +579,7 @@ class Worker:
     def _groupable(self, item: tuple[Job, float] | _Run) -> bool:
         """Whether a job may be written together with others (`StepGroup`): a completion
         job's one greedy, unpenalized choice, where the backend writes requests together."""
-        job = item.job if isinstance(item, _Run) else item[0]
+        job = _job_of(item)
         request = job.request
         return (
             isinstance(request, GenerationRequest)
@@ -604,8 +617,8 @@ class Worker:
                 if self._closing:
                     break
                 for item in self._urgent:
-                    job = item.job if isinstance(item, _Run) else item[0]
-                    if not (self._groupable(item) or job.cancelled.is_set() or _alone(item)):
+                    cancelled = _job_of(item).cancelled.is_set()
+                    if not (self._groupable(item) or cancelled or _alone(item)):
                         return  # another completion job comes first: set the group aside
                 if not any(map(_alone, self._urgent)):
                     for item in [w for w in self._urgent if self._groupable(w)]:
@@ -635,18 +648,8 @@ class Worker:
                         group.leave(key)
                         self._end_run(run)
         except Exception as e:
-            log.error(
-                "%s: generation failed for %d jobs written together: %s: %s",
-                self.name,
-                len(members),
-                type(e).__name__,
-                e,
-                exc_info=not self._failed_before,
-            )
-            self._failed_before = True
+            self._failed(list(members.values()), f"{len(members)} jobs written together", e)
             for run in members.values():
-                for delta in run.processor.error(f"{type(e).__name__}: {e}"):
-                    run.job.emit(delta)
                 self._end_run(run)
             members.clear()
         finally:
@@ -667,9 +670,7 @@ class Worker:
         the group has no room for waits at the head of the queue again (NO_ROOM)."""
         run = item if isinstance(item, _Run) else self._start(*item)
         if run is None:  # it ended before it started (its deltas or error are out)
-            job = item.job if isinstance(item, _Run) else item[0]
-            job.emit(END)
-            self.record.close_unrecorded(job.request.request_id)
+            self._close(_job_of(item))
             return Joined.CANCELLED
         history = [*run.prompt_ids, *run.generated]
         ahead = max(1, run.request.sampling.max_tokens - len(run.generated))
@@ -679,9 +680,7 @@ class Worker:
                 key, history, ahead, run.job.cancelled, cache_key=run.request.cache_key
             )
         except Exception as e:
-            log.exception("%s: job %s failed", self.name, run.request.request_id)
-            for delta in run.processor.error(f"{type(e).__name__}: {e}"):
-                run.job.emit(delta)
+            self._failed([run], run.request.request_id, e)
             self._end_run(run)
             return Joined.CANCELLED
         if joined is Joined.NO_ROOM:
@@ -699,8 +698,7 @@ class Worker:
     def _end_run(self, run: _Run) -> None:
         """A run's end: its figures recorded, its channel closed."""
         self._finish(run)
-        run.job.emit(END)
-        self.record.close_unrecorded(run.job.request.request_id)
+        self._close(run.job)
 
     def _finish(self, run: _Run) -> None:
         job, processor, request = run.job, run.processor, run.request
