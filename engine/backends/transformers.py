@@ -344,8 +344,6 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
         """Branches `offset`... of `branch`, after the prompt (which the live cache holds) and
         each of `firsts`, greedy, a row each; None if `cancelled`."""
         written: list[list[int]] = [[] for _ in firsts]
-        if max_tokens <= 0:
-            return written
         cache = self._decoder.rows(len(prompt), len(firsts))
         if cache is None:
             return _Refused()

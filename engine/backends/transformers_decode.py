@@ -399,15 +399,20 @@ class _Snapshot:
             layer.update(keys, values)
 
 
-def _layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each layer's keys and values (transformers 5 keeps them per layer, 4 in two lists);
-    empty where the layout is unknown or a layer holds none."""
+def _layer_pairs(cache: Any) -> list[tuple[Any, Any]]:
+    """Each layer's keys and values as the cache keeps them (transformers 5 per layer, 4 in
+    two lists); a layer that holds none has None or an empty placeholder there."""
     layers = getattr(cache, "layers", None)
     if layers:
-        pairs = [(getattr(la, "keys", None), getattr(la, "values", None)) for la in layers]
-    else:
-        keys = getattr(cache, "key_cache", None) or ()
-        pairs = list(zip(keys, getattr(cache, "value_cache", None) or (), strict=False))
+        return [(getattr(la, "keys", None), getattr(la, "values", None)) for la in layers]
+    keys = getattr(cache, "key_cache", None) or ()
+    return list(zip(keys, getattr(cache, "value_cache", None) or (), strict=False))
+
+
+def _layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values, (batch, heads, tokens, dimension) tensors; empty where
+    the layout is unknown or a layer holds none."""
+    pairs = _layer_pairs(cache)
     if not pairs or not all(
         isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor) and k.dim() == 4
         for k, v in pairs
@@ -417,12 +422,6 @@ def _layer_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _cache_bytes(cache: Any) -> int:
-    """The bytes a `DynamicCache`'s tensors take (transformers 5 keeps them per layer, 4 in
-    two lists); 0 if its layout is unknown."""
-    tensors: list[Any] = []
-    for layer in getattr(cache, "layers", None) or ():
-        tensors += [getattr(layer, "keys", None), getattr(layer, "values", None)]
-    for name in ("key_cache", "value_cache"):
-        if not tensors:
-            tensors += list(getattr(cache, name, None) or ())
+    """The bytes a `DynamicCache`'s tensors take; 0 if its layout is unknown."""
+    tensors = [t for pair in _layer_pairs(cache) for t in pair]
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
