@@ -28,26 +28,16 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-HUMAN_EVAL_RANDOM_SPAN = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-RandomSpanInfilling.jsonl.gz"
-)
-HUMAN_EVAL = (
-    ROOT.parent
-    / "shared"
-    / "data"
-    / "human-eval-infilling"
-    / "HumanEval-SingleLineInfilling.jsonl.gz"
-)
+#: HumanEval infilling, kept in the repository with its licence (third_party/README.md).
+HUMAN_EVAL_DIR = ROOT / "third_party" / "data" / "human-eval-infilling"
+HUMAN_EVAL_RANDOM_SPAN = HUMAN_EVAL_DIR / "HumanEval-RandomSpanInfilling.jsonl.gz"
+HUMAN_EVAL = HUMAN_EVAL_DIR / "HumanEval-SingleLineInfilling.jsonl.gz"
 
 
 def humaneval_rows(path: Path = HUMAN_EVAL) -> list[dict[str, Any]]:
     """Every HumanEval infilling task of a set (single-line by default), in file order."""
     if not path.is_file():
-        raise SystemExit(f"HumanEval data not found at {path} (see shared/data/README.md)")
+        raise SystemExit(f"HumanEval data not found at {path} (see third_party/README.md)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
 

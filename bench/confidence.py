@@ -8,7 +8,7 @@ Run from the repository root:
 
 Cases, each split once and for all into a tuning part and a held-out part:
 
-- HumanEval single-line (`../shared/data/human-eval-infilling`): the hole's line opened and
+- HumanEval single-line (`third_party/data/human-eval-infilling`): the hole's line opened and
   indented as an auto-indenting editor leaves it (bench/humaneval.py's "indent" layout), the
   returned item applied, scored by the task's tests. Tasks of even-numbered problems tune,
   odd-numbered ones are held out (no function has holes in both parts); `--humaneval N`

@@ -10,7 +10,7 @@ Run from the repository root:
 Three kinds of answer, on the default completion model (Gemma 3 270M) and the default chat
 model (SmolLM2-135M), all greedy:
 
-- "suggestion": a multi-line suggestion in a real file: a HumanEval program (shared/data,
+- "suggestion": a multi-line suggestion in a real file: a HumanEval program (third_party/data,
   written by others) cut after the first lines of its solution, 64 tokens on from there.
 - "rewrite": an answer that repeats a region of its prompt with a change, as a next-edit
   rewrite does: the prompt shows a ~20-line region of a HumanEval program, then asks for the

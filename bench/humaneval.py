@@ -5,7 +5,7 @@ Run from the repository root:
     .venv/bin/python bench/humaneval.py [--limit 100 | --all] [--layouts hole,blank,indent]
                                         [--timeout 5] [--json PATH]
 
-Tasks: `../shared/data/human-eval-infilling/HumanEval-SingleLineInfilling.jsonl.gz` (1033).
+Tasks: `third_party/data/human-eval-infilling/HumanEval-SingleLineInfilling.jsonl.gz` (1033).
 By default 100 of them, spread evenly over the whole set: task `i * 1033 // 100` for i in
 0..99 (`--limit N` takes N the same way, `--all` takes every task, `--tasks ID ...` names them).
 The completion model is the default one (or `--model`), greedy in both variants:

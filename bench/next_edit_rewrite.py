@@ -7,7 +7,7 @@ Run from the repository root:
 
 A next-edit model rewrites the region around the cursor (lsp_server/next_edit/region.py: the
 cursor's line, 2 lines above and 6 below), and most of what it writes is a copy of that
-region. Each case is a HumanEval program (shared/data, written by others) in which the user
+region. Each case is a HumanEval program (third_party/data, written by others) in which the user
 has just renamed the function's first parameter in its `def` line; the region and the prompt
 are built as the language server builds them (edit history, `region_input`, the format's
 prompt), and the rewrite runs through `NextEditModel.rewrite`, the one place rewrites are

@@ -1,4 +1,4 @@
-"""Fill-in-the-middle prompts (DESIGN §4): each model family's template and repository format,
+"""Fill-in-the-middle prompts: each model family's template and repository format,
 and a model's prompt format (`PromptFormat`: what building a completion prompt needs).
 
 FIM templates are data: one entry per model family, chosen from the special tokens the
@@ -7,7 +7,7 @@ tokenizer actually has (never from the model's name); configuration may name a f
 Models without FIM tokens (both default models) get the documented fallback: the prompt is
 the prefix window alone, and the LSP layer fits the continuation to the suffix afterwards.
 On HumanEval single-line, a base model continuing the prefix beats a chat "fill the hole"
-prompt by far (37 against 2 of 100 tasks with the default models, shared/data/README.md).
+prompt by far (37 against 2 of the first 100 tasks with the default models).
 """
 
 from __future__ import annotations

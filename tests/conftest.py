@@ -22,7 +22,8 @@ from engine.models import load_backend, model_spec
 from engine.specs import ModelOptions
 from engine.types import Role
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+#: Test data written by others, kept in the repository with its licences (third_party/README.md).
+THIRD_PARTY_DATA = Path(__file__).resolve().parents[1] / "third_party" / "data"
 
 # Every server a test starts (and the servers they start: the variable is inherited) keeps its
 # usage counts here, never in the user's own state folder (lsp_server/usage_file.py).
@@ -80,10 +81,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"the shared data folder is missing: {SHARED_DATA}")
-    return SHARED_DATA
+def third_party_data() -> Path:
+    if not THIRD_PARTY_DATA.is_dir():
+        pytest.fail(f"the third-party data folder is missing: {THIRD_PARTY_DATA}")
+    return THIRD_PARTY_DATA
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ Neovim with the real server and the real default model.
 sidekick.nvim speaks GitHub Copilot language server's `textDocument/copilotInlineEdit` to the
 LSP client whose name contains "copilot". The Lua that sets it up is README's own ("Next edit
 suggestions"), read from there, so that the README shows exactly what is tested. The copy of
-sidekick.nvim is `../shared/clients/sidekick.nvim` (its README there says why that commit).
+sidekick.nvim is `third_party/editor-clients/sidekick.nvim` (`third_party/README.md` says why
+that commit).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lsp_helpers import SERVER_COMMAND
 from nvim_helpers import REPO, Session, find_nvim, lua_string, nvim_version, poll, start_session
 
 NVIM, NVIM_WHY = find_nvim()
-SIDEKICK = REPO.parent / "shared" / "clients" / "sidekick.nvim"
+SIDEKICK = REPO / "third_party" / "editor-clients" / "sidekick.nvim"
 #: sidekick.nvim's own minimum (its README); `vim.lsp.config` itself is 0.11's.
 MIN_NVIM = (0, 11, 2)
 #: What README's snippet says in place of this machine's paths.
@@ -63,7 +64,7 @@ def setup_lua() -> str:
 
 def _needs() -> str:
     if not (SIDEKICK / "lua" / "sidekick" / "nes" / "init.lua").is_file():
-        pytest.skip(f"no copy of sidekick.nvim at {SIDEKICK} (see ../shared/clients/README.md)")
+        pytest.fail(f"the repository's copy of sidekick.nvim is missing: {SIDEKICK}")
     if NVIM is None:
         pytest.skip(NVIM_WHY)
     version = nvim_version(NVIM)

@@ -45,8 +45,8 @@ def stream(backend: LlamaCppBackend, ids: list[int]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def samples(shared_data: Path) -> list[str]:
-    found = unicode_samples(shared_data)
+def samples(third_party_data: Path) -> list[str]:
+    found = unicode_samples(third_party_data)
     assert len(found) > 500
     return found
 

@@ -93,8 +93,8 @@ def live_sequences(backend: LlamaCppBackend) -> list[int]:
     ]
 
 
-def prompts(shared_data: Path, count: int) -> list[str]:
-    return [suggestion_prompt(p) for p in programs(shared_data)[:count]]
+def prompts(third_party_data: Path, count: int) -> list[str]:
+    return [suggestion_prompt(p) for p in programs(third_party_data)[:count]]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def chat_backend() -> Iterator[LlamaCppBackend]:
 
 
 def test_branches_together_are_the_greedy_answers_one_at_a_time(
-    chat_backend: LlamaCppBackend, shared_data: Path
+    chat_backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """For many prompts, the 8 most likely first tokens, each continued to its line's end:
     written together (a sequence each, a row of each per pass), every branch is token for
@@ -121,7 +121,7 @@ def test_branches_together_are_the_greedy_answers_one_at_a_time(
             "already give other logits than a pass per token"
         )
     parted = []
-    for index, text in enumerate(prompts(shared_data, 16)):
+    for index, text in enumerate(prompts(third_party_data, 16)):
         ids = backend.tokenize(text, add_bos=backend.vocab.adds_bos)
         firsts = first_tokens(backend, ids)
         key = f"prompt-{index}"
@@ -144,13 +144,13 @@ def test_branches_together_are_the_greedy_answers_one_at_a_time(
 
 
 def test_a_branch_does_not_depend_on_the_branches_beside_it(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """The first two branches written with 6 others beside them, or alone together, or with
     one of them ended at its first token: each other branch's tokens are the same (Gemma's
     passes of 4 rows and more give other logits than passes of 1-3: every pass of branches
     is a whole number of groups of 4 rows)."""
-    text = prompts(shared_data, 20)[19]
+    text = prompts(third_party_data, 20)[19]
     ids = backend.tokenize(text, add_bos=backend.vocab.adds_bos)
     firsts = first_tokens(backend, ids)
     ended = line_end(backend)
@@ -170,14 +170,14 @@ def test_a_branch_does_not_depend_on_the_branches_beside_it(
 
 
 def test_scores_together_are_the_scores_one_at_a_time(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """Candidate lines and the code after them, 12 continuations (two groups of sequences):
     together, each token's log-probability is the one scoring one at a time gives, up to the
     rounding of a pass's size (Gemma's kernels multiply 4 rows at a time, the last 1-3 of a
     pass one by one: tokens differed by up to 0.30 here, as logits do by up to 1.3), and the
     continuations rank in the same order."""
-    program = programs(shared_data)[3]
+    program = programs(third_party_data)[3]
     cut = program.index("\n    ", program.index('"""\n', program.index('"""') + 3)) + 1
     ids = backend.tokenize(program[:cut], add_bos=backend.vocab.adds_bos)
     after = backend.tokenize(program[cut:], add_bos=False, special=False)
@@ -205,9 +205,9 @@ def test_scores_together_are_the_scores_one_at_a_time(
 
 
 def test_a_cancel_stops_the_branches_and_leaves_the_live_cache(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
-    text = prompts(shared_data, 2)[1]
+    text = prompts(third_party_data, 2)[1]
     ids = backend.tokenize(text, add_bos=backend.vocab.adds_bos)
     firsts = first_tokens(backend, ids)
     cancelled = threading.Event()
@@ -227,9 +227,9 @@ def test_a_cancel_stops_the_branches_and_leaves_the_live_cache(
 
 
 def test_a_token_limit_below_one_is_refused_together_as_one_after_another(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
-    ids = backend.tokenize(prompts(shared_data, 1)[0], add_bos=backend.vocab.adds_bos)
+    ids = backend.tokenize(prompts(third_party_data, 1)[0], add_bos=backend.vocab.adds_bos)
     firsts = first_tokens(backend, ids, 4)
     for way in (contextlib.nullcontext(), one_at_a_time(backend)):
         with way, pytest.raises(ValueError, match="max_tokens must be at least 1, got 0"):
@@ -238,11 +238,11 @@ def test_a_token_limit_below_one_is_refused_together_as_one_after_another(
 
 
 def test_kept_documents_come_back_exactly_after_branches(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """Branches of document A, then document B, then back to A: A's greedy answer is the one
     a fresh cache gives, and A's state came back (one token evaluated)."""
-    first, second = prompts(shared_data, 6)[4:6]
+    first, second = prompts(third_party_data, 6)[4:6]
     a = backend.tokenize(first, add_bos=backend.vocab.adds_bos)
     b = backend.tokenize(second, add_bos=backend.vocab.adds_bos)
     fresh = greedy(backend, a, 16, key="fresh")

@@ -27,9 +27,9 @@ pytestmark = pytest.mark.slow
 _DEF = re.compile(r"^def \w+\((\w+)", re.MULTILINE)
 
 
-def programs(shared_data: Path) -> list[str]:
+def programs(third_party_data: Path) -> list[str]:
     """HumanEval's programs (written by others), one per task, in file order."""
-    path = shared_data / "human-eval-infilling" / "HumanEval-SingleLineInfilling.jsonl.gz"
+    path = third_party_data / "human-eval-infilling" / "HumanEval-SingleLineInfilling.jsonl.gz"
     found: dict[str, str] = {}
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
@@ -114,12 +114,12 @@ def backend(loaded: tuple[LlamaCppBackend, Engine]) -> LlamaCppBackend:
 
 
 def test_greedy_answers_are_the_same_with_every_draft_checked(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """Multi-line suggestions (drafts mostly rejected) and rewrites of a region (drafts mostly
     accepted): every draft that passes of the model's exact size allow is checked, and each
     answer is token for token the answer without drafts."""
-    sources = programs(shared_data)
+    sources = programs(third_party_data)
     prompts = [(suggestion_prompt(p), 32) for p in sources[:12]]
     prompts += [(rewrite_prompt(p), 80) for p in sources[12:16]]
     before = backend.draft_counts
@@ -138,12 +138,12 @@ def test_greedy_answers_are_the_same_with_every_draft_checked(
 
 
 def test_as_shipped_a_rewrite_is_the_same_as_without_drafts(
-    loaded: tuple[LlamaCppBackend, Engine], shared_data: Path
+    loaded: tuple[LlamaCppBackend, Engine], third_party_data: Path
 ) -> None:
     """As shipped (`WORTH_IT`: exact passes, as much of a draft as pays here), a rewrite's
     answer is the answer without drafts."""
     backend = loaded[0]
-    ids = backend.tokenize(rewrite_prompt(programs(shared_data)[30]), add_bos=True)
+    ids = backend.tokenize(rewrite_prompt(programs(third_party_data)[30]), add_bos=True)
     with drafting(backend, DraftChecking.WORTH_IT, 0):
         plain = greedy(backend, ids, 80)
     with drafting(backend, DraftChecking.WORTH_IT, DRAFT_TOKENS):
@@ -151,12 +151,12 @@ def test_as_shipped_a_rewrite_is_the_same_as_without_drafts(
 
 
 def test_a_stop_inside_a_draft_leaves_the_cache_holding_what_was_handed_over(
-    backend: LlamaCppBackend, shared_data: Path
+    backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """The consumer stops after j tokens, wherever j falls in a checked draft: the live cache
     holds the prompt and those j tokens (the last one may wait to be evaluated, as without
     drafts), nothing after; and the answer resumed from them is the rest of the answer."""
-    ids = backend.tokenize(rewrite_prompt(programs(shared_data)[40]), add_bos=True)
+    ids = backend.tokenize(rewrite_prompt(programs(third_party_data)[40]), add_bos=True)
     with drafting(backend, DraftChecking.WORTH_IT, 0):
         plain = greedy(backend, ids, 40, key="stop")
     kept_all = 0
@@ -178,13 +178,13 @@ def test_a_stop_inside_a_draft_leaves_the_cache_holding_what_was_handed_over(
 async def test_cancel_stops_within_one_token_with_drafts(
     backend: LlamaCppBackend,
     loaded: tuple[LlamaCppBackend, Engine],
-    shared_data: Path,
+    third_party_data: Path,
     how: str,
 ) -> None:
     """README: a cancelled job "stops its model work within one token", drafts or not; the
     next request on the same document is unaffected."""
     engine = loaded[1]
-    prompt = rewrite_prompt(programs(shared_data)[50])
+    prompt = rewrite_prompt(programs(third_party_data)[50])
 
     def request(n: int) -> GenerationRequest:
         return GenerationRequest(

@@ -150,9 +150,9 @@ def run_alone(backend: LlamaCppBackend, requests: Sequence[GenerationRequest]) -
         return found
 
 
-def id_prompts(backend: LlamaCppBackend, shared_data: Path, count: int) -> list[list[int]]:
+def id_prompts(backend: LlamaCppBackend, third_party_data: Path, count: int) -> list[list[int]]:
     return [
-        backend.tokenize(t, add_bos=backend.vocab.adds_bos) for t in prompts(shared_data, count)
+        backend.tokenize(t, add_bos=backend.vocab.adds_bos) for t in prompts(third_party_data, count)
     ]
 
 
@@ -185,14 +185,14 @@ def exact_rows(backend: LlamaCppBackend) -> None:
 
 
 def test_requests_under_way_at_once_are_written_together_and_answered_as_alone(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Six requests on six documents at once: one group writes them, a pass per token of the
     longest, and each answer is token for token the one it gets alone."""
     backend = chat_backend
     exact_rows(backend)
     requests = [
-        request(ids, f"doc-{i}") for i, ids in enumerate(id_prompts(backend, shared_data, 6))
+        request(ids, f"doc-{i}") for i, ids in enumerate(id_prompts(backend, third_party_data, 6))
     ]
     alone = run_alone(backend, requests)
     spy = GroupSpy(backend, monkeypatch)
@@ -207,13 +207,13 @@ def test_requests_under_way_at_once_are_written_together_and_answered_as_alone(
 
 
 def test_a_request_joins_the_group_between_passes(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two requests under way, a third submitted when the first has 5 tokens: it joins the
     group that is writing (no second group), and every answer is the one alone."""
     backend = chat_backend
     exact_rows(backend)
-    ids = id_prompts(backend, shared_data, 9)[6:9]
+    ids = id_prompts(backend, third_party_data, 9)[6:9]
     requests = [request(p, f"join-{i}") for i, p in enumerate(ids)]
     alone = run_alone(backend, requests)
     spy = GroupSpy(backend, monkeypatch)
@@ -232,7 +232,7 @@ def test_a_request_joins_the_group_between_passes(
 
 
 def test_more_requests_than_the_group_takes_wait_and_join(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ten requests at once, eight sequences, answers of different lengths: the last two join
     the group as the first end. The eight that start together get the answers they get alone;
@@ -241,7 +241,7 @@ def test_more_requests_than_the_group_takes_wait_and_join(
     alone, each at a near tie)."""
     backend = chat_backend
     exact_rows(backend)
-    ids = id_prompts(backend, shared_data, 10)
+    ids = id_prompts(backend, third_party_data, 10)
     requests = [request(p, f"many-{i}", tokens=8 + 3 * i) for i, p in enumerate(ids)]
     alone = run_alone(backend, requests)
     spy = GroupSpy(backend, monkeypatch)
@@ -259,13 +259,13 @@ def test_more_requests_than_the_group_takes_wait_and_join(
 
 
 def test_another_completion_job_sets_the_group_aside(
-    chat_backend: LlamaCppBackend, shared_data: Path
+    chat_backend: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """A scoring comes while three requests are written together: it is answered at once
     (before they end), and they go on to the answers they get alone."""
     backend = chat_backend
     exact_rows(backend)
-    ids = id_prompts(backend, shared_data, 13)[10:13]
+    ids = id_prompts(backend, third_party_data, 13)[10:13]
     requests = [request(p, f"aside-{i}", tokens=32) for i, p in enumerate(ids)]
     alone = run_alone(backend, requests)
     scored = Answer()
@@ -300,13 +300,13 @@ def test_another_completion_job_sets_the_group_aside(
 
 
 def test_an_answer_does_not_depend_on_the_requests_beside_it(
-    gemma: LlamaCppBackend, shared_data: Path
+    gemma: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """Gemma's passes of 4 rows and more give other logits than passes of 1-3, so a group's
     passes are whole groups of 4 rows: a request written beside two others, or beside one
     other, or beside one cancelled after 3 tokens, gets the same answer."""
     backend = gemma
-    ids = id_prompts(backend, shared_data, 18)[14:18]
+    ids = id_prompts(backend, third_party_data, 18)[14:18]
     requests = [request(p, f"beside-{i}", tokens=24) for i, p in enumerate(ids)]
     with worker_of(backend) as worker:
         three = run_together(worker, requests[:3])
@@ -333,12 +333,12 @@ def test_an_answer_does_not_depend_on_the_requests_beside_it(
 
 
 def test_kept_documents_come_back_exactly_after_a_group(
-    gemma: LlamaCppBackend, shared_data: Path
+    gemma: LlamaCppBackend, third_party_data: Path
 ) -> None:
     """Three documents asked alone (their states kept), then together, then alone again: the
     last answers are the first ones, each from its kept state (a few tokens evaluated)."""
     backend = gemma
-    ids = id_prompts(backend, shared_data, 21)[18:21]
+    ids = id_prompts(backend, third_party_data, 21)[18:21]
     requests = [request(p, f"kept-{i}") for i, p in enumerate(ids)]
     first = run_alone(backend, requests)
     with worker_of(backend) as worker:
@@ -355,7 +355,7 @@ def test_kept_documents_come_back_exactly_after_a_group(
 
 
 def test_requests_that_do_not_fit_beside_each_other_go_on_after(
-    shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A context of 1,024 cells. Four prompts of 400 tokens: those that find no room in the
     group wait for a member to leave, and every answer is whole and greedy up to rounding.
@@ -369,7 +369,7 @@ def test_requests_that_do_not_fit_beside_each_other_go_on_after(
     try:
         together(backend)
         exact_rows(backend)
-        found = programs(shared_data)
+        found = programs(third_party_data)
         texts = ["\n".join(found[i * 3 : i * 3 + 3]) for i in range(4)]
         ids = [backend.tokenize(t, add_bos=backend.vocab.adds_bos)[:400] for t in texts]
         assert sum(map(len, ids)) > 1024
@@ -397,12 +397,12 @@ def test_requests_that_do_not_fit_beside_each_other_go_on_after(
 
 
 def test_one_request_at_a_time_when_rows_do_not_pay(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the load-time probe found that rows do not pay, no group is made: requests
     under way at once take turns, as before."""
     backend = chat_backend
-    ids = id_prompts(backend, shared_data, 2)
+    ids = id_prompts(backend, third_party_data, 2)
     spy = GroupSpy(backend, monkeypatch)
     with one_at_a_time(backend), worker_of(backend) as worker:
         answers = run_together(worker, [request(p, f"turns-{i}") for i, p in enumerate(ids)])
@@ -411,11 +411,11 @@ def test_one_request_at_a_time_when_rows_do_not_pay(
 
 
 def test_sampled_requests_are_not_written_together(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sampled request's tokens are not the most likely ones: it never joins a group."""
     backend = chat_backend
-    ids = id_prompts(backend, shared_data, 2)
+    ids = id_prompts(backend, third_party_data, 2)
     spy = GroupSpy(backend, monkeypatch)
     sampled = [
         GenerationRequest(
@@ -447,12 +447,12 @@ def test_a_rows_setting_it_does_not_know_is_refused_saying_which() -> None:
 
 
 def test_requests_are_written_together_from_the_count_where_it_pays(
-    chat_backend: LlamaCppBackend, shared_data: Path, monkeypatch: pytest.MonkeyPatch
+    chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With groups from 3 requests on (what the load-time probe found, forced here): two at
     once take turns, three at once are one group."""
     backend = chat_backend
-    ids = id_prompts(backend, shared_data, 3)
+    ids = id_prompts(backend, third_party_data, 3)
     spy = GroupSpy(backend, monkeypatch)
     monkeypatch.setattr(backend, "group_from", 3)
     with worker_of(backend) as worker:

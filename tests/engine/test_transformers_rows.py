@@ -296,7 +296,7 @@ def smollm2() -> Iterator[TransformersBackend]:
 
 @pytest.mark.slow
 def test_smollm2_branches_and_scores_together_equal_one_after_another(
-    smollm2: TransformersBackend, shared_data: Path
+    smollm2: TransformersBackend, third_party_data: Path
 ) -> None:
     """3 HumanEval prompts (to the docstring's end), their 8 most likely first tokens each
     continued to its line's end: together token for token what one after another writes (0
@@ -304,7 +304,7 @@ def test_smollm2_branches_and_scores_together_equal_one_after_another(
     cache answering the next generation as before, feeding one token."""
     backend = smollm2
     assert backend.sequences == 1
-    for text in [suggestion_prompt(p) for p in programs(shared_data)[:3]]:
+    for text in [suggestion_prompt(p) for p in programs(third_party_data)[:3]]:
         ids = backend.tokenize(text, add_bos=backend.vocab.adds_bos)
         before = generation(backend, ids, 4)
         firsts = first_tokens(backend, ids)

@@ -373,12 +373,12 @@ async def test_documents_are_found_however_the_editor_escapes_their_uri(
 # --- document synchronization -------------------------------------------------------------------
 
 
-async def test_the_recorded_neovim_session_keeps_the_document_exact(shared_data) -> None:
+async def test_the_recorded_neovim_session_keeps_the_document_exact(third_party_data) -> None:
     """Replay the document sync of a recorded Neovim 0.9.5 session (lsp-devtools), with its own
     capabilities (no position encodings: UTF-16), and compare the server's view of every line
     with the text the edits give when applied independently."""
     messages = load_recording(
-        shared_data / "lsp-devtools-recording" / "example-to-file-output.json"
+        third_party_data / "lsp-devtools-recording" / "example-to-file-output.json"
     )
     initialize = next(m for m in messages if m.get("method") == "initialize")
     opened = next(m for m in messages if m.get("method") == "textDocument/didOpen")
