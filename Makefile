@@ -1,5 +1,5 @@
-# The one task runner: the same commands locally and in CI (README "Quick start").
-#   make install  the virtual environment (LLAMA_CUDA=1: llama.cpp with CUDA; README "GPU")
+# The one task runner: the same commands locally and in CI (README "Install").
+#   make install  the virtual environment (LLAMA_CUDA=1: llama.cpp with CUDA; docs/models.md "GPU")
 #   make demo   set up everything from nothing, then run a real completion
 #   make test   set up everything from nothing, then run the whole test suite
 #   make test-repeat  `make test` RUNS times (default 10) beside a CPU-bound process (SHUFFLE=1: a new order each run)
@@ -14,8 +14,8 @@ BIN    := $(VENV)/bin
 # llama-cpp-python builds from source: no multimodal library, and a portable build (it still
 # uses AVX2/FMA where the CPU has them). About 3.5 minutes on 2 cores, seconds from pip's cache.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
-# LLAMA_CUDA=1 builds llama-cpp-python with CUDA, for `--gpu-layers` / `gpuLayers` (README
-# "GPU"); it needs the CUDA toolkit (nvcc). CUDA_ARCHITECTURES narrows the GPUs it compiles
+# LLAMA_CUDA=1 builds llama-cpp-python with CUDA, for `--gpu-layers` / `gpuLayers`
+# (docs/models.md, "GPU"); it needs the CUDA toolkit (nvcc). CUDA_ARCHITECTURES narrows the GPUs it compiles
 # for (90: H100/H200, 89: RTX 40xx, 86: RTX 30xx, native: this machine's), which shortens the
 # build; empty, llama.cpp compiles for its own list. Its own stamp: `make install LLAMA_CUDA=1`
 # over a CPU install rebuilds llama-cpp-python, and a later plain `make test` keeps that build.
@@ -35,7 +35,7 @@ TRANSFORMERS ?= 1
 comma := ,
 EXTRAS := llama,server,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
 
-# The editors (issue 7): the VS Code extension is built with npm from its lock file; its end-to-end
+# The editors: the VS Code extension is built with npm from its lock file; its end-to-end
 # test runs it in a real VS Code (code-server, from npm) in Debian's Chromium. When a system
 # package it needs is missing (chromium, libkrb5-dev, ripgrep: `.ci/run` installs them), the
 # install says why and the test skips, printing the reason.

@@ -1,4 +1,4 @@
-"""The interface one model backend implements (DESIGN §2).
+"""The interface one model backend implements.
 
 A backend owns one loaded model. Everything but `iter_token_ids` is cheap and may be called
 from any thread; `iter_token_ids` runs only on the model's worker thread. The backends that
@@ -211,7 +211,7 @@ class Backend(abc.ABC):
         Here one branch after another, each a greedy generation (`iter_token_ids`): the
         answer every backend gives. A backend may write them together (llama.cpp, where many
         rows per pass pay); its kernels may then round otherwise than for one row, and a
-        branch part from what this gives (README "Many sequences per pass").
+        branch part from what this gives (docs/how-it-works.md, "Many sequences per pass").
         """
         branches: list[list[int]] = []
         for index, first in enumerate(first_tokens):

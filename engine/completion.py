@@ -17,7 +17,7 @@ from engine.engine import BaseEngine
 from engine.fim import PromptFormat
 
 #: What a completion model without fill-in-the-middle tokens costs, with what this project
-#: measured (README "Prompts", `bench/humaneval.py` on the default model, Gemma 3 270M): what
+#: measured (`bench/humaneval.py` on the default model, Gemma 3 270M): what
 #: `doctor` and the language server's status say of such a model.
 NO_FIM_NOTE = (
     "no fill-in-the-middle tokens: suggestions continue the code before the cursor, and the "

@@ -1,5 +1,5 @@
 """The context window: the part of the document around the cursor that fits a token budget,
-cut at line boundaries (DESIGN §4)."""
+cut at line boundaries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token ids to text, one token at a time, exactly (DESIGN §2).
+"""Token ids to text, one token at a time, exactly.
 
 Two invariants, whatever the tokenizer does with multi-byte characters:
 - `"".join(deltas) + finish()` equals the full decode of the same ids;

@@ -195,10 +195,11 @@ def worth_checking(proposed: int, rate: float, costs: PassCosts) -> int:
     unknown).
 
     Checking k tokens writes 1 + rate + ... + rate^k tokens on average, for a pass of k + 1
-    tokens. On these 2 cores a pass of 9 tokens costs 4.5 times a pass of one for SmolLM2-135M,
+    tokens. On 2 CPU cores a pass of 9 tokens costs 4.5 times a pass of one for SmolLM2-135M,
     a pass of 3 already 3.8 times for Gemma 3 270M (its output layer, a 262,144-token
     vocabulary, is computed for every token), so only drafts that mostly stand pay; where a
-    pass of several tokens costs about what one does (a GPU; not measured here), any does.
+    pass of several tokens costs about what one does (a GPU, by llama.cpp's design; not yet
+    measured), any does.
     """
     best_rate, best = MARGIN, 0
     expected, term = 1.0, 1.0

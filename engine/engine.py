@@ -1,4 +1,4 @@
-"""The engine facade: `async generate(request)` yields text deltas (DESIGN §2).
+"""The engine facade: `async generate(request)` yields text deltas.
 
 Usage:
 

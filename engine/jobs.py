@@ -37,7 +37,7 @@ class JobStats:
     first_token_seconds: float | None
     total_seconds: float
     finish_reasons: tuple[FinishReason | None, ...]
-    #: Tokens the model handed over after the job's cancel was requested: the README's "stops
+    #: Tokens the model handed over after the job's cancel was requested: the documented "stops
     #: within one token" as a figure (0 or 1). None: the job was not cancelled while it ran.
     tokens_after_cancel: int | None = None
     #: The most other requests whose tokens went in the same passes as its own (requests
@@ -188,7 +188,8 @@ def job_json(stats: JobStats, words: ReportWords) -> dict[str, Any]:
         "first_token_ms": _ms(stats.first_token_seconds),
         "total_ms": _ms(stats.total_seconds),
         "finish_reasons": [None if r is None else str(r) for r in stats.finish_reasons],
-        # "Stops within one token" (README), measured: tokens after the cancel was requested.
+        # "Stops within one token" (docs/language-server.md), measured: tokens after the cancel
+        # was requested.
         "tokens_after_cancel": stats.tokens_after_cancel,
         "written_beside": stats.written_beside,
         words.document: stats.cache_key,

@@ -1,4 +1,4 @@
-"""Which model serves each role, and loading it once (DESIGN §2).
+"""Which model serves each role, and loading it once.
 
 A role's model is chosen, first match wins, by: the explicit setting (`--model`,
 `--chat-model`, or the LSP configuration), then `INFILL_MODEL` / `INFILL_CHAT_MODEL`, then the

@@ -1,4 +1,4 @@
-"""Next-edit prompts (issue 24, "Where next edits come from", item 3): each next-edit model's
+"""Next-edit prompts: each next-edit model's
 prompt format, the stops that end its answer, reading the answer back as a rewritten editable
 region, and that rewrite as minimal edits.
 
@@ -19,7 +19,7 @@ tokenizer has it, text otherwise) or the user's text, which is never parsed for 
 for a local model. A remote server gets the pieces' text.
 
 Left out, for want of a source by their makers to check them against: Sweep Next-Edit (its
-model card and code were not available here, and the re-implementations found disagree on the
+model card and code are not published, and the re-implementations found disagree on the
 section headers, a cursor marker and line ranges) and Continue Instinct (its training code,
 continuedev/instinct, was not available; Continue's client, core/nextEdit, shows it is chat
 messages with the model's chat template, Zeta v1's markers and a long system prompt of

@@ -1,5 +1,5 @@
 """The KV states of recently used prompts, kept in memory so that going back to a document costs
-what a keystroke costs (DESIGN §2).
+what a keystroke costs.
 
 A backend has one live KV cache: the one its model computes in. When a request's prompt shares
 little with it (the user went to another file), the live state is set aside here, under the

@@ -1,4 +1,5 @@
-"""Logits to a token id: the sampling stage of a torch backend (DESIGN §2, STYLE 5).
+"""Logits to a token id: the sampling stage of a torch backend; decoding ids to
+text and deciding where text ends are other modules' (`detokenizer.py`, `stops.py`), as in vLLM.
 
 The order is the one vLLM and transformers use: repetition penalty, then temperature, top-k
 and top-p, then a draw from what is left. Temperature 0 is greedy decoding; the repetition

@@ -1,4 +1,4 @@
-"""The stop-condition processor: where one choice's text ends, and what is withheld (DESIGN §3).
+"""The stop-condition processor: where one choice's text ends, and what is withheld.
 
 One `StopChecker` per choice. It is fed each token id with the text the detokenizer made of
 it, and answers with the text that may be shown now and, at the end, why generation stopped.

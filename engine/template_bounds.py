@@ -3,7 +3,7 @@ will make, computed from its inputs before it runs.
 
 engine/template_sandbox.py refuses an operation whose bound is over the rendering's budget: one
 C call (`str.center`, `json.dumps`, `str.join`), once started, cannot be stopped by a deadline,
-so a 200-million-character `center` must be refused before it is called (issue 26).
+so a 200-million-character `center` must be refused before it is called.
 
 A weight counts what str() or JSON would write of a value: the characters of a string, the
 items of a container plus their own weights, every reference counted (`[s] * 1000` weighs a

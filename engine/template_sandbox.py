@@ -65,12 +65,12 @@ class TemplateLimits:
     seconds: float = 2.0
     #: Seconds added for each character of input: a template that reads a message character
     #: by character (llama-cpp-python's LLaVA formats test `content is iterable`, which a
-    #: string is) takes 14 us a character here, 4 without the limits.
+    #: string is) takes 14 us a character under these limits, 4 without them.
     seconds_per_input_char: float = 20e-6
     #: Characters a rendering may hold beyond twice those of its input (the messages).
     extra_chars: int = 1_000_000
-    #: Characters of a template's source: the largest found here, Llama 4's with its tools,
-    #: has 4,926.
+    #: Characters of a template's source: the largest of the templates tested, Llama 4's with its
+    #: tools, has 4,926.
     source_chars: int = 256 * 1024
 
 

@@ -1,4 +1,4 @@
-"""Data that crosses the engine's thread and module boundaries (DESIGN §2).
+"""Data that crosses the engine's thread and module boundaries.
 
 Everything here is frozen: a request is built on the event loop, read on the worker thread,
 and its deltas travel back; nobody may change them on the way.
@@ -103,7 +103,7 @@ CHAT_SAMPLING = SamplingParams(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StopConditions:
-    """Where generation ends (DESIGN §3).
+    """Where generation ends.
 
     - `stop`: stop strings, hidden unless `include_stop_str_in_output`.
     - `stop_token_ids`: the user's stop tokens; hidden, and reported as `stop_reason`.

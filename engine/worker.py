@@ -1,4 +1,4 @@
-"""The one thread that owns a local model (DESIGN §2).
+"""The one thread that owns a local model.
 
 Jobs queue up and run one at a time, completion jobs first; a chat job yields to a waiting
 completion job between two tokens and resumes afterwards, and among jobs of one priority the
@@ -49,7 +49,7 @@ END = object()
 #: jobs take turns of about twice this. A switch costs the KV state set aside and brought
 #: back (engine/prefix_cache.py): Gemma 3 270M after 1,500 tokens, 28 MB saved in 1 ms (250 ms
 #: the first time, when its buffer is made) and restored in 3 ms, the resumed job evaluating
-#: one token again (measured on 2 busy cores, a token 54 ms; the README's load figures).
+#: one token again (measured on 2 busy CPU cores, a token 54 ms; bench/load.py).
 TURN_SECONDS = 0.25
 
 

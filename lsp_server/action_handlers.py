@@ -1,5 +1,5 @@
-"""Code actions' handlers: "Explain", "Rewrite" and "Fix", answered by the chat model
-(DESIGN §5). The protocol side: documents, progress, notifications and edits; what the code
+"""Code actions' handlers: "Explain", "Rewrite" and "Fix", answered by the chat model.
+The protocol side: documents, progress, notifications and edits; what the code
 is, what to ask and what to make of the answer is `action_logic`.
 
 - `textDocument/codeAction` lists the actions at once, without the model, for a selection or,

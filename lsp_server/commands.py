@@ -1,4 +1,4 @@
-"""The server's commands and their typed arguments (README "Code actions").
+"""The server's commands and their typed arguments (docs/protocol.md).
 
 pygls structures a command handler's arguments from its annotations with the server's cattrs
 converter (as pygls's example servers do), so a handler receives an `ExplainArguments` or a

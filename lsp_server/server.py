@@ -1,5 +1,5 @@
 """The language server: every feature registered in one place, each handler an adapter over
-plain functions (STYLE 1).
+plain functions (as jedi-language-server's and ruff's servers do).
 
 Each handler takes what it needs out of the protocol objects, freezes a document snapshot
 before its first `await`, calls into `inline.completer`, `action_handlers`, `host` or

@@ -3,11 +3,11 @@ alternatives an invoked request shows (`inline/answer.py`) and the candidate lin
 scores (`rerank.py`).
 
 One scoring of the prompt gives the most likely next tokens; each is then continued greedily
-by one `BranchRequest` (the llama.cpp backend writes the branches together, the prompt
-evaluated once). The first start is the greedy answer itself in exact arithmetic: its first
-token is the most likely one. Written beside other rows, llama.cpp may round it otherwise than
-plain decoding (README "Many sequences per pass"), so an invoked request takes its first item
-from plain decoding, exactly the automatic suggestion, and only the others from here.
+by one `BranchRequest` (the llama.cpp backend writes the branches together, the prompt evaluated
+once). The first start is the greedy answer itself in exact arithmetic: its first token is the most
+likely one. Written beside other rows, llama.cpp may round it otherwise than plain decoding
+(docs/how-it-works.md, "Many sequences per pass"), so an invoked request takes its first item from
+plain decoding, exactly the automatic suggestion, and only the others from here.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from engine.types import Role
 
 STATS_REQUEST = "infill/stats"
 
-#: This request's names for the fields the two reports name their own way (README documents
-#: them; benchmarks and tests read them).
+#: This request's names for the fields the two reports name their own way (docs/protocol.md
+#: documents them; benchmarks and tests read them).
 WORDS = ReportWords(finished="total_jobs", recent="jobs", document="document")
 
 

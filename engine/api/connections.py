@@ -3,7 +3,7 @@ silent client cannot hold a socket (and the coroutine behind it) forever.
 
 uvicorn closes a connection that stays idle `timeout_keep_alive` seconds after an answer, but
 any byte restarts that wait, and nothing bounds the wait for a request's head or body: 200
-sockets trickling a header line each were all still open after 25 s (issue 26). Here the
+sockets trickling a header line each were all still open after 25 s. Here the
 h11 protocol gets three deadlines:
 
 - the head: a request line and its headers, complete within `head_seconds` of the connection

@@ -33,10 +33,10 @@ log = logging.getLogger(__name__)
 #: llama.cpp's "every sequence" id in the state functions.
 _ALL_SEQUENCES = -1
 #: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
-#: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 cores). A
+#: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 CPU cores). A
 #: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
-#: Issue 25 measured again (bench/cold.py, Gemma 3 270M, a 1,500-token cold prompt, medians of
-#: 5 interleaved rounds on 2 shared cores): batches of 256 / 512 / 1536 took 3.21 / 3.34 /
+#: bench/cold.py (Gemma 3 270M, a 1,500-token cold prompt, medians of 5 interleaved rounds on
+#: 2 CPU cores shared with other work): batches of 256 / 512 / 1536 took 3.21 / 3.34 /
 #: 3.23 s on 2 threads as the load fell below 1, 13.8 / 14.5 / 12.2 s on 1 thread under load
 #: (4.2): within the noise. Only 2 threads on a loaded machine, which the adaptive thread
 #: count avoids, favoured 512 (15.5 / 10.3 / 10.4 s). Larger batches would need llama.cpp's
@@ -135,7 +135,7 @@ class LlamaContext(LiveCache[State, None]):
         cache), and the seconds a pass of each of those sizes took. The cache is cut back to
         what it held (or started over, where it cannot drop a tail: then it holds nothing).
 
-        llama.cpp's CPU kernels are chosen by the batch. Here, on a short cache, Gemma 3 270M
+        llama.cpp's CPU kernels are chosen by the batch. On a CPU, on a short cache, Gemma 3 270M
         Q4_K_M's logits differ by up to 1.3 from passes of 4 tokens on (its Q4_K weights are
         repacked for products of 4 rows at a time), SmolLM2-135M's are the same bit for bit up
         to 16 tokens. Once the cache holds 256 tokens, with flash attention, a pass of one token
@@ -563,7 +563,7 @@ class LlamaContext(LiveCache[State, None]):
 def token_log_prob(logits: npt.NDArray[np.float32], token: int) -> float:
     """`token`'s log-probability under a row of logits: one log-sum-exp, shifted by the
     row's maximum so that exp cannot overflow. 0.18 ms (median of 500) for a row of Gemma 3's
-    262,144 tokens here, against 20-40 ms for the pass that gave it."""
+    262,144 tokens on a CPU, against 20-40 ms for the pass that gave it."""
     top = logits.max()
     return float(logits[token] - top - np.log(np.exp(logits - top).sum()))
 

@@ -68,14 +68,15 @@ BATCH_SIZE = 512
 DRAFT_TOKENS = 8
 #: Rows go together (`LlamaCppBackend.sequences`) where a pass of `SEQUENCES` rows costs less
 #: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
-#: groups of 4 rows), so a job's rows are often half filler. On 2 shared cores a pass of 8 rows
+#: groups of 4 rows), so a job's rows are often half filler. On 2 CPU cores a pass of 8 rows
 #: took 4.5-5x one of 1 (67 / 13 ms, Gemma 3 270M; SmolLM2 44 / 8 ms), and ranking all
 #: together was no faster than one at a time (bench/batch.py: 6.8 s / 7.3 s median, scorings
-#: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels, README): one at a time there.
+#: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels: `LlamaContext.exact_batches`):
+#: one at a time there.
 ROWS_PAY = 0.5
 #: Requests under way at once are written together (`LlamaStepGroup`) from the least number
 #: of them whose rows, in whole 4-row groups, cost less than this share of as many passes of
-#: one: members end at different times, and the rest go on beside fillers. On 2 shared cores
+#: one: members end at different times, and the rest go on beside fillers. On 2 CPU cores
 #: under load a pass of 4 rows took 5.0x one (91 / 18 ms, Gemma 3 270M) and one of 8 rows 5.6x
 #: (101 ms): from 8 requests at once; idle, rows cost less; on a GPU 4 rows cost about one.
 GROUP_PAYS = 0.8
@@ -243,10 +244,10 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
             log.warning("%s: %s", path.name, warning)
 
     def _probe(self) -> int:
-        """The most tokens a pass may evaluate and still give the logits of a pass per token,
-        here (`LlamaContext.exact_batches`), measured on the empty cache once the model is
-        loaded (0.15-0.25 s here): on a short cache the thread count changes no logit, so
-        the machine's load changes no answer. The passes' times are `PassCosts`' first."""
+        """The most tokens a pass may evaluate and still give the logits of a pass per token, on
+        this machine (`LlamaContext.exact_batches`), measured on the empty cache once the model is
+        loaded (0.15-0.25 s on a CPU): on a short cache the thread count changes no logit, so the
+        machine's load changes no answer. The passes' times are `PassCosts`' first."""
         ids = self.tokenize(PROBE_TEXT, add_bos=False)[: DRAFT_TOKENS + 1]
         if len(ids) < 2 or len(ids) >= self.info.context_size:
             return 1
@@ -384,11 +385,11 @@ class LlamaCppBackend(LocalBackend[State, None, LogProbs]):
         A step evaluates the history's last token and a draft in one pass, with every
         position's logits: the draft's tokens stand while each is the most likely after the
         one before it, and the most likely token after the last one that stands comes with
-        them. So a pass gives from 1 to `len(draft) + 1` tokens. Checked as shipped
-        (`DraftChecking.WORTH_IT`), they are the ones a pass per token gives: no pass is
-        longer than `exact_pass_tokens`, the most whose logits are those of one token at a
-        time, and of a draft only as much is checked as promises the most tokens per second,
-        from what passes cost here and how often this answer's drafts stood (`worth_checking`).
+        them. So a pass gives from 1 to `len(draft) + 1` tokens. Checked by default
+        (`DraftChecking.WORTH_IT`), they are the ones a pass per token gives: no pass is longer
+        than `exact_pass_tokens`, the most whose logits are those of one token at a time, and of a
+        draft only as much is checked as promises the most tokens per second, from what passes cost
+        on this machine and how often this answer's drafts stood (`worth_checking`).
 
         Whenever the consumer stops (it may, between any two tokens, for good or to resume
         later from them), the cache holds the prompt and the tokens handed over, nothing after:

@@ -1,4 +1,4 @@
-"""The remote backend: an OpenAI-compatible server stands in for the local model (DESIGN §2).
+"""The remote backend: an OpenAI-compatible server stands in for the local model.
 
 A team's inference deployment (vLLM, llama-server, NVIDIA Dynamo, our own `infill-lsp
 engine`, ...) serves the models; this module speaks its HTTP API with httpx:

@@ -3,7 +3,7 @@ choice of an OpenAI-compatible server (server-sent events) into what the request
 of text, then the choice's end or a failure that names the endpoint and the cause.
 
 A server is trusted with our prompts, not with our memory or our time: whatever it sends, one
-answer is read within bounds (issue 26), each refused with an error naming the endpoint:
+answer is read within bounds, each refused with an error naming the endpoint:
 
 - a line of the event stream holds at most MAX_LINE_BYTES (a line that never ends is no event);
 - an answer takes at most `AnswerLimits.of(max_tokens)`: bytes and seconds scaled to the tokens

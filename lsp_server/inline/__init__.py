@@ -1,4 +1,4 @@
-"""Inline completion: from a document snapshot to fitted suggestions (DESIGN §5).
+"""Inline completion: from a document snapshot to fitted suggestions.
 
 One module per concern, in the order a request meets them:
 - `completer.py`: `InlineCompleter`, what the server holds: the latest request per document

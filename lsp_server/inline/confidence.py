@@ -1,4 +1,4 @@
-"""The confidence gate (issue 27): how sure the model was of a suggestion, from what the engine
+"""The confidence gate: how sure the model was of a suggestion, from what the engine
 already has, and whether an automatic suggestion is shown at all.
 
 A wrong suggestion costs the user more than none: they read it and reject it. The model's own
@@ -11,7 +11,7 @@ and `passes` compares it with the `minConfidence` setting. Invoked requests are 
 (a remote server) has no features and always passes.
 
 The weights and the default threshold were chosen with bench/confidence.py on its tuning
-cases only (see the README's "Confidence gate" and `WEIGHTS`).
+cases only (see `WEIGHTS`, and the benchmark's curves in docs/benchmarks/).
 """
 
 from __future__ import annotations

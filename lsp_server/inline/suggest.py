@@ -1,4 +1,4 @@
-"""Inline completion for one snapshot, from plan to fitted suggestions (DESIGN §5).
+"""Inline completion for one snapshot, from plan to fitted suggestions.
 
 1. Decide the mode from the cursor's surroundings (nothing to suggest: no model call).
 2. Build the prompt and the requests (`plan.py`, `prompt.py`).

@@ -36,14 +36,14 @@ argument or keyword where the pattern around it is exact. Steps, each with its r
 5. Each match becomes a minimal `ProposedEdit` (common prefix and suffix trimmed), nearest to
    the edit first, non-overlapping, at most `MAX_PROPOSALS`.
 
-Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions,
-on a shared 2-core VM under load: a local's rename in one function, 6-9 ms; a top-level
-name's rename with 400 uses (64 proposed), 7-10 ms. Most of it is step 4's scan of the whole
-document for strings and comments (a string may open far above the scope) and
-`enclosing_block`'s split into lines; the issue's target is under 20 ms. The same two
-measured after the rules settled on bench/next_edit.py's misses (the whole-file scope of
-patterns of several tokens among them), on the same VM less loaded: 1.2 ms and 1.6 ms,
-against 1.3 ms and 1.7 ms before them.
+Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on 2
+CPU cores shared with other work: a local's rename in one function, 6-9 ms; a top-level name's
+rename with 400 uses (64 proposed), 7-10 ms. Most of it is step 4's scan of the whole document for
+strings and comments (a string may open far above the scope) and `enclosing_block`'s split into
+lines; bench/next_edit.py's target is under 20 ms on a 2,000-line file. The same two measured after
+the rules settled on bench/next_edit.py's misses (the whole-file scope of patterns of several
+tokens among them), on the same cores less loaded: 1.2 ms and 1.6 ms, against 1.3 ms and 1.7 ms
+without those rules.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Post-processing: fit a model's raw continuation to the code around the cursor (DESIGN §5).
+"""Post-processing: fit a model's raw continuation to the code around the cursor.
 
 Ghost text must read as the user's next keystrokes: it never repeats what already follows the
 cursor, closes exactly the brackets that still need closing, keeps the block's indentation and
-ends where the block ends. Issue 3's "mode decision" and "post-processing" bullets are the spec;
-every rule says why it is there. Everything here is pure (the stdlib, and tree-sitter for the
+ends where the block ends. The rules are numbered (`decide_mode` 1-6, `fit_completion` 1-8),
+each with why it is there. Everything here is pure (the stdlib, and tree-sitter for the
 syntax trees), so the language server calls it on a document snapshot and the tests call it
 on plain strings.
 

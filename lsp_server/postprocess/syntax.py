@@ -352,10 +352,9 @@ class Doubt(enum.Enum):
     NEVER = "never"
 
 
-#: The rule `place_at` follows, chosen by bench/cursor_place.py (README, "Code, comment or
-#: string at the cursor"): with the lexer where the tree is doubted, on cursors whose line is
-#: being typed, LINE agreed with the whole file's tree at 99.5-100% a language, PATH at
-#: 94.2-100%, NEVER at 89.7-100%.
+#: The rule `place_at` follows, chosen by bench/cursor_place.py: with the lexer where the tree is
+#: doubted, on cursors whose line is being typed, LINE agreed with the whole file's tree at
+#: 99.5-100% a language, PATH at 94.2-100%, NEVER at 89.7-100%.
 DOUBT = Doubt.LINE
 
 

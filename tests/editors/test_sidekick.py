@@ -2,8 +2,9 @@
 Neovim with the real server and the real default model.
 
 sidekick.nvim speaks GitHub Copilot language server's `textDocument/copilotInlineEdit` to the
-LSP client whose name contains "copilot". The Lua that sets it up is README's own ("Next edit
-suggestions"), read from there, so that the README shows exactly what is tested. The copy of
+LSP client whose name contains "copilot". The Lua that sets it up is the editors page's own
+(docs/editors.md, "sidekick.nvim"), read from there, so that the page shows exactly what is
+tested. The copy of
 sidekick.nvim is `third_party/editor-clients/sidekick.nvim` (`third_party/README.md` says why
 that commit).
 """
@@ -22,9 +23,9 @@ NVIM, NVIM_WHY = find_nvim()
 SIDEKICK = REPO / "third_party" / "editor-clients" / "sidekick.nvim"
 #: sidekick.nvim's own minimum (its README); `vim.lsp.config` itself is 0.11's.
 MIN_NVIM = (0, 11, 2)
-#: What README's snippet says in place of this machine's paths.
-README_SERVER = '{ "/path/to/infill-lsp/.venv/bin/infill-lsp" }'
-README_SIDEKICK = '"/path/to/sidekick.nvim"'
+#: What the page's snippet says in place of this machine's paths.
+PAGE_SERVER = '{ "infill-lsp" }'
+PAGE_SIDEKICK = '"/path/to/sidekick.nvim"'
 
 #: A function that uses its parameter three times after its definition; one line has
 #: characters of two and four UTF-8 bytes before it (Neovim negotiates UTF-8 positions), one a
@@ -44,22 +45,22 @@ AFTER = (
 
 
 def readme_sidekick_setup() -> str:
-    """The Lua block of README's "Next edit suggestions" that sets up sidekick.nvim."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Next edit suggestions", 1)[1].split("\n## ", 1)[0]
+    """The Lua block of docs/editors.md's "sidekick.nvim" section that sets up sidekick.nvim."""
+    page = (REPO / "docs" / "editors.md").read_text(encoding="utf-8")
+    section = page.split("\n## sidekick.nvim\n", 1)[1].split("\n## ", 1)[0]
     blocks = [b for b in re.findall(r"```lua\n(.*?)```", section, re.S) if "sidekick" in b]
-    assert len(blocks) == 1, "README's next edit section shows sidekick.nvim's setup once"
+    assert len(blocks) == 1, "docs/editors.md's sidekick.nvim section shows its setup once"
     return blocks[0]
 
 
 def setup_lua() -> str:
-    """README's setup with this machine's paths: the server of this checkout, the copy of
+    """The page's setup with this machine's paths: the server of this checkout, the copy of
     sidekick.nvim."""
     lua = readme_sidekick_setup()
-    assert README_SERVER in lua, lua
-    assert README_SIDEKICK in lua, lua
+    assert PAGE_SERVER in lua, lua
+    assert PAGE_SIDEKICK in lua, lua
     server = "{ " + ", ".join(lua_string(arg) for arg in SERVER_COMMAND) + " }"
-    return lua.replace(README_SERVER, server).replace(README_SIDEKICK, lua_string(str(SIDEKICK)))
+    return lua.replace(PAGE_SERVER, server).replace(PAGE_SIDEKICK, lua_string(str(SIDEKICK)))
 
 
 def _needs() -> str:
@@ -112,7 +113,7 @@ def buffer_text(nv: Session) -> str:
 
 
 def test_sidekick_shows_and_applies_a_propagated_rename(tmp_path: Path) -> None:
-    """README "Next edit suggestions": with infill-lsp as its "copilot" client, sidekick.nvim
+    """docs/editors.md "sidekick.nvim": with infill-lsp as its "copilot" client, sidekick.nvim
     asks for next edits once the user has renamed a parameter by typing, shows them, jumps to
     the nearest, applies them all and runs their command (the server counts them accepted);
     the file is written with the rename everywhere but inside the string."""
@@ -164,7 +165,7 @@ def test_sidekick_shows_and_applies_a_propagated_rename(tmp_path: Path) -> None:
         assert state["marks"] > 0, "sidekick shows the edits"
         assert all(edit["command"]["command"] == "infill.acceptNextEdit" for edit in edits)
 
-        # 3. As on a key mapped to README's `nes_jump_or_apply`, pressed twice: the first jumps
+        # 3. As on a key mapped to the page's `nes_jump_or_apply`, pressed twice: the first jumps
         # to the nearest edit (a byte column after "café 🙂"), the second applies them all and
         # runs each one's command.
         jump_or_apply = "return require('sidekick').nes_jump_or_apply()"

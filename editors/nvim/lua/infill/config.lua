@@ -14,7 +14,7 @@ M.defaults = {
   },
   -- Files that mark a project's root; without one the file's own directory is the root.
   root_markers = { ".git", "pyproject.toml", "package.json", "Cargo.toml", "go.mod", "Makefile" },
-  -- The server's `infill` settings section (camelCase keys, see the server's README).
+  -- The server's `infill` settings section (camelCase keys: docs/settings.md).
   settings = {},
   -- Milliseconds of quiet typing before a suggestion is requested.
   debounce_ms = 75,
