@@ -12,14 +12,13 @@ import pytest
 
 # A stand-in for the Hugging Face hub (tests/fake_hub.py).
 from fake_hub import fake_hub  # noqa: F401
+from local_models import load_llama
 
 # Our engine server over scripted engines (tests/scripted_servers.py).
 from scripted_servers import make_server, serve  # noqa: F401
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
 from engine.types import Role
 
 #: Test data written by others, kept in the repository with its licences (third_party/README.md).
@@ -88,17 +87,13 @@ def third_party_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def completion_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
-    return backend
+def completion_backend() -> LlamaCppBackend:
+    return load_llama(Role.COMPLETION)
 
 
 @pytest.fixture(scope="session")
-def chat_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(model_spec(Role.CHAT, ModelOptions(), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
-    return backend
+def chat_backend() -> LlamaCppBackend:
+    return load_llama(Role.CHAT)
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from job_events import JobWatch
+from local_models import load_llama
 
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
 from engine.specs import ModelOptions
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 
@@ -92,9 +92,7 @@ def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[LlamaCppBackend, En
     2 threads gives other logits than on 1 once 256 tokens are cached (LlamaContext.
     exact_batches): with the count following the machine's load, an answer would then depend
     on the load, drafts or not."""
-    spec = model_spec(Role(request.param), ModelOptions(threads=1), environ={})
-    backend = load_backend(spec)
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role(request.param), ModelOptions(threads=1))
     engine = Engine(backend, name=request.param)
     yield backend, engine
     engine.close()  # and the model

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from local_models import load_llama
 from test_llama_batch import live_sequences, one_at_a_time, prompts, together
 from test_llama_drafts import programs
 from written_together import ROUNDING, most_likely_up_to_rounding
@@ -23,7 +24,7 @@ from written_together import ROUNDING, most_likely_up_to_rounding
 from engine.backend import StepGroup
 from engine.backends.llama_cpp import LlamaCppBackend, _group_from
 from engine.errors import ModelLoadError
-from engine.models import load_backend, model_spec
+from engine.models import model_spec
 from engine.specs import ROWS_ENV, ModelOptions
 from engine.types import (
     FinishReason,
@@ -159,8 +160,7 @@ def id_prompts(backend: LlamaCppBackend, third_party_data: Path, count: int) -> 
 @pytest.fixture(scope="module")
 def chat_backend() -> Iterator[LlamaCppBackend]:
     """The default chat model (SmolLM2-135M) on 1 thread, rows together."""
-    backend = load_backend(model_spec(Role.CHAT, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1))
     together(backend)
     yield backend
     backend.close()
@@ -169,8 +169,7 @@ def chat_backend() -> Iterator[LlamaCppBackend]:
 @pytest.fixture(scope="module")
 def gemma() -> Iterator[LlamaCppBackend]:
     """The default completion model (Gemma 3 270M) on 1 thread, rows together."""
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.COMPLETION, ModelOptions(threads=1))
     together(backend)
     yield backend
     backend.close()
@@ -362,10 +361,7 @@ def test_requests_that_do_not_fit_beside_each_other_go_on_after(
     Two prompts of 600 tokens: only the one whose document the live cache holds fits (it
     shares its cells); the other goes alone after it, each answer the one alone, and no
     group is tried again for it."""
-    backend = load_backend(
-        model_spec(Role.CHAT, ModelOptions(threads=1, context_size=1024), environ={})
-    )
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1, context_size=1024))
     try:
         together(backend)
         exact_rows(backend)
@@ -432,8 +428,7 @@ def test_sampled_requests_are_not_written_together(
 
 @pytest.mark.parametrize(("value", "size"), [("together", 8), ("one", 1)])
 def test_the_rows_environment_setting_overrides_the_probe(value: str, size: int) -> None:
-    spec = model_spec(Role.CHAT, ModelOptions(threads=1), environ={ROWS_ENV: value})
-    backend = load_backend(spec)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1), environ={ROWS_ENV: value})
     try:
         assert backend.group_size == size
         assert backend.group_from == (2 if value == "together" else 0)
