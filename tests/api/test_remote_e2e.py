@@ -45,6 +45,7 @@ from lsp_helpers import (
     STATS,
     Session,
     answer,
+    client_feature,
     lsp_session,
     plain_json,
     request_json,
@@ -159,7 +160,7 @@ async def remote_editor(options: dict[str, Any], *, ready: bool = True) -> Async
     async with lsp_session(client_capabilities(VSCODE), options) as session:
         editor = Editor(session)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 

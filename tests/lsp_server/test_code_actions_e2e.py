@@ -35,6 +35,7 @@ from lsp_helpers import (
     Session,
     answer,
     apply_changes,
+    client_feature,
     lsp_session,
     plain_json,
     request_json,
@@ -176,18 +177,18 @@ async def editor(request: pytest.FixtureRequest) -> AsyncIterator[Editor]:
         editor = Editor(request.param, session)
         client = session.client
 
-        @client.feature(EXPLAIN_CHUNK)
+        @client_feature(client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
-        @client.feature(types.WORKSPACE_APPLY_EDIT)
+        @client_feature(client, types.WORKSPACE_APPLY_EDIT)
         def apply_edit(
             _: LanguageClient, params: types.ApplyWorkspaceEditParams
         ) -> types.ApplyWorkspaceEditResult:
             editor.applied_edits.append(get_converter().unstructure(params))
             return types.ApplyWorkspaceEditResult(applied=True)
 
-        @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        @client_feature(client, types.WINDOW_SHOW_MESSAGE_REQUEST)
         def show_message_request(
             _: LanguageClient, params: types.ShowMessageRequestParams
         ) -> types.MessageActionItem | None:

@@ -29,6 +29,7 @@ from lsp_helpers import (
     STATS,
     Session,
     answer,
+    client_feature,
     completion_engine,
     plain_json,
     ready_session,
@@ -317,7 +318,7 @@ async def test_one_real_model_serves_a_completion_while_it_explains(tmp_path: Pa
     async with ready_session(capabilities, options) as shared:
         chunks: list[dict[str, Any]] = []
 
-        @shared.client.feature(EXPLAIN_CHUNK)
+        @client_feature(shared.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             chunks.append(plain_json(params))
 

@@ -25,6 +25,7 @@ from lsp_helpers import (
     MERGE_RANGE,
     Session,
     answer,
+    client_feature,
     lsp_session,
     plain_json,
     wait_until,
@@ -88,7 +89,7 @@ async def editor_factory() -> AsyncIterator[Any]:
         stack.append(context)
         editor = Editor(session)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 

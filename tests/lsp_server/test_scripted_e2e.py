@@ -22,6 +22,7 @@ import pytest
 from lsp_helpers import (
     Session,
     answer,
+    client_feature,
     document_jobs,
     lsp_session,
     plain_json,
@@ -177,18 +178,18 @@ async def editor_on(
     async with lsp_session(client_capabilities(client), options, command) as session:
         editor = Editor(session, chat or completion, completion)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
-        @session.client.feature(types.WORKSPACE_APPLY_EDIT)
+        @client_feature(session.client, types.WORKSPACE_APPLY_EDIT)
         def apply_edit(
             _: LanguageClient, params: types.ApplyWorkspaceEditParams
         ) -> types.ApplyWorkspaceEditResult:
             editor.applied_edits.append(get_converter().unstructure(params))
             return types.ApplyWorkspaceEditResult(applied=True)
 
-        @session.client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        @client_feature(session.client, types.WINDOW_SHOW_MESSAGE_REQUEST)
         def show_message_request(
             _: LanguageClient, params: types.ShowMessageRequestParams
         ) -> types.MessageActionItem | None:
