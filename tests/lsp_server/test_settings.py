@@ -5,6 +5,7 @@ one message naming the key."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,8 @@ from lsp_server.settings import Settings, parse_settings
 DEFAULTS = Settings()
 
 #: One good value per key, none of them the default, and the field it sets.
-GOOD = [
+#: A client's camelCase key, a value it may send (JSON, so Any), the Settings field it sets.
+GOOD: list[tuple[str, Any, str]] = [
     ("model", "/models/coder.gguf", "model"),
     ("chatModel", "/models/chat", "chat_model"),
     ("backend", "transformers", "backend"),
