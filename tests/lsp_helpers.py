@@ -155,7 +155,7 @@ async def poll_until(
     return value
 
 
-async def answer(awaitable: Awaitable[Any], give_up_after: float = 120) -> Any:
+async def answer(awaitable: Awaitable[T], give_up_after: float = 120) -> T:
     """The response to a request. Giving up (a lost response, a hung server) fails the test
     instead of hanging the suite; nothing is asserted about how long the answer took."""
     try:

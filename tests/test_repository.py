@@ -13,7 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: A path that leaves the checkout for a folder beside it: `../shared`, `parent / "shared"`.
-OUTSIDE = re.compile(r"\.\./shared\b|parents?\[\d\]\s*/\s*\"shared\"|\.parent\s*/\s*\"shared\"|\bshared/(data|clients)\b")
+OUTSIDE = re.compile(
+    r"\.\./shared\b|parents?\[\d\]\s*/\s*\"shared\"|\.parent\s*/\s*\"shared\"|\bshared/(data|clients)\b"
+)
 
 
 def _tracked_text_files() -> list[Path]:
@@ -54,7 +56,11 @@ def test_every_vendored_folder_carries_its_licence() -> None:
     notes = (ROOT / "third_party" / "README.md").read_text(encoding="utf-8")
     for folder in vendored:
         licences = [
-            p for p in folder.iterdir() if any(w in p.name.lower() for w in ("licen", "copying", "copyright"))
+            p
+            for p in folder.iterdir()
+            if any(w in p.name.lower() for w in ("licen", "copying", "copyright"))
         ]
         assert licences, f"{folder.relative_to(ROOT)} has no licence file"
-        assert f"`{folder.name}" in notes, f"third_party/README.md does not say where {folder.name} came from"
+        assert f"`{folder.name}" in notes, (
+            f"third_party/README.md does not say where {folder.name} came from"
+        )

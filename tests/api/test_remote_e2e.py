@@ -108,7 +108,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
     Flash attention as our backend computes on the CPU (the peer's default is off), so that
     both compute the same numbers; the peer keeps one model loaded at a time, and swaps."""
-    models = [
+    models: list[dict[str, Any]] = [  # the peer's JSON configuration
         {"model": str(default_completion_model()), "model_alias": "gemma"},
         {"model": str(default_chat_model()), "model_alias": "smollm2"},
     ]
@@ -234,7 +234,8 @@ async def test_an_editor_with_the_servers_key_is_served_and_a_wrong_key_is_told_
             assert keyed.api in status["last_error"], status
             assert "401" in status["last_error"], status
             client = editor.session.client
-            said = [m.message for m in [*client.log_messages, *client.messages]]
+            said = [m.message for m in client.log_messages]
+            said += [m.message for m in client.messages]
             said.append(json.dumps(status))
             assert not [m for m in said if wrong in m or key in m]
     finally:

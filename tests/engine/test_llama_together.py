@@ -153,7 +153,8 @@ def run_alone(backend: LlamaCppBackend, requests: Sequence[GenerationRequest]) -
 
 def id_prompts(backend: LlamaCppBackend, third_party_data: Path, count: int) -> list[list[int]]:
     return [
-        backend.tokenize(t, add_bos=backend.vocab.adds_bos) for t in prompts(third_party_data, count)
+        backend.tokenize(t, add_bos=backend.vocab.adds_bos)
+        for t in prompts(third_party_data, count)
     ]
 
 

@@ -882,7 +882,8 @@ async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
     host.start(Settings(backend="openai", endpoint=url))
     with pytest.raises(Exception, match=f"cannot reach {url}/v1"):
         await host.completion()
-    assert host.state is LoadState.ERROR
+    failed = host.state  # read once: the next request changes it
+    assert failed is LoadState.ERROR
     # The server comes up at that address; the next request tries again, and is served.
     sock.listen(16)
     engines = {role: Engine(FakeBackend(script=["ok"], template="{{ messages }}")) for role in Role}

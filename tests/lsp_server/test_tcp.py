@@ -158,7 +158,9 @@ async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly(
         assert "status" in await status(client)
 
         # The first editor goes away without a word: the server ends, status 0, no traceback.
-        client.protocol.writer.close()
+        transport = client.protocol.writer
+        assert transport is not None
+        transport.close()
         await client.stop()  # type: ignore[no-untyped-call]
         assert await answer(server.process.wait()) == 0
     log = "\n".join(server.log)
