@@ -28,7 +28,7 @@ THIRD_PARTY_DATA = Path(__file__).resolve().parents[1] / "third_party" / "data"
 # usage counts here, never in the user's own state folder (lsp_server/usage_file.py).
 os.environ.setdefault("INFILL_STATE_DIR", tempfile.mkdtemp(prefix="infill-test-state-"))
 
-#: The order the tests run in, to show they pass in any order (DESIGN §6):
+#: The order the tests run in, to show they pass in any order (none needs another's leftovers):
 #: `INFILL_TEST_ORDER=reverse`, or `shuffle` / `shuffle:SEED` (modules in a random order, and
 #: the tests of each module too, those that share a module-scoped parametrized fixture kept
 #: together so that its server starts once per parameter). Unset: pytest's own order.

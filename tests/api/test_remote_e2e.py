@@ -1,4 +1,4 @@
-"""The remote backend end to end (issue 11): the language server and the engine API over an
+"""The remote backend end to end: the language server and the engine API over an
 OpenAI-compatible server, with real models in real processes.
 
 Two servers stand behind the backend: our own `infill-lsp engine` (which reports the matched

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "editors" / "nvim"
 MIN_NVIM = (0, 10, 0)
 
-#: Polling: often enough to be quick, with a deadline generous enough for a loaded 2-core CPU.
+#: Polling: often enough to be quick, with a deadline generous enough for a small CPU that runs
+#: the model, the editor and the test at once.
 POLL_S = 0.05
 MODEL_DEADLINE_S = 120.0
 

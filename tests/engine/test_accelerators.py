@@ -1,6 +1,7 @@
-"""Accelerators as llama.cpp and torch see them, and where a llama.cpp model's layers go
-(issue 13): the words `doctor` prints, from fabricated devices; the real views on this machine;
-the default completion model asked for GPU layers on a build that has none, and on a GPU."""
+"""Accelerators as llama.cpp and torch see them, and where a llama.cpp model's layers go, since a
+model that silently stays on the CPU is slow without a word why: the words `doctor` prints, from
+fabricated devices; the real views on this machine; the default completion model asked for GPU
+layers on a build that has none, and on a GPU."""
 
 from __future__ import annotations
 

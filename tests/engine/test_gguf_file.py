@@ -73,7 +73,7 @@ def test_an_intact_gguf_has_nothing_to_diagnose() -> None:
 # --- hostile files: what the header claims costs nothing ----------------------------------------
 #
 # The walk skips values without keeping them, so a header claiming 16 million items costs a
-# seek (before: a 16-million-item list, 24 s and 212 MB). bench/ is where its speed is timed;
+# seek (a list of them would take 24 s and 212 MB). bench/ is where its speed is timed;
 # here, what it says and how little it allocates (under 100 MB whatever the file claims).
 
 

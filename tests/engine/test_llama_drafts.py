@@ -135,11 +135,11 @@ def test_greedy_answers_are_the_same_with_every_draft_checked(
     assert counts.steps < total  # fewer passes than tokens
 
 
-def test_as_shipped_a_rewrite_is_the_same_as_without_drafts(
+def test_with_the_default_checking_a_rewrite_is_the_same_as_without_drafts(
     loaded: tuple[LlamaCppBackend, Engine], third_party_data: Path
 ) -> None:
-    """As shipped (`WORTH_IT`: exact passes, as much of a draft as pays here), a rewrite's
-    answer is the answer without drafts."""
+    """With the default checking (`WORTH_IT`: exact passes, as much of a draft as pays here),
+    a rewrite's answer is the answer without drafts."""
     backend = loaded[0]
     ids = backend.tokenize(rewrite_prompt(programs(third_party_data)[30]), add_bos=True)
     with drafting(backend, DraftChecking.WORTH_IT, 0):

@@ -397,7 +397,7 @@ def test_one_request_at_a_time_when_rows_do_not_pay(
     chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the load-time probe found that rows do not pay, no group is made: requests
-    under way at once take turns, as before."""
+    under way at once take turns, one generation at a time."""
     backend = chat_backend
     ids = id_prompts(backend, third_party_data, 2)
     spy = GroupSpy(backend, monkeypatch)
@@ -462,7 +462,7 @@ def test_requests_are_written_together_from_the_count_where_it_pays(
 @pytest.mark.parametrize(
     ("costs", "count"),
     [
-        ({1: 0.018, 4: 0.091, 8: 0.101}, 8),  # 2 cores under load: only 8 at once pay
+        ({1: 0.018, 4: 0.091, 8: 0.101}, 8),  # loaded CPU: 4 rows cost more than 4 passes, 8 less
         ({1: 0.010, 4: 0.011, 8: 0.012}, 2),  # a GPU: two already pay
         ({1: 0.013, 4: 0.030, 8: 0.067}, 3),  # 4 rows cost 2.3x one: from 3 requests
         ({1: 0.010, 4: 0.050, 8: 0.100}, 0),  # rows cost what passes of one do: never

@@ -573,7 +573,7 @@ class GenerateOn(Protocol):
 @pytest.fixture
 def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> GenerateOn:
     """Run `main(["generate", ...])` in this process on a FakeBackend playing `script`: the
-    command's own parsing, request and printing, with the model replaced (DESIGN §6)."""
+    command's own parsing, request and printing, with the model replaced."""
     from engine import generate
     from lsp_server import cli
 

@@ -1,4 +1,4 @@
-"""Prompts (DESIGN §4): FIM templates per family, the token-budgeted window, chat rendering.
+"""Prompts: FIM templates per family, the token-budgeted window, chat rendering.
 
 FIM tests run on in-memory Hugging Face tokenizers that carry each family's special tokens
 (`hf_tokenizer.py`); the user's code always holds the family's own special-token text, which

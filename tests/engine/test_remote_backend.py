@@ -446,10 +446,10 @@ async def test_a_server_that_goes_silent_mid_answer_is_an_error_saying_how_long(
 
 # --- a hostile server: every answer within bounds ------------------------------------------------
 #
-# README "A remote model": whatever a server sends, an answer is read in bounded memory and
-# time and ends with an error naming the endpoint and the bound (issue 26); the next request
-# is served. Each test guards its wait with a timeout far above the bound it exercises, so a
-# regression fails instead of hanging.
+# README "A remote model": whatever a server sends, an answer is read in bounded memory and time and
+# ends with an error naming the endpoint and the bound; the next request is served. Each test guards
+# its wait with a timeout far above the bound it exercises, so a regression fails instead of
+# hanging.
 
 
 def stream_of(chunks: Callable[[], AsyncIterator[bytes]]) -> Callable[[dict[str, Any]], Response]:

@@ -1,4 +1,4 @@
-"""The stop processor, case by case (DESIGN §3)."""
+"""The stop processor, case by case: where a choice's text ends and what is withheld."""
 
 from __future__ import annotations
 
@@ -359,8 +359,8 @@ def test_the_withheld_tail_is_the_longest_proper_prefix_of_a_stop(seed: int) -> 
 
 
 def test_a_long_stop_string_costs_memory_linear_in_its_length() -> None:
-    """Issue 26: a set of every prefix of one 100,000-character stop string held about 5 GB
-    for each choice; the request's stops are compiled once and grow with their length."""
+    """A set of every prefix of one 100,000-character stop string would hold about 5 GB for
+    each choice: the request's stops are compiled once, and grow with their length."""
     import tracemalloc
 
     from engine.output import OutputProcessor

@@ -1,6 +1,6 @@
-"""Code actions end to end (issue 4, DESIGN §5): "Explain", "Rewrite" and "Fix" from the real
-server process with the real default models (Gemma 3 270M for completions, SmolLM2-135M-Instruct
-for chat), spoken to by pytest-lsp with capabilities recorded from real editors.
+"""Code actions end to end: "Explain", "Rewrite" and "Fix" from the real server process with the
+real default models (Gemma 3 270M for completions, SmolLM2-135M-Instruct for chat), spoken to by
+pytest-lsp with capabilities recorded from real editors.
 
 Both VS Code 1.65.2 and Neovim 0.11.0 list `edit` in `codeAction.resolveSupport.properties`:
 both get Rewrite/Fix actions that carry `data` and are resolved. Emacs 29.1 (eglot) has no

@@ -1,6 +1,6 @@
-"""The confidence gate (issue 27): an automatic suggestion the model was unsure of is not
-shown; `minConfidence` 0 shows everything; what the user asked for is never held back; a
-suggestion without log-probabilities (a remote server) always shows."""
+"""The confidence gate: an automatic suggestion the model was unsure of is not shown;
+`minConfidence` 0 shows everything; what the user asked for is never held back; a suggestion without
+log-probabilities (a remote server) always shows."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ async def test_the_default_gate_hides_a_suggestion_the_model_was_unsure_of(
     assert sure.gate.shown
 
 
-async def test_min_confidence_zero_shows_every_suggestion_as_before(
+async def test_min_confidence_zero_shows_every_suggestion(
     model_with: ModelWith,
 ) -> None:
     everything = replace(SETTINGS, min_confidence=0.0)

@@ -1,5 +1,5 @@
-"""Documents as the client sees them (DESIGN §5): LSP line breaks, positions in the negotiated
-encoding, and snapshots that refuse positions outside the document.
+"""Documents as the client sees them: LSP line breaks, positions in the negotiated encoding, and
+snapshots that refuse positions outside the document.
 
 The documents are pygls's, made by a pygls `Workspace` exactly as the server makes them
 (`use_lsp_lines`), and edited through the workspace as `didChange` edits them.

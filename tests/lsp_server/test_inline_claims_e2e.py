@@ -1,6 +1,6 @@
 """The README's inline-completion claims with the real default completion model (Gemma 3 270M
-through llama.cpp) in the real server: what any answer must hold, whatever the model writes
-(issue 14). test_scripted_e2e.py proves the same claims exactly on a scripted model.
+through llama.cpp) in the real server: what any answer must hold, whatever the model writes.
+test_scripted_e2e.py proves the same claims exactly on a scripted model.
 
 - a multi-line suggestion ends where the code leaves the cursor's block: no line of it is less
   indented than the block, none repeats the line before it or the code after the cursor, none

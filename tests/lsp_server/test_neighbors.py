@@ -1,5 +1,5 @@
-"""Context beyond the current file (issue 12, part 1): chunking, ranking, budget, stability
-and the prompt formats, on plain functions and the scripted backend."""
+"""Context beyond the current file: chunking, ranking, budget, stability and the prompt formats, on
+plain functions and the scripted backend."""
 
 from __future__ import annotations
 

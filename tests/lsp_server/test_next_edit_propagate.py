@@ -1,5 +1,5 @@
-"""Propagation (issue 24, "Where next edits come from" 2): the last edit's substitution at the
-other places that still hold the old tokens, without a model.
+"""Propagation, the second source of next edits: the last edit's substitution at the other places
+that still hold the old tokens, without a model.
 
 Each case is a document before and after the user's edit, and the document a user would see
 after accepting every proposal; the proposals are applied as an editor applies them. Every

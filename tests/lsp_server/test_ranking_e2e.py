@@ -1,6 +1,6 @@
-"""Single-line suggestions ranked by the code after the cursor (`suffixRanking`, issue 12
-part 2) through the real server with the real default model, which has no FIM tokens: the
-plain suggestion ignores the code below the cursor; the ranked one fits it."""
+"""Single-line suggestions ranked by the code after the cursor (`suffixRanking`) through the real
+server with the real default model, which has no FIM tokens: the plain suggestion ignores the code
+below the cursor; the ranked one fits it."""
 
 from __future__ import annotations
 

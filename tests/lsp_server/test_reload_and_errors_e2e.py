@@ -1,7 +1,7 @@
-"""Reload, shutdown and engine failures end to end (issue 9, items 3 and 5): the real server
-process, with the real default models where the situation can be made with them (a reload, a
-shutdown, a prompt too long for the context), and with the scripted backend where it cannot
-(a model that raises while it generates: `fault_server.py`).
+"""Reload, shutdown and engine failures end to end: the real server process, with the real default
+models where the situation can be made with them (a reload, a shutdown, a prompt too long for the
+context), and with the scripted backend where it cannot (a model that raises while it generates:
+`fault_server.py`).
 
 What is held: every request gets exactly one answer; an engine failure is a RequestFailed
 error naming its cause, never an internal error with a traceback; after a reload the new
@@ -130,7 +130,7 @@ def assert_failed_naming(result: Any, *words: str) -> None:
     assert "Traceback" not in str(result)
 
 
-# --- item 3: reload and shutdown ----------------------------------------------------------------
+# --- reload and shutdown ----------------------------------------------------------------------
 
 
 async def test_a_model_reload_during_inline_completions_and_an_explain_answers_every_request(
@@ -243,7 +243,7 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     client.capabilities = None  # shut down already: the fixture must not ask again
 
 
-# --- item 5: errors -------------------------------------------------------------------------------
+# --- errors -----------------------------------------------------------------------------------
 
 
 async def test_a_prompt_longer_than_the_context_is_request_failed_naming_the_sizes(

@@ -1,8 +1,8 @@
 """The README's claims proved exactly: the real server process (host, worker, scheduler, stops,
-post-processing, the protocol) with only the model replaced by a script (`serve --backend
-scripted`, tests/scripted_backend.py), so that each answer, and each prompt the model saw,
-is known (DESIGN §6; issue 14). test_code_actions_e2e.py and test_server_e2e.py
-hold the same claims to properties any answer of the real default models must have.
+post-processing, the protocol) with only the model replaced by a script (`serve --backend scripted`,
+tests/scripted_backend.py), so that each answer, and each prompt the model saw, is known.
+test_code_actions_e2e.py and test_server_e2e.py hold the same claims to properties any answer of the
+real default models must have.
 
 Each test starts its own server on its own script files, and waits for events (responses, the
 model's record of its calls, a held answer released by the test), never for time.

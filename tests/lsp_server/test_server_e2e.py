@@ -1,7 +1,7 @@
-"""The language server end to end (issue 3, DESIGN §5-§6): the real server process over stdio,
-the real default model (Gemma 3 270M through llama.cpp), spoken to by pytest-lsp with the
-capabilities recorded from real editors: VS Code 1.65.2 (says nothing about position
-encodings: UTF-16) and Neovim 0.11.0 (offers UTF-8 first).
+"""The language server end to end: the real server process over stdio, the real default model (Gemma
+3 270M through llama.cpp), spoken to by pytest-lsp with the capabilities recorded from real editors:
+VS Code 1.65.2 (says nothing about position encodings: UTF-16) and Neovim 0.11.0 (offers UTF-8
+first).
 
 Every test runs in both encodings. The pytest-lsp client parses every byte the server writes
 to stdout as protocol, so these tests also hold the server to "stdout is the protocol".

@@ -1,6 +1,5 @@
-"""The `infill` settings (DESIGN §5, STYLE 7): one fully defaulted tree, parsed from the
-client's camelCase options; unknown keys ignored; a bad value falls back to its default with
-one message naming the key."""
+"""The `infill` settings: one fully defaulted tree, parsed from the client's camelCase options;
+unknown keys ignored; a bad value falls back to its default with one message naming the key."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""`infill-lsp serve --tcp` (issue 9): loopback only unless the user allows remote clients,
-one client at a time, and a disconnect that ends the server cleanly. The real server process,
-spoken to over real sockets."""
+"""`infill-lsp serve --tcp`: loopback only unless the user allows remote clients, one client at a
+time, and a disconnect that ends the server cleanly. The real server process, spoken to over real
+sockets."""
 
 from __future__ import annotations
 
