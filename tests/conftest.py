@@ -41,6 +41,7 @@ def _shared_instance(item: pytest.Item) -> tuple[tuple[str, str], ...]:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return ()
+    # pytest keeps an item's fixture definitions private (and untyped on pytest.Item).
     definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
     return tuple(
         sorted(

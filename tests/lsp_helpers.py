@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from lsprotocol import types
 from lsprotocol.converters import get_converter
@@ -127,9 +127,11 @@ def apply_changes(text: str, changes: Sequence[Mapping[str, Any]], encoding: str
     return text
 
 
-async def wait_until(predicate: Callable[[], Any], what: str, give_up_after: float = 120) -> Any:
-    """Poll `predicate` until it is truthy. Giving up only keeps a broken server from hanging
-    the suite; nothing is asserted about how long it took."""
+async def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], what: str, give_up_after: float = 120
+) -> T:
+    """Poll `predicate` until it is truthy, and give that value. Giving up only keeps a broken
+    server from hanging the suite; nothing is asserted about how long it took."""
     deadline = time.monotonic() + give_up_after
     while not (value := predicate()):
         if time.monotonic() > deadline:

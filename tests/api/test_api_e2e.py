@@ -129,9 +129,10 @@ def test_a_dropped_stream_frees_the_engine(engine: EngineProcess) -> None:
 
     def dropped_job() -> dict[str, Any] | None:
         for model in engine.get("/stats")["models"]:
-            for job in model["recent"]:
+            recent: list[dict[str, Any]] = model["recent"]  # JSON
+            for job in recent:
                 if job["request_id"] == request_id:
-                    return job  # type: ignore[no-any-return]
+                    return job
         return None
 
     job = dropped_job()

@@ -530,11 +530,14 @@ async def test_the_engine_server_keeps_each_documents_kv_state(
 LONG_BODY = "def print_the_multiplication_table_up_to_twelve():\n    \n"
 
 
-def engine_job(engine_server: ServerProcess, pick: Callable[[dict[str, Any]], bool]) -> Any:
+def engine_job(
+    engine_server: ServerProcess, pick: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any] | None:
     """The first job of the completion model in the engine server's /stats, under way or
     finished, that `pick` accepts; None if there is none."""
     (model,) = [m for m in engine_server.get("/stats")["models"] if "completion" in m["roles"]]
-    return next((job for job in [*model["running"], *model["recent"]] if pick(job)), None)
+    jobs: list[dict[str, Any]] = [*model["running"], *model["recent"]]  # JSON
+    return next((job for job in jobs if pick(job)), None)
 
 
 async def supersede_once(editor: Editor, engine_server: ServerProcess) -> dict[str, Any] | None:
@@ -565,7 +568,7 @@ async def supersede_once(editor: Editor, engine_server: ServerProcess) -> dict[s
     if old:
         return None
     wanted = job["request_id"]
-    return await wait_until(  # type: ignore[no-any-return]
+    return await wait_until(
         lambda: engine_job(
             engine_server, lambda j: j["request_id"] == wanted and "finish_reasons" in j
         ),

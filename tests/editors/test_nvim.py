@@ -39,7 +39,7 @@ def _needs() -> None:
     if SERVER is None:
         pytest.skip(SERVER_WHY)
     try:
-        import pynvim  # type: ignore[import-untyped]  # noqa: F401
+        import pynvim  # type: ignore[import-untyped]  # noqa: F401  # pynvim ships no types
     except ImportError:
         pytest.skip("pynvim is not installed: pip install pynvim")
 

@@ -106,7 +106,8 @@ return counts.accepted or 0
 
 
 def sidekick_state(nv: Session) -> dict[str, Any]:
-    return nv.lua(SIDEKICK_STATE)  # type: ignore[no-any-return]
+    state: dict[str, Any] = nv.lua(SIDEKICK_STATE)
+    return state
 
 
 def buffer_text(nv: Session) -> str:

@@ -845,7 +845,7 @@ async def test_an_unreachable_server_is_asked_again_at_most_every_2_seconds(
     tries: list[float] = []
     start = ModelHost.start
 
-    def counted(self: ModelHost, settings: Settings):  # type: ignore[no-untyped-def]
+    def counted(self: ModelHost, settings: Settings) -> asyncio.Future[CompletionModel]:
         tries.append(now[0])
         return start(self, settings)
 

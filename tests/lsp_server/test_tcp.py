@@ -161,7 +161,7 @@ async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly(
         transport = client.protocol.writer
         assert transport is not None
         transport.close()
-        await client.stop()  # type: ignore[no-untyped-call]
+        await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
         assert await answer(server.process.wait()) == 0
     log = "\n".join(server.log)
     assert "one client at a time" in log
@@ -176,7 +176,7 @@ async def test_shutdown_and_exit_end_the_server_with_status_0() -> None:
         await answer(client.shutdown_async(None))
         client.exit(None)
         assert await answer(server.process.wait()) == 0
-        await client.stop()  # type: ignore[no-untyped-call]
+        await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
     assert "Traceback" not in "\n".join(server.log)
 
 
@@ -277,7 +277,7 @@ async def test_a_real_client_over_tcp_gets_a_completion_and_the_log_goes_to_the_
         assert await answer(process.wait()) == 0
     finally:
         if client is not None:
-            await client.stop()  # type: ignore[no-untyped-call]
+            await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
         if process.returncode is None:
             process.kill()
         stdout, stderr = await process.communicate()
