@@ -93,7 +93,7 @@ def _wait_until_answers(server: ServerProcess, path: str, ready: Any, deadline: 
     pause = threading.Event()
     while True:
         if server.process.poll() is not None:
-            pytest.fail(f"{server.process.args} exited:\n{server.output()}")
+            pytest.fail(f"{server.process.args!r} exited:\n{server.output()}")
         try:
             if ready(server.get(path)):
                 return

@@ -12,14 +12,13 @@ import pytest
 
 # A stand-in for the Hugging Face hub (tests/fake_hub.py).
 from fake_hub import fake_hub  # noqa: F401
+from local_models import load_llama
 
 # Our engine server over scripted engines (tests/scripted_servers.py).
 from scripted_servers import make_server, serve  # noqa: F401
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
-from engine.specs import ModelOptions
 from engine.types import Role
 
 #: Test data written by others, kept in the repository with its licences (third_party/README.md).
@@ -29,7 +28,7 @@ THIRD_PARTY_DATA = Path(__file__).resolve().parents[1] / "third_party" / "data"
 # usage counts here, never in the user's own state folder (lsp_server/usage_file.py).
 os.environ.setdefault("INFILL_STATE_DIR", tempfile.mkdtemp(prefix="infill-test-state-"))
 
-#: The order the tests run in, to show they pass in any order (DESIGN §6):
+#: The order the tests run in, to show they pass in any order (none needs another's leftovers):
 #: `INFILL_TEST_ORDER=reverse`, or `shuffle` / `shuffle:SEED` (modules in a random order, and
 #: the tests of each module too, those that share a module-scoped parametrized fixture kept
 #: together so that its server starts once per parameter). Unset: pytest's own order.
@@ -42,6 +41,7 @@ def _shared_instance(item: pytest.Item) -> tuple[tuple[str, str], ...]:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return ()
+    # pytest keeps an item's fixture definitions private (and untyped on pytest.Item).
     definitions = item._fixtureinfo.name2fixturedefs  # type: ignore[attr-defined]
     return tuple(
         sorted(
@@ -88,17 +88,13 @@ def third_party_data() -> Path:
 
 
 @pytest.fixture(scope="session")
-def completion_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
-    return backend
+def completion_backend() -> LlamaCppBackend:
+    return load_llama(Role.COMPLETION)
 
 
 @pytest.fixture(scope="session")
-def chat_backend() -> Iterator[LlamaCppBackend]:
-    backend = load_backend(model_spec(Role.CHAT, ModelOptions(), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
-    return backend
+def chat_backend() -> LlamaCppBackend:
+    return load_llama(Role.CHAT)
 
 
 @pytest.fixture(scope="session")

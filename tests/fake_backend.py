@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from engine.backend import Backend, ModelInfo, Vocabulary
 from engine.detokenizer import ByteDetokenizer, Detokenizer
@@ -50,6 +51,25 @@ class FakeCall:
     cancelled: threading.Event | None = None
 
 
+class FakeOptions(TypedDict, total=False):
+    """What a test may set of a `FakeBackend` beside its script (the fields of the same
+    names), for fixtures that make backends: `def make(script, **options:
+    Unpack[FakeOptions])` passes them on checked."""
+
+    repeat_last: bool
+    eog_ids: tuple[int, ...]
+    context: int
+    pieces: dict[int, bytes]
+    template: str | None
+    step_seconds: float
+    fail_after: int | None
+    name: str
+    device: str
+    on_step: Callable[[FakeCall], object] | None
+    log_prob: Callable[[Sequence[int], int], float] | None
+    token_logprob: float | None
+
+
 @dataclass(slots=True, kw_only=True)
 class FakeBackend(Backend):
     script: list[ScriptEntry] = field(default_factory=list)
@@ -64,7 +84,7 @@ class FakeBackend(Backend):
     device: str = "cpu"  # what ModelInfo reports (nothing runs anywhere)
     calls: list[FakeCall] = field(default_factory=list)
     _plays: list[tuple[tuple[int, ...], list[int]]] = field(default_factory=list)
-    on_step: Callable[[FakeCall], None] | None = None
+    on_step: Callable[[FakeCall], object] | None = None
     #: The "model's" log-probability of a token after some ids, for `score`; None: this
     #: backend cannot score (like a remote one).
     log_prob: Callable[[Sequence[int], int], float] | None = None

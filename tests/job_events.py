@@ -1,5 +1,6 @@
-"""Waiting for the engine's own events instead of sleeping (DESIGN §6: tests wait for events,
-never for `sleep`, and pass in any order).
+"""Waiting for the engine's own events instead of sleeping: a sleep long enough for a loaded machine
+slows every run, and one short enough to be quick flakes under load; events make a test pass in any
+order and at any load.
 
 - `JobWatch`: the phases an engine's job record announces (submitted, generating, ended),
   brought onto the test's event loop; a test waits for those of its own request ids.

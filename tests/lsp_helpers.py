@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from lsprotocol import types
 from lsprotocol.converters import get_converter
@@ -37,6 +37,7 @@ STATS = "infill/stats"
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 T = TypeVar("T")
+Handler = TypeVar("Handler", bound=Callable[..., object])
 
 _PAST_LINE = re.compile(r"past the end of line (\d+) \((\d+) units\)")
 _PAST_DOCUMENT = re.compile(r"past the end of the document \((\d+) lines\)")
@@ -69,6 +70,19 @@ def server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("INFILL_MODEL", "INFILL_CHAT_MODEL")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
+
+
+def client_feature(client: LanguageClient, method: str) -> Callable[[Handler], Handler]:
+    """`client.feature(method)`: the decorator that makes a function the client's answer to
+    the server's `method`, with its type (pygls leaves the decorator unannotated)."""
+    register: Callable[[Handler], Handler] = client.feature(method)
+    return register
+
+
+def plain_text(item: types.InlineCompletionItem) -> str:
+    """An inline item's text: this server sends plain text, never a snippet (StringValue)."""
+    assert isinstance(item.insert_text, str), item.insert_text
+    return item.insert_text
 
 
 def lsp_lines(text: str) -> list[str]:
@@ -113,9 +127,11 @@ def apply_changes(text: str, changes: Sequence[Mapping[str, Any]], encoding: str
     return text
 
 
-async def wait_until(predicate: Callable[[], Any], what: str, give_up_after: float = 120) -> Any:
-    """Poll `predicate` until it is truthy. Giving up only keeps a broken server from hanging
-    the suite; nothing is asserted about how long it took."""
+async def wait_until(
+    predicate: Callable[[], T | Literal[False] | None], what: str, give_up_after: float = 120
+) -> T:
+    """Poll `predicate` until it is truthy, and give that value. Giving up only keeps a broken
+    server from hanging the suite; nothing is asserted about how long it took."""
     deadline = time.monotonic() + give_up_after
     while not (value := predicate()):
         if time.monotonic() > deadline:
@@ -141,7 +157,7 @@ async def poll_until(
     return value
 
 
-async def answer(awaitable: Awaitable[Any], give_up_after: float = 120) -> Any:
+async def answer(awaitable: Awaitable[T], give_up_after: float = 120) -> T:
     """The response to a request. Giving up (a lost response, a hung server) fails the test
     instead of hanging the suite; nothing is asserted about how long the answer took."""
     try:
@@ -253,7 +269,9 @@ class Session:
         return list(result)
 
     async def status(self) -> dict[str, Any]:
-        result = await answer(self.client.protocol.send_request_async(STATUS, {}))
+        # pygls leaves send_request_async unannotated.
+        pending = self.client.protocol.send_request_async(STATUS, {})  # type: ignore[no-untyped-call]
+        result = await answer(pending)
         return dict(result._asdict())
 
     async def until_loaded(self) -> dict[str, Any]:
@@ -330,6 +348,9 @@ async def lsp_session(
         server_command=list(server_command), server_env={**server_env(), **(env or {})}
     )
     client = await config.start()
+    # ClientServerConfig.start is annotated with pygls's base class; its default factory makes
+    # pytest-lsp's LanguageClient, whose session methods are used here.
+    assert isinstance(client, LanguageClient)
     try:
         result = await client.initialize_session(
             types.InitializeParams(
@@ -341,10 +362,10 @@ async def lsp_session(
         yield Session(client=client, initialize_result=result)
     finally:
         # Also after a failed test: a server that was never told to exit keeps the client's
-        # stop() waiting forever.
+        # stop() waiting forever. (pygls leaves stop() unannotated.)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(client.shutdown_session(), 30)
-        await asyncio.wait_for(client.stop(), 30)
+        await asyncio.wait_for(client.stop(), 30)  # type: ignore[no-untyped-call]
 
 
 def load_recording(path: os.PathLike[str]) -> list[dict[str, Any]]:
@@ -388,11 +409,11 @@ async def completion_engine(session: Session) -> dict[str, Any]:
 async def document_jobs(
     session: Session,
     document: str,
-    until: Callable[[list[dict[str, Any]], list[dict[str, Any]]], bool],
+    until: Callable[[list[dict[str, Any]], list[dict[str, Any]]], object],
     what: str,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The completion engine's jobs for `document` (its URI) from `infill/stats`: those under
-    way and those finished (oldest first), once `until(running, finished)` holds. A test reads
+    way and those finished (oldest first), once `until(running, finished)` is true. A test reads
     only its own document's jobs, whatever ran before it."""
 
     async def jobs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make test` RUNS times in a row while another CPU-bound process spins on a core: the check that
-# the suite does not flake on a loaded 2-core machine (issue 14, "done when"). Every run goes on
-# after a failure, so one pass shows all the flakes; the summary is a table on stdout and JSON in
-# OUT. SHUFFLE=1 runs the suite in a different order each time (INFILL_TEST_ORDER=shuffle:RUN).
+# the suite does not flake on a loaded machine, where a wait that assumes an idle one fails. Every
+# run goes on after a failure, so one pass shows all the flakes; the summary is a table on stdout
+# and JSON in OUT. SHUFFLE=1 runs the suite in a different order each time
+# (INFILL_TEST_ORDER=shuffle:RUN).
 #
 #   make test-repeat RUNS=10 SHUFFLE=1      # or: bash tests/repeat_under_load.sh
 set -uo pipefail

@@ -1,6 +1,6 @@
 """The scripted model, a test double the tests plug into the real server: `python
-tests/scripted_cli.py serve --backend scripted --model completion.json --chat-model chat.json`
-(DESIGN §6).
+tests/scripted_cli.py serve --backend scripted --model completion.json --chat-model chat.json`, so
+that end-to-end tests know each answer exactly.
 
 The whole server runs as it does with a real model (host, worker, scheduler, stops,
 post-processing); only the model is replaced, by `FakeBackend`'s byte-level tokenizer and a

@@ -55,13 +55,15 @@ class Server:
 
     def stats(self) -> dict[str, Any]:
         with self.http() as http:
-            return http.get("/stats").json()  # type: ignore[no-any-return]
+            stats: dict[str, Any] = http.get("/stats").json()
+            return stats
 
     def job(self, request_id: str) -> dict[str, Any] | None:
         for model in self.stats()["models"]:
-            for job in model["recent"]:
+            recent: list[dict[str, Any]] = model["recent"]  # JSON
+            for job in recent:
                 if job["request_id"] == request_id:
-                    return job  # type: ignore[no-any-return]
+                    return job
         return None
 
 

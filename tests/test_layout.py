@@ -1,5 +1,5 @@
-"""The one rule of the layout (DESIGN §1), as ruff's banned-api rule enforces it: the engine
-knows nothing of editors, and the editor side knows nothing of model libraries."""
+"""The one rule of the layout, as ruff's banned-api rule enforces it: the engine knows nothing
+of editors, and the editor side knows nothing of model libraries."""
 
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ IMPORTS = [
     ("engine", "import llama_cpp", False),
 ]
 
+#: What ruff says a banned import breaks, by the folder it is in: the rule itself.
+RULES = {
+    "engine": "the engine knows nothing of editors",
+    "lsp_server": "the editor side knows nothing of model libraries",
+}
+
 
 @pytest.mark.parametrize(("folder", "statement", "banned"), IMPORTS)
 def test_each_side_imports_only_what_the_layout_allows(
@@ -49,7 +55,8 @@ def test_each_side_imports_only_what_the_layout_allows(
     assert result.returncode == (1 if banned else 0), result.stdout + result.stderr
     assert ("TID251" in result.stdout) == banned
     if banned:
-        assert "DESIGN §1" in result.stdout or "engine.backends" in result.stdout
+        rule = "never a backend" if "engine.backends" in statement else RULES[folder]
+        assert rule in result.stdout, result.stdout
 
 
 PACKAGES = ("engine", "lsp_server")

@@ -13,11 +13,10 @@ import httpx
 import openai
 import pytest
 from api_helpers import EngineProcess, start_engine, stop_engine
+from local_models import load_llama
 from written_together import ROUNDING, parts_at_a_near_tie
 
-from engine.backends.llama_cpp import LlamaCppBackend
 from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
-from engine.models import load_backend, model_spec
 from engine.specs import ModelOptions
 from engine.types import Role
 
@@ -130,9 +129,10 @@ def test_a_dropped_stream_frees_the_engine(engine: EngineProcess) -> None:
 
     def dropped_job() -> dict[str, Any] | None:
         for model in engine.get("/stats")["models"]:
-            for job in model["recent"]:
+            recent: list[dict[str, Any]] = model["recent"]  # JSON
+            for job in recent:
                 if job["request_id"] == request_id:
-                    return job  # type: ignore[no-any-return]
+                    return job
         return None
 
     job = dropped_job()
@@ -241,8 +241,7 @@ def test_clients_at_once_are_written_together_and_answered_as_alone_up_to_near_t
         # the others are under way joins their group, and its cells then lie among theirs:
         # where its answer parts from the one alone, it does at a near tie.
         if at_once != alone:
-            scorer = load_backend(model_spec(Role.CHAT, ModelOptions(threads=1), environ={}))
-            assert isinstance(scorer, LlamaCppBackend)
+            scorer = load_llama(Role.CHAT, ModelOptions(threads=1))
             try:
                 gaps = [
                     parts_at_a_near_tie(scorer, *texts)

@@ -1,7 +1,7 @@
-"""The engine server's API fuzzed in-process over scripted engines (issue 26): bodies built
-from the real fields with any JSON values (huge integers, deep lists, wrong types, NaN), raw
-bytes, and valid requests; never a 5xx, every error in OpenAI's shape, every answer the shape
-the OpenAPI document gives it."""
+"""The engine server's API fuzzed in-process over scripted engines, since any client that can reach
+the port may send anything: bodies built from the real fields with any JSON values (huge integers,
+deep lists, wrong types, NaN), raw bytes, and valid requests; never a 5xx, every error in OpenAI's
+shape, every answer the shape the OpenAPI document gives it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""What the engine server shows, to whom, and what it refuses to start as (issue 26): a host
-others can reach needs a key unless `--allow-no-key`, `*` CORS needs a key, `/health` tells
-the untrusted only the status, `/stats` and `/model-info` need trust, the key may come from a
-file, hostile bodies are 400s, and a 500 never carries an exception's text."""
+"""What the engine server shows, to whom, and what it refuses to start as, so that a server on the
+network leaks no code, prompt or error text to whoever reaches it: a host others can reach needs a
+key unless `--allow-no-key`, `*` CORS needs a key, `/health` tells the untrusted only the status,
+`/stats` and `/model-info` need trust, the key may come from a file, hostile bodies are 400s, and a
+500 never carries an exception's text."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""schemathesis over the engine server's own /openapi.json, in-process over scripted engines
-(issue 26): requests made from the document, valid and not, each answer checked against it:
-no 5xx, the documented status codes, content types and shapes."""
+"""schemathesis over the engine server's own /openapi.json, in-process over scripted engines, so
+that the document clients are generated from is the API served: requests made from the document,
+valid and not, each answer checked against it: no 5xx, the documented status codes, content types
+and shapes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Slow and greedy clients against the engine server over real sockets on loopback (issue 26):
-trickled heads and bodies are cut off at their deadlines while /health answers, a stream
-nobody reads is cut off and its generation cancelled, and the bounds on connections and on
-generation requests answer 503 rather than queue without end."""
+"""Slow and greedy clients against the engine server over real sockets on loopback: one client must
+not hold the server's connections or its model from the others. Trickled heads and bodies are cut
+off at their deadlines while /health answers, a stream nobody reads is cut off and its generation
+cancelled, and the bounds on connections and on generation requests answer 503 rather than queue
+without end."""
 
 from __future__ import annotations
 

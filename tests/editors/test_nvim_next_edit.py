@@ -47,7 +47,8 @@ return answer and answer.result
 
 def stats(nv: Session) -> dict[str, Any]:
     """The server's `infill/stats`."""
-    return nv.lua(STATS)  # type: ignore[no-any-return]
+    stats: dict[str, Any] = nv.lua(STATS)
+    return stats
 
 
 def accepted_count(nv: Session) -> int:
@@ -58,10 +59,11 @@ LAST_ERROR = "return vim.inspect(require('infill.next_edit').last_error)"
 
 
 def next_edit_marks(nv: Session) -> list[Any]:
-    return nv.lua(  # type: ignore[no-any-return]
+    marks: list[Any] = nv.lua(
         "local ns = require('infill.next_edit').ns\n"
         "return vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })"
     )
+    return marks
 
 
 def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(

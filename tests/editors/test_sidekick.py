@@ -48,7 +48,9 @@ def readme_sidekick_setup() -> str:
     """The Lua block of docs/editors.md's "sidekick.nvim" section that sets up sidekick.nvim."""
     page = (REPO / "docs" / "editors.md").read_text(encoding="utf-8")
     section = page.split("\n## sidekick.nvim\n", 1)[1].split("\n## ", 1)[0]
-    blocks = [b for b in re.findall(r"```lua\n(.*?)```", section, re.S) if "sidekick" in b]
+    blocks: list[str] = [
+        b for b in re.findall(r"```lua\n(.*?)```", section, re.S) if "sidekick" in b
+    ]
     assert len(blocks) == 1, "docs/editors.md's sidekick.nvim section shows its setup once"
     return blocks[0]
 
@@ -105,7 +107,8 @@ return counts.accepted or 0
 
 
 def sidekick_state(nv: Session) -> dict[str, Any]:
-    return nv.lua(SIDEKICK_STATE)  # type: ignore[no-any-return]
+    state: dict[str, Any] = nv.lua(SIDEKICK_STATE)
+    return state
 
 
 def buffer_text(nv: Session) -> str:

@@ -485,7 +485,8 @@ class VSCode:
         )
 
     def status(self) -> str | None:
-        return self.page.evaluate(STATUS_JS)  # type: ignore[no-any-return]
+        status: str | None = self.page.evaluate(STATUS_JS)
+        return status
 
     def explain_frame(self) -> FrameLocator:
         """The Explain panel's page: the webview's outer iframe, then its active inner one."""
@@ -684,9 +685,11 @@ def test_ghost_text_accepted_and_saved(vscode: VSCode) -> None:
 
         def counted() -> dict[str, int] | None:
             with contextlib.suppress(OSError, ValueError, KeyError):
-                python = json.loads(usage.read_text(encoding="utf-8"))["languages"]["python"]
+                python: dict[str, int] = json.loads(usage.read_text(encoding="utf-8"))["languages"][
+                    "python"
+                ]
                 if python["accepted"] >= 1:
-                    return python  # type: ignore[no-any-return]
+                    return python
             return None
 
         deadline = time.monotonic() + 60

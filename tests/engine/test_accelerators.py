@@ -1,9 +1,11 @@
-"""Accelerators as llama.cpp and torch see them, and where a llama.cpp model's layers go
-(issue 13): the words `doctor` prints, from fabricated devices; the real views on this machine;
-the default completion model asked for GPU layers on a build that has none, and on a GPU."""
+"""Accelerators as llama.cpp and torch see them, and where a llama.cpp model's layers go, since a
+model that silently stays on the CPU is slow without a word why: the words `doctor` prints, from
+fabricated devices; the real views on this machine; the default completion model asked for GPU
+layers on a build that has none, and on a GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -297,9 +299,9 @@ def test_a_torch_model_on_the_cpu_has_no_gpu() -> None:
 
 
 def test_without_torch_the_view_says_it_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = accelerators.importlib.util.find_spec
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        accelerators.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *a: None if name == "torch" else real(name, *a),
     )

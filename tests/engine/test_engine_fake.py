@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import itertools
 import threading
+from collections.abc import Iterator, Sequence
+from typing import Protocol, Unpack
 
 import pytest
-from fake_backend import FakeBackend, FakeCall, byte_ids
+from fake_backend import FakeBackend, FakeCall, FakeOptions, ScriptEntry, byte_ids
 from job_events import JobWatch, TokenGate
 
 import engine.worker as worker_module
@@ -28,12 +30,22 @@ from engine.types import (
 )
 
 
+class MakeEngine(Protocol):
+    """The `make_engine` fixture: an engine over a new FakeBackend with these options."""
+
+    def __call__(
+        self, *, script: list[ScriptEntry] | None = None, **options: Unpack[FakeOptions]
+    ) -> tuple[Engine, FakeBackend]: ...
+
+
 @pytest.fixture
-def make_engine():
+def make_engine() -> Iterator[MakeEngine]:
     engines: list[Engine] = []
 
-    def make(**kw: object) -> tuple[Engine, FakeBackend]:
-        backend = FakeBackend(**kw)  # type: ignore[arg-type]
+    def make(
+        *, script: list[ScriptEntry] | None = None, **options: Unpack[FakeOptions]
+    ) -> tuple[Engine, FakeBackend]:
+        backend = FakeBackend(script=[] if script is None else script, **options)
         engine = Engine(backend)
         engines.append(engine)
         return engine, backend
@@ -43,16 +55,24 @@ def make_engine():
         engine.close()
 
 
-def request(prompt: str = "x", **kw: object) -> GenerationRequest:
-    sampling = kw.pop("sampling", SamplingParams(max_tokens=100))
-    return GenerationRequest(prompt=prompt, sampling=sampling, **kw)  # type: ignore[arg-type]
+def request(
+    prompt: str = "x",
+    *,
+    sampling: SamplingParams | None = None,
+    stops: StopConditions | None = None,
+) -> GenerationRequest:
+    return GenerationRequest(
+        prompt=prompt,
+        sampling=SamplingParams(max_tokens=100) if sampling is None else sampling,
+        stops=StopConditions() if stops is None else stops,
+    )
 
 
 async def stream(engine: Engine, req: GenerationRequest) -> list[TextDelta]:
     return [d async for d in engine.generate(req)]
 
 
-async def test_streamed_deltas_join_to_the_collected_text(make_engine) -> None:
+async def test_streamed_deltas_join_to_the_collected_text(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=["héllo 😀 wörld"])
     deltas = await stream(engine, request())
     assert "".join(d.text for d in deltas) == "héllo 😀 wörld"
@@ -62,7 +82,7 @@ async def test_streamed_deltas_join_to_the_collected_text(make_engine) -> None:
     assert result.text == "héllo 😀 wörld"
 
 
-async def test_the_models_end_token_stops_and_is_not_shown(make_engine) -> None:
+async def test_the_models_end_token_stops_and_is_not_shown(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=[["ab", 1, "cd"]])
     (result,) = await engine.collect(request())
     assert (result.text, result.finish_reason, result.stop_reason) == (
@@ -72,26 +92,28 @@ async def test_the_models_end_token_stops_and_is_not_shown(make_engine) -> None:
     )
 
 
-async def test_hidden_stop_string_is_cut_and_reported(make_engine) -> None:
+async def test_hidden_stop_string_is_cut_and_reported(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=["x = 1\n\ny = 2"])
     (result,) = await engine.collect(request(stops=StopConditions(stop=("\n\n",))))
     assert (result.text, result.stop_reason) == ("x = 1", "\n\n")
 
 
-async def test_max_tokens_ends_with_length(make_engine) -> None:
+async def test_max_tokens_ends_with_length(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=["abcdefgh"])
     (result,) = await engine.collect(request(sampling=SamplingParams(max_tokens=3)))
     assert (result.text, result.finish_reason) == ("abc", FinishReason.LENGTH)
 
 
-async def test_generation_is_capped_by_the_room_left_in_the_context(make_engine) -> None:
+async def test_generation_is_capped_by_the_room_left_in_the_context(
+    make_engine: MakeEngine,
+) -> None:
     engine, _ = make_engine(script=["abcdefgh"], context=6)
     # "<bos>" + "xy" take 3 of 6 positions: 3 tokens are left.
     (result,) = await engine.collect(request("xy", sampling=SamplingParams(max_tokens=100)))
     assert (result.text, result.finish_reason) == ("abc", FinishReason.LENGTH)
 
 
-async def test_a_prompt_longer_than_the_context_is_a_clear_error(make_engine) -> None:
+async def test_a_prompt_longer_than_the_context_is_a_clear_error(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=["a"], context=8)
     with pytest.raises(
         PromptTooLongError, match="the prompt has 21 tokens but the model's context holds 8"
@@ -102,7 +124,7 @@ async def test_a_prompt_longer_than_the_context_is_a_clear_error(make_engine) ->
     assert result.text == "a"
 
 
-async def test_closing_the_stream_stops_the_model_within_one_token(make_engine) -> None:
+async def test_closing_the_stream_stops_the_model_within_one_token(make_engine: MakeEngine) -> None:
     """The consumer goes away while the model computes its 5th token: that token is the
     only one after the cancel, as the engine's own figures say, and the model stops there."""
     gate = TokenGate(at=5, hold=True)
@@ -123,7 +145,7 @@ async def test_closing_the_stream_stops_the_model_within_one_token(make_engine) 
     assert result.text == "ok"
 
 
-async def test_cancel_is_seen_before_the_next_token(make_engine) -> None:
+async def test_cancel_is_seen_before_the_next_token(make_engine: MakeEngine) -> None:
     seen: dict[str, int] = {}
 
     def cancel_at_five(call: FakeCall) -> None:
@@ -143,7 +165,7 @@ async def test_cancel_is_seen_before_the_next_token(make_engine) -> None:
     assert stats.tokens_after_cancel == 1
 
 
-async def test_a_cancelled_consumer_task_aborts_the_job(make_engine) -> None:
+async def test_a_cancelled_consumer_task_aborts_the_job(make_engine: MakeEngine) -> None:
     gate = TokenGate(at=3, hold=True)
     engine, backend = make_engine(script=["a" * 500, "next"], repeat_last=False, on_step=gate)
     req = request()
@@ -167,7 +189,7 @@ async def test_a_cancelled_consumer_task_aborts_the_job(make_engine) -> None:
     assert backend.calls[0].yielded == 3
 
 
-async def test_n_choices_have_independent_stop_state(make_engine) -> None:
+async def test_n_choices_have_independent_stop_state(make_engine: MakeEngine) -> None:
     engine, backend = make_engine(script=["ab\n\ncd", "abc\nd"], repeat_last=False)
     req = request(
         sampling=SamplingParams(max_tokens=100, n=2, seed=7, temperature=0.5),
@@ -179,7 +201,7 @@ async def test_n_choices_have_independent_stop_state(make_engine) -> None:
     assert [c.sampling.seed for c in backend.calls] == [7, 8]  # each choice its own seed
 
 
-async def test_a_backend_failure_ends_with_error_and_no_stop(make_engine) -> None:
+async def test_a_backend_failure_ends_with_error_and_no_stop(make_engine: MakeEngine) -> None:
     engine, backend = make_engine(script=["abcdef"], fail_after=3)
     deltas = await stream(engine, request(stops=StopConditions(stop=("cdX",))))
     assert deltas[-1].finish_reason is FinishReason.ERROR
@@ -191,7 +213,7 @@ async def test_a_backend_failure_ends_with_error_and_no_stop(make_engine) -> Non
     assert result.text == "abcdef"
 
 
-async def test_chat_messages_are_rendered_with_the_models_template(make_engine) -> None:
+async def test_chat_messages_are_rendered_with_the_models_template(make_engine: MakeEngine) -> None:
     template = (
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}"
@@ -203,13 +225,13 @@ async def test_chat_messages_are_rendered_with_the_models_template(make_engine) 
     assert backend.calls[0].prompt_ids == (0, *byte_ids("<user>hello<assistant>"))
 
 
-async def test_requests_to_one_model_queue_in_order(make_engine) -> None:
+async def test_requests_to_one_model_queue_in_order(make_engine: MakeEngine) -> None:
     engine, _ = make_engine(script=["first", "second"], repeat_last=False, step_seconds=0.001)
     a, b = await asyncio.gather(engine.collect(request()), engine.collect(request()))
     assert (a[0].text, b[0].text) == ("first", "second")
 
 
-async def test_a_long_job_on_one_model_never_delays_another_model(make_engine) -> None:
+async def test_a_long_job_on_one_model_never_delays_another_model(make_engine: MakeEngine) -> None:
     gate = TokenGate(at=10, hold=True)  # the other model is held mid-job
     slow, _ = make_engine(script=["x" * 2000], on_step=gate, name="chat")
     fast, _ = make_engine(script=["quick"], name="completion")
@@ -226,7 +248,7 @@ async def test_a_long_job_on_one_model_never_delays_another_model(make_engine) -
 
 
 async def test_one_model_serving_both_roles_lets_a_completion_pass_a_running_chat(
-    make_engine,
+    make_engine: MakeEngine,
 ) -> None:
     answer = "".join(f"word{i} " for i in range(150))
     gate = TokenGate(at=10, hold=True)  # the chat is held at its 10th token...
@@ -316,8 +338,10 @@ async def test_a_worker_that_does_not_stop_keeps_its_model() -> None:
     assert backend.freed_while == [False]
 
 
-async def test_a_scoring_job_answers_through_the_worker_and_is_recorded(make_engine) -> None:
-    def log_prob(context, token: int) -> float:
+async def test_a_scoring_job_answers_through_the_worker_and_is_recorded(
+    make_engine: MakeEngine,
+) -> None:
+    def log_prob(context: Sequence[int], token: int) -> float:
         return -0.5 if token == byte_ids("b")[0] else -3.0
 
     engine, _backend = make_engine(log_prob=log_prob)
@@ -334,7 +358,7 @@ async def test_a_scoring_job_answers_through_the_worker_and_is_recorded(make_eng
     assert recent[-1].generated_tokens == 0
 
 
-async def test_an_engine_whose_model_cannot_score_says_so(make_engine) -> None:
+async def test_an_engine_whose_model_cannot_score_says_so(make_engine: MakeEngine) -> None:
     engine, _ = make_engine()
     assert not engine.can_score
     with pytest.raises(NotImplementedError):
@@ -373,7 +397,7 @@ def turn_tokens() -> int:
 
 
 async def test_a_small_completion_goes_before_a_long_one_that_has_had_its_turn(
-    make_engine, token_clock: TokenClock
+    make_engine: MakeEngine, token_clock: TokenClock
 ) -> None:
     long_answer = "".join(f"word{i} " for i in range(150))
     held_at = turn_tokens() + 4  # the long job has held the model longer than a turn
@@ -401,7 +425,7 @@ async def test_a_small_completion_goes_before_a_long_one_that_has_had_its_turn(
 
 
 async def test_two_long_jobs_of_one_priority_take_turns(
-    make_engine, token_clock: TokenClock
+    make_engine: MakeEngine, token_clock: TokenClock
 ) -> None:
     first = "a" * 300
     second = "b" * 300
@@ -430,7 +454,7 @@ async def test_two_long_jobs_of_one_priority_take_turns(
 
 
 async def test_a_job_cancelled_while_it_waits_ends_without_waiting_for_its_turn(
-    make_engine, token_clock: TokenClock
+    make_engine: MakeEngine, token_clock: TokenClock
 ) -> None:
     let_go = threading.Event()
     steps = {"n": 0}
@@ -463,7 +487,9 @@ async def test_a_job_cancelled_while_it_waits_ends_without_waiting_for_its_turn(
     assert len(backend.calls) == 2  # the cancelled job never reached the model
 
 
-async def test_branches_each_stop_on_their_own_as_generations_would(make_engine) -> None:
+async def test_branches_each_stop_on_their_own_as_generations_would(
+    make_engine: MakeEngine,
+) -> None:
     """A branch request: each first token after the prompt, continued until its own stop
     string, end-of-generation token or the token limit, its text without the first token."""
     engine, backend = make_engine(
@@ -486,7 +512,7 @@ async def test_branches_each_stop_on_their_own_as_generations_would(make_engine)
     ]
 
 
-def test_cancelled_branches_give_nothing(make_engine) -> None:
+def test_cancelled_branches_give_nothing(make_engine: MakeEngine) -> None:
     _, backend = make_engine(script=["ab"])
     cancelled = threading.Event()
     cancelled.set()

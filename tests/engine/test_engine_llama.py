@@ -28,11 +28,13 @@ PROMPT = (
 )
 
 
-def greedy(prompt: str = PROMPT, max_tokens: int = 24, **kw: object) -> GenerationRequest:
+def greedy(
+    prompt: str = PROMPT, max_tokens: int = 24, stops: StopConditions | None = None
+) -> GenerationRequest:
     return GenerationRequest(
         prompt=prompt,
         sampling=SamplingParams(max_tokens=max_tokens),
-        **kw,  # type: ignore[arg-type]
+        stops=StopConditions() if stops is None else stops,
     )
 
 

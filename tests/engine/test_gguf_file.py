@@ -55,7 +55,7 @@ CASES = {
 
 @pytest.mark.parametrize(("damage", "cause"), CASES.values(), ids=CASES.keys())
 def test_a_damaged_gguf_is_refused_with_its_cause(
-    tmp_path: Path, smollm2: bytes, damage, cause: str
+    tmp_path: Path, smollm2: bytes, damage: Callable[[bytes], bytes], cause: str
 ) -> None:
     path = tmp_path / "damaged.gguf"
     path.write_bytes(damage(smollm2))
@@ -73,7 +73,7 @@ def test_an_intact_gguf_has_nothing_to_diagnose() -> None:
 # --- hostile files: what the header claims costs nothing ----------------------------------------
 #
 # The walk skips values without keeping them, so a header claiming 16 million items costs a
-# seek (before: a 16-million-item list, 24 s and 212 MB). bench/ is where its speed is timed;
+# seek (a list of them would take 24 s and 212 MB). bench/ is where its speed is timed;
 # here, what it says and how little it allocates (under 100 MB whatever the file claims).
 
 

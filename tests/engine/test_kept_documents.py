@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from busy import busy_core
@@ -28,14 +27,15 @@ from engine.types import Role, SamplingParams
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_backend(**options: object) -> LlamaCppBackend:
+def make_backend(*, threads: int | None = 2, kv_cache_mb: int | None = None) -> LlamaCppBackend:
     """The default completion model. Two threads unless told otherwise: llama.cpp's numbers
     for the same tokens differ slightly between thread counts, and the adaptive count would
     follow the machine's load, so tests that compare two answers would flake on a busy one."""
     spec = model_spec(Role.COMPLETION, ModelOptions(), environ={})
     assert isinstance(spec, ModelSpec)
-    options = {"context_size": 2048, "threads": 2, **options}
-    return LlamaCppBackend(replace(spec, **options))  # type: ignore[arg-type]
+    return LlamaCppBackend(
+        replace(spec, context_size=2048, threads=threads, kv_cache_mb=kv_cache_mb)
+    )
 
 
 @pytest.fixture
@@ -153,18 +153,16 @@ def cancel_after_chunks(chunks: int) -> Iterator[tuple[threading.Event, Callable
     evaluate = llama_cpp.Llama.eval
     calls = 0
 
-    def counting_eval(llm: Any, tokens: Sequence[int]) -> None:
+    def counting_eval(llm: llama_cpp.Llama, tokens: Sequence[int]) -> None:
         nonlocal calls
         calls += 1
         evaluate(llm, tokens)
         if calls == chunks:
             cancelled.set()
 
-    llama_cpp.Llama.eval = counting_eval  # type: ignore[method-assign]
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # undone when the block ends
+        patch.setattr(llama_cpp.Llama, "eval", counting_eval)
         yield cancelled, lambda: calls
-    finally:
-        llama_cpp.Llama.eval = evaluate  # type: ignore[method-assign]
 
 
 def test_a_superseded_prompt_stops_within_one_batch_and_keeps_what_it_computed(

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from local_models import load_llama
 from test_llama_drafts import greedy, programs, suggestion_prompt
 
 from engine.backend import Backend
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
 from engine.specs import ModelOptions
 from engine.types import (
     BranchRequest,
@@ -39,8 +39,7 @@ def loaded() -> Iterator[tuple[LlamaCppBackend, Engine]]:
     """The default completion model on 1 thread (where the machine's load changes no logit:
     LlamaContext.exact_batches), its rows together whatever they cost here (the backend
     measures that at load: `sequences`), and an engine over it."""
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.COMPLETION, ModelOptions(threads=1))
     together(backend)
     engine = Engine(backend, name="completion")
     yield backend, engine
@@ -101,8 +100,7 @@ def prompts(third_party_data: Path, count: int) -> list[str]:
 def chat_backend() -> Iterator[LlamaCppBackend]:
     """The default chat model (SmolLM2-135M) on 1 thread: its passes of up to 9 tokens give
     the logits of a pass per token (LlamaContext.exact_batches), Gemma's not past 3."""
-    backend = load_backend(model_spec(Role.CHAT, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1))
     together(backend)
     yield backend
     backend.close()

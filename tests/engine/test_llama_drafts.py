@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from job_events import JobWatch
+from local_models import load_llama
 
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.engine import Engine
-from engine.models import load_backend, model_spec
 from engine.specs import ModelOptions
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 
@@ -92,9 +92,7 @@ def loaded(request: pytest.FixtureRequest) -> Iterator[tuple[LlamaCppBackend, En
     2 threads gives other logits than on 1 once 256 tokens are cached (LlamaContext.
     exact_batches): with the count following the machine's load, an answer would then depend
     on the load, drafts or not."""
-    spec = model_spec(Role(request.param), ModelOptions(threads=1), environ={})
-    backend = load_backend(spec)
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role(request.param), ModelOptions(threads=1))
     engine = Engine(backend, name=request.param)
     yield backend, engine
     engine.close()  # and the model
@@ -137,11 +135,11 @@ def test_greedy_answers_are_the_same_with_every_draft_checked(
     assert counts.steps < total  # fewer passes than tokens
 
 
-def test_as_shipped_a_rewrite_is_the_same_as_without_drafts(
+def test_with_the_default_checking_a_rewrite_is_the_same_as_without_drafts(
     loaded: tuple[LlamaCppBackend, Engine], third_party_data: Path
 ) -> None:
-    """As shipped (`WORTH_IT`: exact passes, as much of a draft as pays here), a rewrite's
-    answer is the answer without drafts."""
+    """With the default checking (`WORTH_IT`: exact passes, as much of a draft as pays here),
+    a rewrite's answer is the answer without drafts."""
     backend = loaded[0]
     ids = backend.tokenize(rewrite_prompt(programs(third_party_data)[30]), add_bos=True)
     with drafting(backend, DraftChecking.WORTH_IT, 0):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from local_models import load_llama
 from test_llama_batch import live_sequences, one_at_a_time, prompts, together
 from test_llama_drafts import programs
 from written_together import ROUNDING, most_likely_up_to_rounding
@@ -23,7 +24,7 @@ from written_together import ROUNDING, most_likely_up_to_rounding
 from engine.backend import StepGroup
 from engine.backends.llama_cpp import LlamaCppBackend, _group_from
 from engine.errors import ModelLoadError
-from engine.models import load_backend, model_spec
+from engine.models import model_spec
 from engine.specs import ROWS_ENV, ModelOptions
 from engine.types import (
     FinishReason,
@@ -152,15 +153,15 @@ def run_alone(backend: LlamaCppBackend, requests: Sequence[GenerationRequest]) -
 
 def id_prompts(backend: LlamaCppBackend, third_party_data: Path, count: int) -> list[list[int]]:
     return [
-        backend.tokenize(t, add_bos=backend.vocab.adds_bos) for t in prompts(third_party_data, count)
+        backend.tokenize(t, add_bos=backend.vocab.adds_bos)
+        for t in prompts(third_party_data, count)
     ]
 
 
 @pytest.fixture(scope="module")
 def chat_backend() -> Iterator[LlamaCppBackend]:
     """The default chat model (SmolLM2-135M) on 1 thread, rows together."""
-    backend = load_backend(model_spec(Role.CHAT, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1))
     together(backend)
     yield backend
     backend.close()
@@ -169,8 +170,7 @@ def chat_backend() -> Iterator[LlamaCppBackend]:
 @pytest.fixture(scope="module")
 def gemma() -> Iterator[LlamaCppBackend]:
     """The default completion model (Gemma 3 270M) on 1 thread, rows together."""
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=1), environ={}))
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.COMPLETION, ModelOptions(threads=1))
     together(backend)
     yield backend
     backend.close()
@@ -362,10 +362,7 @@ def test_requests_that_do_not_fit_beside_each_other_go_on_after(
     Two prompts of 600 tokens: only the one whose document the live cache holds fits (it
     shares its cells); the other goes alone after it, each answer the one alone, and no
     group is tried again for it."""
-    backend = load_backend(
-        model_spec(Role.CHAT, ModelOptions(threads=1, context_size=1024), environ={})
-    )
-    assert isinstance(backend, LlamaCppBackend)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1, context_size=1024))
     try:
         together(backend)
         exact_rows(backend)
@@ -400,7 +397,7 @@ def test_one_request_at_a_time_when_rows_do_not_pay(
     chat_backend: LlamaCppBackend, third_party_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the load-time probe found that rows do not pay, no group is made: requests
-    under way at once take turns, as before."""
+    under way at once take turns, one generation at a time."""
     backend = chat_backend
     ids = id_prompts(backend, third_party_data, 2)
     spy = GroupSpy(backend, monkeypatch)
@@ -432,8 +429,7 @@ def test_sampled_requests_are_not_written_together(
 
 @pytest.mark.parametrize(("value", "size"), [("together", 8), ("one", 1)])
 def test_the_rows_environment_setting_overrides_the_probe(value: str, size: int) -> None:
-    spec = model_spec(Role.CHAT, ModelOptions(threads=1), environ={ROWS_ENV: value})
-    backend = load_backend(spec)
+    backend = load_llama(Role.CHAT, ModelOptions(threads=1), environ={ROWS_ENV: value})
     try:
         assert backend.group_size == size
         assert backend.group_from == (2 if value == "together" else 0)
@@ -466,7 +462,7 @@ def test_requests_are_written_together_from_the_count_where_it_pays(
 @pytest.mark.parametrize(
     ("costs", "count"),
     [
-        ({1: 0.018, 4: 0.091, 8: 0.101}, 8),  # 2 cores under load: only 8 at once pay
+        ({1: 0.018, 4: 0.091, 8: 0.101}, 8),  # loaded CPU: 4 rows cost more than 4 passes, 8 less
         ({1: 0.010, 4: 0.011, 8: 0.012}, 2),  # a GPU: two already pay
         ({1: 0.013, 4: 0.030, 8: 0.067}, 3),  # 4 rows cost 2.3x one: from 3 requests
         ({1: 0.010, 4: 0.050, 8: 0.100}, 0),  # rows cost what passes of one do: never

@@ -76,10 +76,12 @@ class ListCache(LiveCache[tuple[int, ...], int]):
 class ListBackend(LocalBackend[tuple[int, ...], int, dict[int, float]]):
     """Samples the prompt's last token + 1, then the next, ...; scores every token -1.0 but
     the prompt's last token + 1, the most likely. Where bringing the cache to the prompt leaves
-    its last token, sampling and scoring evaluate it, as llama.cpp's `generate()` does."""
+    its last token, sampling and scoring evaluate it, as llama.cpp's `generate()` does.
+    This one evaluates the whole prompt; `list_backend` gives either kind."""
 
-    def __init__(self, live: ListCache, *, evaluate_last: bool, cache_bytes: int | None = None):
-        self.evaluate_last = evaluate_last  # type: ignore[misc]
+    evaluate_last = True
+
+    def __init__(self, live: ListCache, *, cache_bytes: int | None = None):
         info = ModelInfo(
             name="list",
             path="",
@@ -136,6 +138,22 @@ class ListBackend(LocalBackend[tuple[int, ...], int, dict[int, float]]):
         return tuple(sorted(after.items(), key=lambda kv: -kv[1])[:top])
 
 
+class ListBackendLeavingLast(ListBackend):
+    """A ListBackend that leaves the prompt's last token out of the cache: sampling and
+    scoring evaluate it."""
+
+    evaluate_last = False
+
+
+def list_backend(
+    live: ListCache, *, evaluate_last: bool, cache_bytes: int | None = None
+) -> ListBackend:
+    """A ListBackend over `live` that evaluates the prompt's last token with the rest or not
+    (`LocalBackend.evaluate_last` is the class's)."""
+    kind = ListBackend if evaluate_last else ListBackendLeavingLast
+    return kind(live, cache_bytes=cache_bytes)
+
+
 def generate(
     backend: ListBackend,
     prompt: Sequence[int],
@@ -163,7 +181,7 @@ PROMPT = list(range(100, 110))  # 10 tokens
     ],
 )
 def test_a_cold_prompt_is_evaluated_in_chunks(evaluate_last: bool, chunks: list[list[int]]) -> None:
-    backend = ListBackend(ListCache(), evaluate_last=evaluate_last)
+    backend = list_backend(ListCache(), evaluate_last=evaluate_last)
     assert generate(backend, PROMPT) == [110, 111]
     assert backend.cache.evaluated[: len(chunks)] == chunks
     assert backend.last_prefill_tokens == len(PROMPT)
@@ -181,7 +199,7 @@ def test_a_cold_prompt_is_evaluated_in_chunks(evaluate_last: bool, chunks: list[
 def test_a_follow_up_evaluates_only_what_the_cache_does_not_hold(
     evaluate_last: bool, follow_up: list[int], new_tokens: int
 ) -> None:
-    backend = ListBackend(ListCache(), evaluate_last=evaluate_last)
+    backend = list_backend(ListCache(), evaluate_last=evaluate_last)
     generate(backend, PROMPT, "a", n=1)
     backend.cache.evaluated.clear()
     generate(backend, follow_up, "a", n=1)
@@ -191,7 +209,7 @@ def test_a_follow_up_evaluates_only_what_the_cache_does_not_hold(
 
 def test_a_cancel_stops_between_chunks_and_keeps_what_was_evaluated() -> None:
     cache = ListCache()
-    backend = ListBackend(cache, evaluate_last=True)
+    backend = list_backend(cache, evaluate_last=True)
     cancelled = threading.Event()
     cache.on_evaluate = [threading.Event(), cancelled]  # a newer request during the second
     assert generate(backend, PROMPT, "a", cancelled=cancelled) == []
@@ -202,7 +220,7 @@ def test_a_cancel_stops_between_chunks_and_keeps_what_was_evaluated() -> None:
 
 
 def test_a_request_cancelled_before_it_starts_evaluates_nothing() -> None:
-    backend = ListBackend(ListCache(), evaluate_last=True)
+    backend = list_backend(ListCache(), evaluate_last=True)
     cancelled = threading.Event()
     cancelled.set()
     assert generate(backend, PROMPT, cancelled=cancelled) == []
@@ -218,7 +236,7 @@ DOC_B = list(range(2000, 2040))
 def test_back_in_a_document_its_kept_state_is_restored(
     moves_out: bool, evaluate_last: bool
 ) -> None:
-    backend = ListBackend(ListCache(moves_out=moves_out), evaluate_last=evaluate_last)
+    backend = list_backend(ListCache(moves_out=moves_out), evaluate_last=evaluate_last)
     generate(backend, DOC_A, "a")
     generate(backend, DOC_B, "b")
     assert backend.last_prefill_tokens == len(DOC_B)  # nothing shared: all of it
@@ -230,7 +248,7 @@ def test_back_in_a_document_its_kept_state_is_restored(
 
 
 def test_a_restore_the_library_refuses_evaluates_the_prompt_afresh() -> None:
-    backend = ListBackend(ListCache(refuses=True), evaluate_last=True)
+    backend = list_backend(ListCache(refuses=True), evaluate_last=True)
     generate(backend, DOC_A, "a")
     generate(backend, DOC_B, "b")
     generate(backend, DOC_A, "a")
@@ -239,7 +257,7 @@ def test_a_restore_the_library_refuses_evaluates_the_prompt_afresh() -> None:
 
 
 def test_a_zero_budget_keeps_no_state() -> None:
-    backend = ListBackend(ListCache(), evaluate_last=True, cache_bytes=0)
+    backend = list_backend(ListCache(), evaluate_last=True, cache_bytes=0)
     for doc, key in ((DOC_A, "a"), (DOC_B, "b"), (DOC_A, "a")):
         generate(backend, doc, key)
     assert backend.last_prefill_tokens == len(DOC_A)
@@ -251,14 +269,14 @@ def test_a_zero_budget_keeps_no_state() -> None:
     [([], ValueError), (list(range(CONTEXT + 1)), PromptTooLongError)],
 )
 def test_an_empty_or_too_long_prompt_is_refused(prompt: list[int], error: type[Exception]) -> None:
-    backend = ListBackend(ListCache(), evaluate_last=True)
+    backend = list_backend(ListCache(), evaluate_last=True)
     with pytest.raises(error):
         generate(backend, prompt)
     assert backend.cache.evaluated == []
 
 
 def test_a_closed_backend_refuses_work() -> None:
-    backend = ListBackend(ListCache(), evaluate_last=True)
+    backend = list_backend(ListCache(), evaluate_last=True)
     backend.close()
     with pytest.raises(RuntimeError, match="closed"):
         generate(backend, PROMPT)
@@ -266,7 +284,7 @@ def test_a_closed_backend_refuses_work() -> None:
 
 @pytest.mark.parametrize("evaluate_last", [True, False])
 def test_scoring_leaves_the_prompt_in_the_cache(evaluate_last: bool) -> None:
-    backend = ListBackend(ListCache(), evaluate_last=evaluate_last)
+    backend = list_backend(ListCache(), evaluate_last=evaluate_last)
     scores = backend.score(PROMPT, [[110, 7], [5]], 1, threading.Event(), cache_key="a")
     assert scores is not None
     assert scores.continuations == ((-0.5, -1.0), (-1.0,))
@@ -280,7 +298,7 @@ def test_scoring_leaves_the_prompt_in_the_cache(evaluate_last: bool) -> None:
 
 def test_a_cancelled_scoring_answers_nothing_and_leaves_the_prompt() -> None:
     cache = ListCache()
-    backend = ListBackend(cache, evaluate_last=True)
+    backend = list_backend(cache, evaluate_last=True)
     cancelled = threading.Event()
     cache.on_evaluate = [threading.Event()] * 3 + [cancelled]  # during the first continuation
     assert backend.score(PROMPT, [[110, 7], [5, 6]], 1, cancelled, cache_key="a") is None
@@ -294,7 +312,7 @@ def test_another_document_starts_from_what_the_live_cache_still_shares(
 ) -> None:
     """Two files with the same first lines: the second starts from them where setting the
     first's state aside copies it, and from nothing where it moves it out."""
-    backend = ListBackend(ListCache(moves_out=moves_out), evaluate_last=True)
+    backend = list_backend(ListCache(moves_out=moves_out), evaluate_last=True)
     other = [*DOC_A[:20], *DOC_B[:20]]
     generate(backend, DOC_A, "a")
     generate(backend, other, "b")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ elif fault == "chat-template":
 
 
 @pytest.fixture
-def fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     """Start the servers of this test with the named fault injected, in a cache of their own."""
 
     def inject(name: str) -> None:
@@ -120,7 +121,9 @@ async def test_a_truncated_gguf_ends_the_load_with_an_error_naming_the_file(
         await assert_load_fails(session, cause, chat_cause=cause)
 
 
-async def test_a_missing_chunk_package_ends_the_load_with_an_error_naming_it(fault) -> None:
+async def test_a_missing_chunk_package_ends_the_load_with_an_error_naming_it(
+    fault: Callable[[str], None],
+) -> None:
     fault("missing-chunk")
     async with lsp_session(client_capabilities("visual-studio-code")) as session:
         await assert_load_fails(
@@ -145,7 +148,7 @@ async def test_a_cache_folder_that_cannot_be_made_ends_the_load_with_an_error_na
 
 
 async def test_a_backend_that_raises_its_own_exception_ends_the_load_naming_it(
-    fault, tmp_path: Path
+    fault: Callable[[str], None], tmp_path: Path
 ) -> None:
     fault("raise")
     async with lsp_session(client_capabilities("visual-studio-code")) as session:
@@ -159,7 +162,7 @@ async def test_a_backend_that_raises_its_own_exception_ends_the_load_naming_it(
 
 
 async def test_a_load_that_never_returns_is_given_up_and_no_request_waits_for_it(
-    fault, monkeypatch: pytest.MonkeyPatch
+    fault: Callable[[str], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fault("hang")
     monkeypatch.setenv("INFILL_LOAD_TIMEOUT", "3")
@@ -185,7 +188,7 @@ RUNAWAY_TEMPLATES = {
     ("template", "limit"), RUNAWAY_TEMPLATES.values(), ids=RUNAWAY_TEMPLATES.keys()
 )
 async def test_a_runaway_chat_template_is_refused_when_the_chat_model_loads(
-    fault, monkeypatch: pytest.MonkeyPatch, template: str, limit: str
+    fault: Callable[[str], None], monkeypatch: pytest.MonkeyPatch, template: str, limit: str
 ) -> None:
     fault("chat-template")
     monkeypatch.setenv("INFILL_TEST_TEMPLATE", template)

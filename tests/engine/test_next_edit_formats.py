@@ -204,7 +204,9 @@ def test_a_local_prompt_has_its_markers_by_id_and_the_codes_spelling_as_text() -
     )
     prompt = build_next_edit_prompt(backend, ZETA1, given)
     assert prompt.token_ids is not None
-    marker_ids = {backend.special_token_id(m) for m in ZETA1_MARKERS}
+    found = [backend.special_token_id(m) for m in ZETA1_MARKERS]
+    assert None not in found  # every marker is a special token
+    marker_ids = {i for i in found if i is not None}
     assert sorted(i for i in prompt.token_ids if i in marker_ids) == sorted(marker_ids)
     assert prompt.text == render_next_edit_text(ZETA1, given).text
     assert backend.decode(prompt.token_ids) == prompt.text

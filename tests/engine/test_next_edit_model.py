@@ -150,21 +150,21 @@ async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
             ),
             at_file_start=True,
         )
-        request, _ = model.request(given)
-        assert request.prompt_token_ids == build_next_edit_prompt(backend, fmt, given).token_ids
+        generation, _ = model.request(given)
+        assert generation.prompt_token_ids == build_next_edit_prompt(backend, fmt, given).token_ids
         end_id = backend.special_token_id(fmt.end)
         if family == "zeta1":  # its end marker is a special token here: stopped by id
             assert end_id is not None
-            assert request.stops == StopConditions(stop_token_ids_visible=(end_id,))
+            assert generation.stops == StopConditions(stop_token_ids_visible=(end_id,))
         else:  # Zeta 2 ends at a line of text
             assert end_id is None
-            assert request.stops == StopConditions(
+            assert generation.stops == StopConditions(
                 stop=(">>>>>>> UPDATED",), include_stop_str_in_output=True
             )
-        assert request.sampling.temperature == 0.0
+        assert generation.sampling.temperature == 0.0
         rewrite = await model.rewrite(given)
         assert 0 < rewrite.output_tokens <= model.max_tokens(given)
-        assert rewrite.prompt_tokens == len(request.prompt_token_ids or ())
+        assert rewrite.prompt_tokens == len(generation.prompt_token_ids or ())
         if rewrite.outcome is RewriteOutcome.INVALID:
             assert (rewrite.region, rewrite.edits) == (None, ())
         else:

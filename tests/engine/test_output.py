@@ -21,10 +21,12 @@ class TableDetokenizer:
         return ""
 
 
-def processor(n: int = 1, stop: tuple[str, ...] = ("STOPPED",), **kw: object) -> OutputProcessor:
+def processor(
+    n: int = 1, stop: tuple[str, ...] = ("STOPPED",), stop_token_ids_hidden: tuple[int, ...] = ()
+) -> OutputProcessor:
     return OutputProcessor(
         n=n,
-        stops=StopConditions(stop=stop, **kw),  # type: ignore[arg-type]
+        stops=StopConditions(stop=stop, stop_token_ids_hidden=stop_token_ids_hidden),
         max_tokens=100,
         min_tokens=0,
         new_detokenizer=TableDetokenizer,

@@ -1,4 +1,4 @@
-"""Prompts (DESIGN §4): FIM templates per family, the token-budgeted window, chat rendering.
+"""Prompts: FIM templates per family, the token-budgeted window, chat rendering.
 
 FIM tests run on in-memory Hugging Face tokenizers that carry each family's special tokens
 (`hf_tokenizer.py`); the user's code always holds the family's own special-token text, which
@@ -21,7 +21,14 @@ from hf_tokenizer import HFTokenizerBackend
 from engine.chat_template import render_chat, render_chat_template
 from engine.context_window import MAX_CHARS_PER_TOKEN, ContextWindow, context_window
 from engine.errors import ChatTemplateError
-from engine.fim import FIM_FAMILIES, FIM_TEMPLATES, FimOrder, build_fim_prompt, detect_fim_template
+from engine.fim import (
+    FIM_FAMILIES,
+    FIM_TEMPLATES,
+    FimOrder,
+    FimPrompt,
+    build_fim_prompt,
+    detect_fim_template,
+)
 from engine.types import ChatMessage
 
 # --- FIM families -----------------------------------------------------------------------------
@@ -155,6 +162,12 @@ def user_code(family: Family) -> tuple[str, str]:
     return prefix, suffix
 
 
+def ids(prompt: FimPrompt) -> tuple[int, ...]:
+    """A prompt's token ids: any local backend's has them (a server's alone has text only)."""
+    assert prompt.token_ids is not None
+    return prompt.token_ids
+
+
 def expected_ids(backend: HFTokenizerBackend, layout: str, prefix: str, suffix: str) -> list[int]:
     """The ids `layout` stands for: special tokens by id, everything else as plain text."""
     specials = sorted(backend.special_token_texts, key=len, reverse=True)
@@ -194,8 +207,8 @@ def test_fim_prompt_is_the_familys_format(
     )
 
     assert prompt.text == layout.format(P=prefix, S=suffix)
-    assert list(prompt.token_ids) == expected_ids(backend, layout, prefix, suffix)
-    assert backend.decode(prompt.token_ids) == prompt.text
+    assert list(ids(prompt)) == expected_ids(backend, layout, prefix, suffix)
+    assert backend.decode(ids(prompt)) == prompt.text
     assert prompt.family == family.family
 
 
@@ -214,9 +227,9 @@ def test_special_token_text_in_the_code_stays_plain_text(family: Family, order: 
     # code spells every one of them out; the model sees all of the code as text.
     for token in family.special_tokens:
         token_id = backend.special_token_id(token)
-        assert prompt.token_ids.count(token_id) == layout.count(token), token
+        assert ids(prompt).count(token_id) == layout.count(token), token
     without_markers = functools.reduce(lambda s, t: s.replace(t, ""), family.special_tokens, layout)
-    assert backend.detokenize(prompt.token_ids) == without_markers.format(P=prefix, S=suffix)
+    assert backend.detokenize(ids(prompt)) == without_markers.format(P=prefix, S=suffix)
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=FAMILY_IDS)
@@ -268,13 +281,13 @@ def test_fim_prompt_leaves_out_an_empty_slot() -> None:
     at_end = build_fim_prompt(backend, "x = ", "", template=template)
 
     plain = functools.partial(backend.tokenize, add_bos=False, special=False)
-    assert list(at_start.token_ids) == [
+    assert list(ids(at_start)) == [
         special("<fim_prefix>"),
         special("<fim_suffix>"),
         *plain("x = 1\n"),
         special("<fim_middle>"),
     ]
-    assert list(at_end.token_ids) == [
+    assert list(ids(at_end)) == [
         special("<fim_prefix>"),
         *plain("x = "),
         special("<fim_suffix>"),
@@ -319,9 +332,7 @@ def test_without_fim_tokens_the_prompt_is_bos_and_the_prefix(
     prompt = build_fim_prompt(backend, PREFIX, SUFFIX, template=None)
 
     lead_ids = [backend.special_token_id(lead)] if lead else []
-    assert list(prompt.token_ids) == lead_ids + backend.tokenize(
-        PREFIX, add_bos=False, special=False
-    )
+    assert list(ids(prompt)) == lead_ids + backend.tokenize(PREFIX, add_bos=False, special=False)
     assert prompt.text == lead + PREFIX
     assert prompt.family is None
     assert prompt.stop_token_ids == ()
@@ -329,7 +340,7 @@ def test_without_fim_tokens_the_prompt_is_bos_and_the_prefix(
 
 def test_fake_backend_without_template_gets_bos_and_prefix_bytes() -> None:
     prompt = build_fim_prompt(FakeBackend(), PREFIX, SUFFIX, template=None)
-    assert list(prompt.token_ids) == [SPECIAL_TOKENS["<bos>"], *byte_ids(PREFIX)]
+    assert list(ids(prompt)) == [SPECIAL_TOKENS["<bos>"], *byte_ids(PREFIX)]
     assert prompt.text == "<bos>" + PREFIX
 
 
@@ -341,7 +352,7 @@ def test_fake_backend_is_a_starcoder_tokenizer() -> None:
 
     prompt = build_fim_prompt(backend, "x = ", "\n", template=template)
 
-    assert list(prompt.token_ids) == [0, 2, *byte_ids("x = "), 3, *byte_ids("\n"), 4]
+    assert list(ids(prompt)) == [0, 2, *byte_ids("x = "), 3, *byte_ids("\n"), 4]
     assert prompt.stop_token_ids == (
         SPECIAL_TOKENS["<|endoftext|>"],
         SPECIAL_TOKENS["<fim_prefix>"],
@@ -355,6 +366,7 @@ def test_hf_tokenizer_keeps_special_token_text_plain_without_special() -> None:
     backend = HFTokenizerBackend(["<s>", "<fim_middle>"], bos_token="<s>", adds_bos=True)
     text = 'x = "<fim_middle>"  # é 😀'
     middle = backend.special_token_id("<fim_middle>")
+    assert middle is not None
 
     plain = backend.tokenize(text, add_bos=True, special=False)
     parsed = backend.tokenize(text, add_bos=False, special=True)
@@ -608,7 +620,7 @@ def test_typing_at_the_end_keeps_the_window_start_for_kv_reuse() -> None:
         if previous is not None and previous[0].first_line == w.first_line:
             # The whole lines before the cursor line are a shared token prefix: KV reuse.
             stable = 1 + count("".join(doc_lines[w.first_line :]))
-            assert prompt.token_ids[:stable] == previous[1].token_ids[:stable]
+            assert ids(prompt)[:stable] == ids(previous[1])[:stable]
         previous = (w, prompt)
 
 

@@ -446,10 +446,10 @@ async def test_a_server_that_goes_silent_mid_answer_is_an_error_saying_how_long(
 
 # --- a hostile server: every answer within bounds ------------------------------------------------
 #
-# README "A remote model": whatever a server sends, an answer is read in bounded memory and
-# time and ends with an error naming the endpoint and the bound (issue 26); the next request
-# is served. Each test guards its wait with a timeout far above the bound it exercises, so a
-# regression fails instead of hanging.
+# README "A remote model": whatever a server sends, an answer is read in bounded memory and time and
+# ends with an error naming the endpoint and the bound; the next request is served. Each test guards
+# its wait with a timeout far above the bound it exercises, so a regression fails instead of
+# hanging.
 
 
 def stream_of(chunks: Callable[[], AsyncIterator[bytes]]) -> Callable[[dict[str, Any]], Response]:
@@ -845,7 +845,7 @@ async def test_an_unreachable_server_is_asked_again_at_most_every_2_seconds(
     tries: list[float] = []
     start = ModelHost.start
 
-    def counted(self: ModelHost, settings: Settings):  # type: ignore[no-untyped-def]
+    def counted(self: ModelHost, settings: Settings) -> asyncio.Future[CompletionModel]:
         tries.append(now[0])
         return start(self, settings)
 
@@ -882,7 +882,8 @@ async def test_the_language_server_recovers_when_the_endpoint_comes_up_after_it(
     host.start(Settings(backend="openai", endpoint=url))
     with pytest.raises(Exception, match=f"cannot reach {url}/v1"):
         await host.completion()
-    assert host.state is LoadState.ERROR
+    failed = host.state  # read once: the next request changes it
+    assert failed is LoadState.ERROR
     # The server comes up at that address; the next request tries again, and is served.
     sock.listen(16)
     engines = {role: Engine(FakeBackend(script=["ok"], template="{{ messages }}")) for role in Role}

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.backends.openai import Discovery, RemoteEngine
+from engine.backends.openai import RemoteEngine
+from engine.backends.openai_discovery import Discovery
 from engine.specs import RemoteSpec
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams, StopConditions
 

@@ -1,6 +1,6 @@
 """Chat templates run with a cap on time and on the size of what they build: a template that
 loops without end or builds a huge string is stopped with a message naming the limit, quickly,
-and the real templates render as before."""
+and the real templates render as they do without the limits."""
 
 from __future__ import annotations
 

@@ -572,7 +572,7 @@ def test_a_cancelled_prompt_stops_between_chunks_and_keeps_what_was_fed(
     cancelled = threading.Event()
     forwards = 0
 
-    def count_forward(module: torch.nn.Module, inputs: Any) -> None:
+    def count_forward(module: object, inputs: Any) -> None:
         nonlocal forwards
         if isinstance(module, transformers.LlamaForCausalLM):  # the whole model, not a layer
             forwards += 1

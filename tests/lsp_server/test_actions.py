@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TypedDict
 
 import pytest
 
@@ -182,6 +183,13 @@ def test_code_is_taken_from_the_answers_fence(answer: str, language: str, code: 
     assert extract_code(answer, language) == code
 
 
+class ReindentOptions(TypedDict, total=False):
+    """What a `reindent` case sets beside the code, its indent and its first line."""
+
+    newline: str
+    use_tabs: bool | None
+
+
 @pytest.mark.parametrize(
     ("code", "indent", "first", "kw", "expected"),
     [
@@ -241,7 +249,7 @@ def test_code_is_taken_from_the_answers_fence(answer: str, language: str, code: 
         pytest.param("\n\n", "    ", True, {}, "", id="nothing"),
     ],
 )
-def test_reindent(code: str, indent: str, first: bool, kw: dict, expected: str) -> None:
+def test_reindent(code: str, indent: str, first: bool, kw: ReindentOptions, expected: str) -> None:
     assert reindent(code, indent, first_line_indented=first, **kw) == expected
 
 
@@ -251,8 +259,17 @@ def test_a_reindented_method_parses_in_its_class() -> None:
     ast.parse("class R:\n" + body + "\n")
 
 
+class Placement(TypedDict):
+    """Where the selected code sits, as `code_from_answer` is told it."""
+
+    indent: str
+    first_line_indented: bool
+    newline: str
+    use_tabs: bool
+
+
 #: How the selection sits: a method body in a CRLF document, its last line's end selected.
-IN_METHOD = {
+IN_METHOD: Placement = {
     "indent": "    ",
     "first_line_indented": True,
     "newline": "\r\n",

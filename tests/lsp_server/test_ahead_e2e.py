@@ -1,4 +1,4 @@
-"""Suggestions written ahead of time (`speculativeSuggestions`, issue 12 part 3) through the
+"""Suggestions written ahead of time (`speculativeSuggestions`) through the
 real server with the real default model: after a suggestion is shown, the model writes what
 comes once it is accepted and the line ending typed; accepting and going on is then answered
 without a model call."""

@@ -1,7 +1,8 @@
-"""The language server reads nothing of the user's disk (issue 26): run under an audit hook
-(tests/audited_cli.py), with a workspace that holds symbolic-link loops, a FIFO and binary
-files, while the client opens, edits and completes documents there, the process opens no file
-but its log, its models and Python's own modules, and lists no folder outside those."""
+"""The language server reads nothing of the user's disk: the editor sends the documents it needs,
+and a workspace may hold secrets. Run under an audit hook (tests/audited_cli.py), with a workspace
+that holds symbolic-link loops, a FIFO and binary files, while the client opens, edits and completes
+documents there, the process opens no file but its log, its models and Python's own modules, and
+lists no folder outside those."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Bounds (issue 9, DESIGN §5 "Bounded"), through the real server and the real default models:
-a huge document is not completed, a huge cursor line is clipped, a huge selection is refused
-before any model work, and a closed document's state is forgotten."""
+"""Bounds, so that no document, line or selection an editor sends can make the server use memory or
+model time without limit, through the real server and the real default models: a huge document is
+not completed, a huge cursor line is clipped, a huge selection is refused before any model work, and
+a closed document's state is forgotten."""
 
 from __future__ import annotations
 

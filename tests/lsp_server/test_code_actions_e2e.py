@@ -1,6 +1,6 @@
-"""Code actions end to end (issue 4, DESIGN §5): "Explain", "Rewrite" and "Fix" from the real
-server process with the real default models (Gemma 3 270M for completions, SmolLM2-135M-Instruct
-for chat), spoken to by pytest-lsp with capabilities recorded from real editors.
+"""Code actions end to end: "Explain", "Rewrite" and "Fix" from the real server process with the
+real default models (Gemma 3 270M for completions, SmolLM2-135M-Instruct for chat), spoken to by
+pytest-lsp with capabilities recorded from real editors.
 
 Both VS Code 1.65.2 and Neovim 0.11.0 list `edit` in `codeAction.resolveSupport.properties`:
 both get Rewrite/Fix actions that carry `data` and are resolved. Emacs 29.1 (eglot) has no
@@ -35,6 +35,7 @@ from lsp_helpers import (
     Session,
     answer,
     apply_changes,
+    client_feature,
     lsp_session,
     plain_json,
     request_json,
@@ -176,18 +177,18 @@ async def editor(request: pytest.FixtureRequest) -> AsyncIterator[Editor]:
         editor = Editor(request.param, session)
         client = session.client
 
-        @client.feature(EXPLAIN_CHUNK)
+        @client_feature(client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
-        @client.feature(types.WORKSPACE_APPLY_EDIT)
+        @client_feature(client, types.WORKSPACE_APPLY_EDIT)
         def apply_edit(
             _: LanguageClient, params: types.ApplyWorkspaceEditParams
         ) -> types.ApplyWorkspaceEditResult:
             editor.applied_edits.append(get_converter().unstructure(params))
             return types.ApplyWorkspaceEditResult(applied=True)
 
-        @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        @client_feature(client, types.WINDOW_SHOW_MESSAGE_REQUEST)
         def show_message_request(
             _: LanguageClient, params: types.ShowMessageRequestParams
         ) -> types.MessageActionItem | None:

@@ -1,9 +1,10 @@
-"""The confidence gate (issue 27): an automatic suggestion the model was unsure of is not
-shown; `minConfidence` 0 shows everything; what the user asked for is never held back; a
-suggestion without log-probabilities (a remote server) always shows."""
+"""The confidence gate: an automatic suggestion the model was unsure of is not shown;
+`minConfidence` 0 shows everything; what the user asked for is never held back; a suggestion without
+log-probabilities (a remote server) always shows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -35,8 +36,13 @@ def snap_at(text: str, marker: str = "|") -> DocumentSnapshot:
     return DocumentSnapshot.at(text.replace(marker, "", 1), offset, uri="file:///t.py")
 
 
+#: The `model_with` fixture: a model whose every token reports this log-probability (None:
+#: the backend does not say).
+ModelWith = Callable[[float | None], CompletionModel]
+
+
 @pytest.fixture
-def model_with():
+def model_with() -> Iterator[ModelWith]:
     engines: list[Engine] = []
 
     def make(logprob: float | None) -> CompletionModel:
@@ -50,7 +56,9 @@ def model_with():
         engine.close()
 
 
-async def test_the_default_gate_hides_a_suggestion_the_model_was_unsure_of(model_with) -> None:
+async def test_the_default_gate_hides_a_suggestion_the_model_was_unsure_of(
+    model_with: ModelWith,
+) -> None:
     assert SETTINGS.min_confidence > 0, "the gate is on by default"
     unsure = await suggest(model_with(UNSURE), snap_at(DOCUMENT), SETTINGS, invoked=False)
     assert unsure.suggestions == ()
@@ -64,7 +72,9 @@ async def test_the_default_gate_hides_a_suggestion_the_model_was_unsure_of(model
     assert sure.gate.shown
 
 
-async def test_min_confidence_zero_shows_every_suggestion_as_before(model_with) -> None:
+async def test_min_confidence_zero_shows_every_suggestion(
+    model_with: ModelWith,
+) -> None:
     everything = replace(SETTINGS, min_confidence=0.0)
     result = await suggest(model_with(UNSURE), snap_at(DOCUMENT), everything, invoked=False)
     assert [s.text for s in result.suggestions] == ["a + b"]
@@ -72,13 +82,17 @@ async def test_min_confidence_zero_shows_every_suggestion_as_before(model_with) 
     assert result.gate.shown
 
 
-async def test_an_invoked_request_is_shown_however_unsure(model_with) -> None:
+async def test_an_invoked_request_is_shown_however_unsure(
+    model_with: ModelWith,
+) -> None:
     result = await suggest(model_with(UNSURE), snap_at(DOCUMENT), SETTINGS, invoked=True)
     assert "a + b" in [s.text for s in result.suggestions]
     assert result.gate is None  # never judged
 
 
-async def test_without_log_probabilities_the_gate_lets_everything_through(model_with) -> None:
+async def test_without_log_probabilities_the_gate_lets_everything_through(
+    model_with: ModelWith,
+) -> None:
     result = await suggest(model_with(None), snap_at(DOCUMENT), SETTINGS, invoked=False)
     assert [s.text for s in result.suggestions] == ["a + b"]
     assert result.gate is not None
@@ -86,7 +100,9 @@ async def test_without_log_probabilities_the_gate_lets_everything_through(model_
     assert result.gate.shown
 
 
-async def test_the_completer_counts_what_the_gate_held_back(model_with) -> None:
+async def test_the_completer_counts_what_the_gate_held_back(
+    model_with: ModelWith,
+) -> None:
     model = model_with(UNSURE)
 
     async def get_model() -> CompletionModel:

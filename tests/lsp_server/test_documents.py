@@ -1,5 +1,5 @@
-"""Documents as the client sees them (DESIGN §5): LSP line breaks, positions in the negotiated
-encoding, and snapshots that refuse positions outside the document.
+"""Documents as the client sees them: LSP line breaks, positions in the negotiated encoding, and
+snapshots that refuse positions outside the document.
 
 The documents are pygls's, made by a pygls `Workspace` exactly as the server makes them
 (`use_lsp_lines`), and edited through the workspace as `didChange` edits them.
@@ -8,12 +8,13 @@ The documents are pygls's, made by a pygls `Workspace` exactly as the server mak
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from lsp_helpers import apply_changes, lsp_lines
 from lsprotocol import types
 from lsprotocol.converters import get_converter
-from pygls.workspace import Workspace
+from pygls.workspace import TextDocument, Workspace
 from pygls.workspace.position_codec import PositionCodec
 
 from lsp_server import documents
@@ -40,7 +41,7 @@ FIRST = "# 日本\n"  # the line above it: 5 code points
 TEXT = FIRST + LINE + "\n"
 
 
-def open_document(text: str, encoding: str, uri: str = URI):
+def open_document(text: str, encoding: str, uri: str = URI) -> tuple[Workspace, TextDocument]:
     workspace = Workspace(None, position_encoding=encoding)
     use_lsp_lines(workspace)
     workspace.put_text_document(
@@ -49,7 +50,9 @@ def open_document(text: str, encoding: str, uri: str = URI):
     return workspace, workspace.get_text_document(uri)
 
 
-def edit(workspace: Workspace, version: int, *changes: tuple[tuple[int, int, int, int], str]):
+def edit(
+    workspace: Workspace, version: int, *changes: tuple[tuple[int, int, int, int], str]
+) -> TextDocument:
     """Apply `changes` in order, as one `didChange` notification does."""
     for (start_line, start_char, end_line, end_char), text in changes:
         workspace.update_text_document(
@@ -70,7 +73,8 @@ def at(line: int, character: int) -> types.Position:
 
 
 def units(text: str, encoding: str) -> int:
-    return PositionCodec(encoding).client_num_units(text)
+    count: int = PositionCodec(encoding).client_num_units(text)  # pygls: unannotated
+    return count
 
 
 # --- positions in each encoding ---------------------------------------------------------------
@@ -315,7 +319,7 @@ def test_an_open_document_is_found_by_the_uri_the_editor_sent(uri: str) -> None:
     assert document.uri == uri  # edits go back under the URI the editor knows
 
 
-def test_a_document_that_was_never_opened_is_not_read_from_disk(tmp_path) -> None:
+def test_a_document_that_was_never_opened_is_not_read_from_disk(tmp_path: Path) -> None:
     path = tmp_path / "on disk.py"
     path.write_text("x = 1\n")
     workspace, _ = open_document("y = 2\n", UTF16)

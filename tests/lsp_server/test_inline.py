@@ -4,10 +4,12 @@ type-ahead cache and latest-wins."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from typing import Protocol, Unpack
 
 import pytest
-from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
+from fake_backend import SPECIAL_TOKENS, FakeBackend, FakeOptions, ScriptEntry, byte_ids
 from job_events import JobWatch, TokenGate
 from lsp_helpers import wait_until
 
@@ -42,12 +44,22 @@ def completer_of(model: CompletionModel, *, speculator: Speculator | None) -> In
     return InlineCompleter(get_model, speculator=speculator)
 
 
+class MakeModel(Protocol):
+    """The `make_model` fixture: a FIM model over a new FakeBackend playing `script`."""
+
+    def __call__(
+        self, script: list[ScriptEntry], **options: Unpack[FakeOptions]
+    ) -> tuple[CompletionModel, FakeBackend]: ...
+
+
 @pytest.fixture
-def make_model():
+def make_model() -> Iterator[MakeModel]:
     engines: list[Engine] = []
 
-    def make(script: list, **kw: object) -> tuple[CompletionModel, FakeBackend]:
-        backend = FakeBackend(script=script, **kw)  # type: ignore[arg-type]
+    def make(
+        script: list[ScriptEntry], **options: Unpack[FakeOptions]
+    ) -> tuple[CompletionModel, FakeBackend]:
+        backend = FakeBackend(script=script, **options)
         engine = Engine(backend)
         engines.append(engine)
         return CompletionModel.of(engine, None), backend
@@ -58,7 +70,7 @@ def make_model():
 
 
 async def test_single_line_suggestion_uses_the_fim_prompt_and_stops_at_the_line_end(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     model, backend = make_model(["a + b\nprint(1)"])
     result = await suggest(
@@ -80,14 +92,14 @@ async def test_single_line_suggestion_uses_the_fim_prompt_and_stops_at_the_line_
     assert call.sampling.temperature == 0
 
 
-async def test_the_families_fill_end_token_ends_the_suggestion(make_model) -> None:
+async def test_the_families_fill_end_token_ends_the_suggestion(make_model: MakeModel) -> None:
     model, _ = make_model([["x", SPECIAL_TOKENS["<|endoftext|>"], "junk"]])
     result = await suggest(model, snap_at("y = |"), SETTINGS, invoked=False)
     assert [s.text for s in result.suggestions] == ["x"]
 
 
 async def test_an_indentation_only_line_is_left_out_of_the_prompt_and_taken_back(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     model, backend = make_model(["    return 1\n"])
     result = await suggest(model, snap_at("def f():\n    |"), SETTINGS, invoked=False)
@@ -96,7 +108,7 @@ async def test_an_indentation_only_line_is_left_out_of_the_prompt_and_taken_back
     assert prompt_text.endswith("def f():\n")
 
 
-async def test_multi_line_stops_the_model_once_the_block_is_left(make_model) -> None:
+async def test_multi_line_stops_the_model_once_the_block_is_left(make_model: MakeModel) -> None:
     left = "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
     body = left + "    pass\n" + "x" * 300
     # The model is held at the token after the line that leaves the block, until the
@@ -114,7 +126,7 @@ async def test_multi_line_stops_the_model_once_the_block_is_left(make_model) -> 
     assert stats.tokens_after_cancel == 1
 
 
-async def test_invoked_completion_gives_distinct_items(make_model) -> None:
+async def test_invoked_completion_gives_distinct_items(make_model: MakeModel) -> None:
     model, backend = make_model(["one", "two", "one", "three"], repeat_last=False)
     settings = Settings(debounce_ms=0, invoked_suggestions=3)
     result = await suggest(model, snap_at("x = |"), settings, invoked=True)
@@ -124,19 +136,24 @@ async def test_invoked_completion_gives_distinct_items(make_model) -> None:
 
 
 def first_tokens_model(
-    make_model, script: list, first: dict[int, float], **kw: object
+    make_model: MakeModel,
+    script: list[ScriptEntry],
+    first: dict[int, float],
+    pieces: dict[int, bytes] | None = None,
 ) -> tuple[CompletionModel, FakeBackend]:
     """A FIM model that can score: after any prompt its most likely next tokens are `first`'s
     (most likely first); each greedy continuation plays the script's next entry."""
 
-    def log_prob(context, token: int) -> float:
+    def log_prob(context: Sequence[int], token: int) -> float:
         return first.get(token, -9.0)
 
-    return make_model(script, log_prob=log_prob, repeat_last=False, **kw)
+    return make_model(
+        script, log_prob=log_prob, repeat_last=False, pieces={} if pieces is None else pieces
+    )
 
 
 async def test_invoked_items_are_the_greedy_answer_then_those_after_the_next_first_tokens(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     (b, a, c) = byte_ids("bac")
     model, backend = first_tokens_model(
@@ -157,7 +174,7 @@ async def test_invoked_items_are_the_greedy_answer_then_those_after_the_next_fir
     assert [job.generated_tokens for job in jobs[1:]] == [0, 2]  # a scoring and a branching
 
 
-async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -> None:
+async def test_invoked_multi_line_items_end_where_their_block_does(make_model: MakeModel) -> None:
     # After the prompt the "model" writes an indentation (one token), then "i" or "r"; each
     # answer runs on past its block, as a small model's do.
     indent, middle = 1000, SPECIAL_TOKENS["<fim_middle>"]
@@ -165,7 +182,7 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
     greedy = "    if n < 2:\n        return n\n    return n * 2\n\ndef other():\n"
     after_r = "eturn n\n\nprint(f(3))\n"
 
-    def log_prob(context, token: int) -> float:
+    def log_prob(context: Sequence[int], token: int) -> float:
         likely = {indent: -0.1} if context[-1] == middle else {i: -0.1, r: -0.5}
         return likely.get(token, -9.0)
 
@@ -187,7 +204,7 @@ async def test_invoked_multi_line_items_end_where_their_block_does(make_model) -
     assert backend.calls[1].yielded == len(after_r)
 
 
-async def test_an_invoked_items_token_limit_counts_its_first_token(make_model) -> None:
+async def test_an_invoked_items_token_limit_counts_its_first_token(make_model: MakeModel) -> None:
     (b, a) = byte_ids("ba")
     model, _ = first_tokens_model(make_model, ["123456", "789"], {b: -0.1, a: -0.5})
     settings = Settings(debounce_ms=0, invoked_suggestions=2, max_tokens_single_line=3)
@@ -196,7 +213,7 @@ async def test_an_invoked_items_token_limit_counts_its_first_token(make_model) -
     assert [s.text for s in result.suggestions] == ["123", "a78"]
 
 
-async def test_a_user_temperature_keeps_invoked_items_sampled(make_model) -> None:
+async def test_a_user_temperature_keeps_invoked_items_sampled(make_model: MakeModel) -> None:
     (b, a) = byte_ids("ba")
     model, backend = first_tokens_model(make_model, ["one", "two", "three"], {b: -0.1, a: -0.5})
     settings = Settings(debounce_ms=0, invoked_suggestions=3, temperature=0.2)
@@ -206,7 +223,7 @@ async def test_a_user_temperature_keeps_invoked_items_sampled(make_model) -> Non
     assert backend.calls[1].sampling.temperature > 0
 
 
-async def test_a_first_token_that_holds_the_stop_is_a_whole_item(make_model) -> None:
+async def test_a_first_token_that_holds_the_stop_is_a_whole_item(make_model: MakeModel) -> None:
     # A multi-byte piece "q\n": the single-line answer it starts ends in it, nothing to write.
     piece = 1000
     z = byte_ids("z")[0]
@@ -224,14 +241,14 @@ async def test_a_first_token_that_holds_the_stop_is_a_whole_item(make_model) -> 
     assert len(backend.calls) == 1  # the greedy answer's generation alone
 
 
-async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model) -> None:
+async def test_nothing_to_suggest_inside_a_word_makes_no_model_call(make_model: MakeModel) -> None:
     model, backend = make_model(["never"])
     result = await suggest(model, snap_at("pri|nt(1)"), SETTINGS, invoked=False)
     assert result.suggestions == ()
     assert backend.calls == []
 
 
-async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) -> None:
+async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model: MakeModel) -> None:
     model, backend = make_model(["a + b"])
 
     completer = completer_of(model, speculator=None)
@@ -251,7 +268,7 @@ async def test_typing_along_a_suggestion_is_answered_from_the_cache(make_model) 
     assert len(backend.calls) == 2
 
 
-async def test_a_newer_request_for_the_document_supersedes_the_older(make_model) -> None:
+async def test_a_newer_request_for_the_document_supersedes_the_older(make_model: MakeModel) -> None:
     """The newer request comes while the model computes the older one's 5th token: the older
     is answered None at once, and its job stops with that one token after the cancel."""
     gate = TokenGate(at=5, until_cancelled=True)
@@ -275,7 +292,7 @@ async def test_a_newer_request_for_the_document_supersedes_the_older(make_model)
 
 
 async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     """The first request waits out its debounce (a minute: longer than any test machine can
     stall); the second keystroke comes within it, and only the second reaches the model."""
@@ -297,7 +314,7 @@ async def test_the_debounce_lets_a_quick_second_keystroke_skip_the_first_request
 
 
 async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinished_line(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     model, _ = make_model(["    a = 1\n    b = fib(n - 1) + fib(n - 2"])
     settings = Settings(debounce_ms=0, max_tokens_multi_line=30)
@@ -306,7 +323,7 @@ async def test_a_multi_line_suggestion_cut_by_the_token_limit_drops_its_unfinish
     assert [s.text for s in result.suggestions] == ["    a = 1"]
 
 
-async def test_closing_a_document_supersedes_its_live_request(make_model) -> None:
+async def test_closing_a_document_supersedes_its_live_request(make_model: MakeModel) -> None:
     gate = TokenGate(at=3, until_cancelled=True)
     model, backend = make_model(["x" * 500], repeat_last=False, on_step=gate)
     settings = Settings(debounce_ms=0, max_tokens_single_line=1000)
@@ -347,7 +364,7 @@ def test_the_type_ahead_cache_keeps_the_last_answers_of_at_most_n_documents() ->
 
 
 async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_written_ahead(
-    make_model,
+    make_model: MakeModel,
 ) -> None:
     # The shown line; then, ahead: the rest of its line once accepted (nothing), and the
     # next line once the line ending is typed after it.
@@ -369,7 +386,9 @@ async def test_accepting_a_suggestion_and_going_on_is_answered_with_what_was_wri
     assert len(backend.calls) == 3  # no model call for it
 
 
-async def test_one_suggestion_ahead_writes_only_the_accepted_document(make_model) -> None:
+async def test_one_suggestion_ahead_writes_only_the_accepted_document(
+    make_model: MakeModel,
+) -> None:
     """`speculativeSuggestions` 1: the document as it is once the shown suggestion is
     accepted is written ahead, and only it: the next line after it needs the model."""
     model, backend = make_model(["2", " + 1", " * 2", "c = 3"], repeat_last=False)
@@ -399,7 +418,7 @@ async def test_one_suggestion_ahead_writes_only_the_accepted_document(make_model
     assert len(backend.calls) == 4
 
 
-async def test_work_ahead_answers_only_its_own_prompt(make_model) -> None:
+async def test_work_ahead_answers_only_its_own_prompt(make_model: MakeModel) -> None:
     """What was written ahead for the accepted document is not offered for another one: the
     user typed something else than the suggestion, and the model is asked."""
     model, backend = make_model(["2", " + 1", "0"], repeat_last=False)
@@ -418,7 +437,7 @@ async def test_work_ahead_answers_only_its_own_prompt(make_model) -> None:
     assert len(backend.calls) == 3
 
 
-async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) -> None:
+async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model: MakeModel) -> None:
     # The work ahead (the second call: the first has one token) is held at its 3rd token
     # until it is cancelled.
     gate = TokenGate(at=3, until_cancelled=True)
@@ -437,7 +456,7 @@ async def test_work_ahead_is_dropped_the_moment_the_model_is_needed(make_model) 
     assert backend.calls[1].yielded == 3  # the work ahead stopped at the token it was on
 
 
-async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model) -> None:
+async def test_nothing_is_written_ahead_when_the_setting_is_off(make_model: MakeModel) -> None:
     model, backend = make_model(["2"])
     speculator = Speculator()
     settings = Settings(debounce_ms=0, speculative_suggestions=0)
@@ -455,7 +474,7 @@ RANKED_DOC = "x = 1\ny = |\nprint(y + 6)\n"
 
 
 def ranking_model(
-    make_model, monkeypatch, device: str = "cpu"
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch, device: str = "cpu"
 ) -> tuple[CompletionModel, FakeBackend]:
     """A "model" without FIM tokens whose first tokens are b, a, c (in that order), whose
     branches play 1, 2, 3 after the plain prompt and 4, 5, 6 after the second one, and which
@@ -464,7 +483,7 @@ def ranking_model(
     first = {byte_ids("b")[0]: -0.1, byte_ids("a")[0]: -0.5, byte_ids("c")[0]: -1.0}
     (c, six) = byte_ids("c6")
 
-    def log_prob(context, token: int) -> float:
+    def log_prob(context: Sequence[int], token: int) -> float:
         if token == six and context[-1] == c:
             return -0.01
         return first.get(token, -5.0)
@@ -475,7 +494,7 @@ def ranking_model(
 
 
 async def test_ranking_picks_the_line_the_code_after_it_makes_most_likely(
-    make_model, monkeypatch
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, backend = ranking_model(make_model, monkeypatch)
     settings = replace(SETTINGS, suffix_ranking="on")
@@ -494,7 +513,7 @@ async def test_ranking_picks_the_line_the_code_after_it_makes_most_likely(
 
 @pytest.mark.parametrize("setting", ["off", "auto"])
 async def test_no_ranking_when_off_or_on_a_cpu_by_default(
-    make_model, monkeypatch, setting: str
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch, setting: str
 ) -> None:
     model, backend = ranking_model(make_model, monkeypatch)
     settings = replace(SETTINGS, suffix_ranking=setting)
@@ -504,7 +523,7 @@ async def test_no_ranking_when_off_or_on_a_cpu_by_default(
 
 
 async def test_ranking_is_on_by_default_where_the_model_runs_on_a_gpu(
-    make_model, monkeypatch
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model, backend = ranking_model(make_model, monkeypatch, device="cuda:0")
     # The scripted scorer's numbers are no model's: the confidence gate is not what is tested.
@@ -514,7 +533,9 @@ async def test_ranking_is_on_by_default_where_the_model_runs_on_a_gpu(
     assert backend.scored
 
 
-async def test_no_ranking_when_code_follows_the_cursor_on_its_line(make_model, monkeypatch) -> None:
+async def test_no_ranking_when_code_follows_the_cursor_on_its_line(
+    make_model: MakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, backend = ranking_model(make_model, monkeypatch)
     settings = replace(SETTINGS, suffix_ranking="on")
     await suggest(model, snap_at("x = 1\ny = f(|, 2)\n"), settings, invoked=False)

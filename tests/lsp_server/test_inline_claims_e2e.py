@@ -1,6 +1,6 @@
 """The README's inline-completion claims with the real default completion model (Gemma 3 270M
-through llama.cpp) in the real server: what any answer must hold, whatever the model writes
-(issue 14). test_scripted_e2e.py proves the same claims exactly on a scripted model.
+through llama.cpp) in the real server: what any answer must hold, whatever the model writes.
+test_scripted_e2e.py proves the same claims exactly on a scripted model.
 
 - a multi-line suggestion ends where the code leaves the cursor's block: no line of it is less
   indented than the block, none repeats the line before it or the code after the cursor, none
@@ -29,6 +29,7 @@ from lsp_helpers import (
     STATS,
     Session,
     answer,
+    client_feature,
     completion_engine,
     plain_json,
     ready_session,
@@ -317,7 +318,7 @@ async def test_one_real_model_serves_a_completion_while_it_explains(tmp_path: Pa
     async with ready_session(capabilities, options) as shared:
         chunks: list[dict[str, Any]] = []
 
-        @shared.client.feature(EXPLAIN_CHUNK)
+        @client_feature(shared.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             chunks.append(plain_json(params))
 

@@ -1,7 +1,10 @@
-"""Context beyond the current file (issue 12, part 1): chunking, ranking, budget, stability
-and the prompt formats, on plain functions and the scripted backend."""
+"""Context beyond the current file: chunking, ranking, budget, stability and the prompt formats, on
+plain functions and the scripted backend."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 import pytest
 from fake_backend import SPECIAL_TOKENS, FakeBackend, byte_ids
@@ -56,6 +59,11 @@ def snap_at(text: str, uri: str = f"{ROOT}/cart.py") -> DocumentSnapshot:
 
 
 def others(version: int = 1, **texts: str) -> dict[str, OtherDocument]:
+    return documents(texts, version)
+
+
+def documents(texts: Mapping[str, str], version: int = 1) -> dict[str, OtherDocument]:
+    """Open documents under ROOT, by name (without `.py`): their text, all at `version`."""
     return {
         f"{ROOT}/{name}.py": OtherDocument(uri=f"{ROOT}/{name}.py", version=version, text=text)
         for name, text in texts.items()
@@ -270,7 +278,7 @@ def test_only_the_16_most_recently_used_other_documents_are_read() -> None:
     recently used first: the 17th is not read until the user works in it again."""
     neighbors = NeighborContext()
     fillers = {f"canvas_{i}": UNRELATED for i in range(MAX_DOCUMENTS)}
-    docs = others(billing=BILLING, **fillers)  # billing is 17th once the others were used
+    docs = documents({"billing": BILLING, **fillers})  # billing is 17th once the others were used
     for i in range(MAX_DOCUMENTS):
         neighbors.note(f"{ROOT}/canvas_{i}.py", 0)
     context = neighbors.context_for(snap_at(CART), docs, budget=512, count_tokens=chars)
@@ -300,8 +308,14 @@ def test_a_new_budget_makes_a_new_selection_that_fits_it() -> None:
     assert again.snippets == first.snippets
 
 
+class FakeModel(Protocol):
+    """The `fake_model` fixture: a model over a FakeBackend, with FIM tokens or without."""
+
+    def __call__(self, fim: bool = True) -> CompletionModel: ...
+
+
 @pytest.fixture
-def fake_model():
+def fake_model() -> Iterator[FakeModel]:
     engines: list[Engine] = []
 
     def make(fim: bool = True) -> CompletionModel:
@@ -316,7 +330,7 @@ def fake_model():
 
 @pytest.mark.parametrize("fim", [True, False])
 def test_typing_a_few_characters_keeps_the_prompts_leading_context_byte_identical(
-    fake_model, fim: bool
+    fake_model: FakeModel, fim: bool
 ) -> None:
     model = fake_model(fim)
     neighbors = NeighborContext()
@@ -350,7 +364,9 @@ def test_typing_a_few_characters_keeps_the_prompts_leading_context_byte_identica
 # --- formats ----------------------------------------------------------------------------------
 
 
-def test_without_file_markers_the_snippets_are_a_path_comment_and_the_code(fake_model) -> None:
+def test_without_file_markers_the_snippets_are_a_path_comment_and_the_code(
+    fake_model: FakeModel,
+) -> None:
     model = fake_model(fim=False)
     snippet = Snippet(uri="u", path="billing.py", first_line=3, text=BILLING.split("\n\n\n")[1])
     context = PromptContext(path="cart.py", repo="shop", language_id="python", snippets=(snippet,))
@@ -398,7 +414,9 @@ def test_each_family_gets_its_own_repository_format(family: str, expected: str) 
     assert prompt.text == expected
 
 
-def test_the_repository_format_puts_the_markers_in_as_special_token_ids(monkeypatch) -> None:
+def test_the_repository_format_puts_the_markers_in_as_special_token_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(SPECIAL_TOKENS, "<file_sep>", 7)
     backend = FakeBackend()
     prompt = build_fim_prompt(
@@ -416,7 +434,9 @@ def test_the_repository_format_puts_the_markers_in_as_special_token_ids(monkeypa
     ]
 
 
-def test_a_family_without_file_markers_is_told_apart(monkeypatch, fake_model) -> None:
+def test_a_family_without_file_markers_is_told_apart(
+    monkeypatch: pytest.MonkeyPatch, fake_model: FakeModel
+) -> None:
     assert not fake_model(fim=True).format.repo_files  # the fake tokenizer has no <file_sep>
     monkeypatch.setitem(SPECIAL_TOKENS, "<file_sep>", 7)
     assert fake_model(fim=True).format.repo_files

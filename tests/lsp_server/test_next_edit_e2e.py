@@ -201,7 +201,8 @@ async def test_a_change_to_a_closed_document_is_no_error(session: Session) -> No
 
 
 async def test_the_capability_is_advertised(session: Session) -> None:
-    experimental = session.initialize_result.capabilities.experimental
-    assert experimental["nextEditSuggestions"] == {"request": INLINE_EDIT}
-    commands = session.initialize_result.capabilities.execute_command_provider.commands
-    assert "infill.acceptNextEdit" in commands
+    capabilities = session.initialize_result.capabilities
+    assert capabilities.experimental is not None
+    assert capabilities.experimental["nextEditSuggestions"] == {"request": INLINE_EDIT}
+    assert capabilities.execute_command_provider is not None
+    assert "infill.acceptNextEdit" in capabilities.execute_command_provider.commands

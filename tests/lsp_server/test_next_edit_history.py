@@ -1,4 +1,4 @@
-"""The edit history (issue 24, "Where next edits come from" 1): what a user calls one edit.
+"""The edit history, the first source of next edits: what a user calls one edit.
 
 Every test feeds `EditHistory` whole texts, as the server does after pygls applied a
 `didChange`, and checks the groups a next-edit prompt or propagation would read: what was

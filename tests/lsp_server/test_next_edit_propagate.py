@@ -1,5 +1,5 @@
-"""Propagation (issue 24, "Where next edits come from" 2): the last edit's substitution at the
-other places that still hold the old tokens, without a model.
+"""Propagation, the second source of next edits: the last edit's substitution at the other places
+that still hold the old tokens, without a model.
 
 Each case is a document before and after the user's edit, and the document a user would see
 after accepting every proposal; the proposals are applied as an editor applies them. Every
@@ -471,8 +471,12 @@ def test_any_rename_gives_whole_token_minimal_non_overlapping_proposals(
 
     for edit in edits:
         # Each proposal rewrites a whole-word occurrence of the old name into the new one.
-        start = edit.start - len(re.search(r"\w*$", after[: edit.start])[0])
-        end = edit.end + len(re.match(r"\w*", after[edit.end :])[0])
+        word_before = re.search(r"\w*$", after[: edit.start])
+        word_after = re.match(r"\w*", after[edit.end :])
+        assert word_before is not None  # \w* matches anywhere
+        assert word_after is not None
+        start = edit.start - len(word_before[0])
+        end = edit.end + len(word_after[0])
         assert after[start:end] == name[0]
         assert after[start : edit.start] + edit.text + after[edit.end : end] == replacement
 

@@ -1,4 +1,4 @@
-"""Mode decision and post-processing, case by case (DESIGN §5, issue 3).
+"""Mode decision and post-processing, case by case.
 
 Documents are written with `‸` where the cursor is. Every fitted case is checked by applying
 it: `prefix + text + suffix[replace_chars:]` must be the expected document, and the replaced

@@ -1,8 +1,10 @@
-"""Single-line suggestions ranked by the code after the cursor (`suffixRanking`, issue 12
-part 2) through the real server with the real default model, which has no FIM tokens: the
-plain suggestion ignores the code below the cursor; the ranked one fits it."""
+"""Single-line suggestions ranked by the code after the cursor (`suffixRanking`) through the real
+server with the real default model, which has no FIM tokens: the plain suggestion ignores the code
+below the cursor; the ranked one fits it."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from lsp_helpers import completion_engine, ready_session, without_work_ahead
@@ -17,7 +19,7 @@ TEXT = (
 LINE, COLUMN = 2, 0
 
 
-async def suggestion(ranking: str) -> tuple[str, dict]:
+async def suggestion(ranking: str) -> tuple[str, dict[str, Any]]:
     settings = without_work_ahead({"debounceMs": 0, "suffixRanking": ranking})
     async with ready_session(client_capabilities("neovim@v0.11.0"), settings) as s:
         uri = s.open(TEXT)

@@ -1,7 +1,7 @@
-"""Reload, shutdown and engine failures end to end (issue 9, items 3 and 5): the real server
-process, with the real default models where the situation can be made with them (a reload, a
-shutdown, a prompt too long for the context), and with the scripted backend where it cannot
-(a model that raises while it generates: `fault_server.py`).
+"""Reload, shutdown and engine failures end to end: the real server process, with the real default
+models where the situation can be made with them (a reload, a shutdown, a prompt too long for the
+context), and with the scripted backend where it cannot (a model that raises while it generates:
+`fault_server.py`).
 
 What is held: every request gets exactly one answer; an engine failure is a RequestFailed
 error naming its cause, never an internal error with a traceback; after a reload the new
@@ -12,9 +12,10 @@ the request carries one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 import pytest_asyncio
@@ -23,10 +24,13 @@ from lsp_helpers import (
     INLINE,
     MERGE,
     MERGE_RANGE,
+    SERVER_COMMAND,
     Session,
     answer,
+    client_feature,
     lsp_session,
     plain_json,
+    plain_text,
     wait_until,
 )
 from lsprotocol import types
@@ -76,19 +80,29 @@ class Editor:
         return self.session.position(text, line, len(text.split("\n")[line]))
 
 
+class StartEditor(Protocol):
+    """The `editor_factory` fixture: a server started with these `infill` settings (the real
+    one unless a command is given), ready, as an editor."""
+
+    def __call__(
+        self, options: dict[str, Any], command: list[str] | None = None
+    ) -> Awaitable[Editor]: ...
+
+
 @pytest_asyncio.fixture(loop_scope="module")
-async def editor_factory() -> AsyncIterator[Any]:
+async def editor_factory() -> AsyncIterator[StartEditor]:
     """Start a server (the real one unless a command is given) and wrap it as an editor."""
-    stack: list[Any] = []
+    stack: list[contextlib.AbstractAsyncContextManager[Session]] = []
 
     async def start(options: dict[str, Any], command: list[str] | None = None) -> Editor:
-        kwargs = {"server_command": command} if command else {}
-        context = lsp_session(client_capabilities(VSCODE), {"infill": options}, **kwargs)
+        context = lsp_session(
+            client_capabilities(VSCODE), {"infill": options}, command or SERVER_COMMAND
+        )
         session = await context.__aenter__()
         stack.append(context)
         editor = Editor(session)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
@@ -116,11 +130,11 @@ def assert_failed_naming(result: Any, *words: str) -> None:
     assert "Traceback" not in str(result)
 
 
-# --- item 3: reload and shutdown ----------------------------------------------------------------
+# --- reload and shutdown ----------------------------------------------------------------------
 
 
 async def test_a_model_reload_during_inline_completions_and_an_explain_answers_every_request(
-    editor_factory: Any,
+    editor_factory: StartEditor,
 ) -> None:
     """A settings change that swaps the models while an Explain streams and an inline
     completion runs: both are answered (the running ones with an error saying the models
@@ -156,7 +170,7 @@ async def test_a_model_reload_during_inline_completions_and_an_explain_answers_e
     status = await session.until_loaded()
     assert (status["status"], status["context_size"]) == ("ready", 2048)
     (item,) = await editor.short_inline()
-    assert item.insert_text.strip()
+    assert plain_text(item).strip()
     since = len(editor.chunks)
     again = await answer(editor.explain(session.open(MERGE)))
     assert again.strip()
@@ -164,7 +178,7 @@ async def test_a_model_reload_during_inline_completions_and_an_explain_answers_e
 
 
 async def test_shutdown_during_inline_completions_and_an_explain_answers_every_request(
-    editor_factory: Any,
+    editor_factory: StartEditor,
 ) -> None:
     """`shutdown` while an Explain streams and an inline completion runs: both are answered
     with an error saying the server is shutting down, then `shutdown` itself; a request after
@@ -195,7 +209,7 @@ async def test_shutdown_during_inline_completions_and_an_explain_answers_every_r
 
 
 async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits(
-    editor_factory: Any,
+    editor_factory: StartEditor,
 ) -> None:
     """The scripted model takes 30 s over a token (it hangs) and closing waits 0.5 s for its
     worker: `shutdown` is answered all the same, the running request is answered too, a
@@ -229,11 +243,11 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     client.capabilities = None  # shut down already: the fixture must not ask again
 
 
-# --- item 5: errors -------------------------------------------------------------------------------
+# --- errors -----------------------------------------------------------------------------------
 
 
 async def test_a_prompt_longer_than_the_context_is_request_failed_naming_the_sizes(
-    editor_factory: Any,
+    editor_factory: StartEditor,
 ) -> None:
     """With a 256-token context and a prefix budget far above it, the real models refuse the
     prompt: every request (one per keystroke) is answered RequestFailed naming the context,
@@ -263,11 +277,11 @@ async def test_a_prompt_longer_than_the_context_is_request_failed_naming_the_siz
     assert_failed_naming(await outcome(session.send_raw(EXECUTE, params)), "context holds 256")
     assert [c["done"] for c in editor.chunks[since:]] == [True]
     (item,) = await editor.short_inline()  # a short prompt still fits
-    assert item.insert_text.strip()
+    assert plain_text(item).strip()
 
 
 async def test_a_model_that_fails_while_generating_is_request_failed_naming_the_error(
-    editor_factory: Any,
+    editor_factory: StartEditor,
 ) -> None:
     """The scripted backend raises after three tokens: inline completions (each keystroke),
     Explain and Rewrite are answered RequestFailed naming the backend's error, with no
@@ -301,7 +315,7 @@ async def test_a_model_that_fails_while_generating_is_request_failed_naming_the_
 
 @pytest.mark.parametrize("token", ["editor-explain-1", 0])
 async def test_explain_reports_progress_on_the_clients_work_done_token(
-    editor_factory: Any, token: str | int
+    editor_factory: StartEditor, token: str | int
 ) -> None:
     """A `workDoneToken` in `workspace/executeCommand` (a string or an integer, even 0) is the
     Explain's progress token and its chunks' token; the server creates no token of its own."""

@@ -1,8 +1,8 @@
 """The README's claims proved exactly: the real server process (host, worker, scheduler, stops,
-post-processing, the protocol) with only the model replaced by a script (`serve --backend
-scripted`, tests/scripted_backend.py), so that each answer, and each prompt the model saw,
-is known (DESIGN §6; issue 14). test_code_actions_e2e.py and test_server_e2e.py
-hold the same claims to properties any answer of the real default models must have.
+post-processing, the protocol) with only the model replaced by a script (`serve --backend scripted`,
+tests/scripted_backend.py), so that each answer, and each prompt the model saw, is known.
+test_code_actions_e2e.py and test_server_e2e.py hold the same claims to properties any answer of the
+real default models must have.
 
 Each test starts its own server on its own script files, and waits for events (responses, the
 model's record of its calls, a held answer released by the test), never for time.
@@ -22,6 +22,7 @@ import pytest
 from lsp_helpers import (
     Session,
     answer,
+    client_feature,
     document_jobs,
     lsp_session,
     plain_json,
@@ -177,18 +178,18 @@ async def editor_on(
     async with lsp_session(client_capabilities(client), options, command) as session:
         editor = Editor(session, chat or completion, completion)
 
-        @session.client.feature(EXPLAIN_CHUNK)
+        @client_feature(session.client, EXPLAIN_CHUNK)
         def explain_chunk(_: LanguageClient, params: Any) -> None:
             editor.chunks.append(plain_json(params))
 
-        @session.client.feature(types.WORKSPACE_APPLY_EDIT)
+        @client_feature(session.client, types.WORKSPACE_APPLY_EDIT)
         def apply_edit(
             _: LanguageClient, params: types.ApplyWorkspaceEditParams
         ) -> types.ApplyWorkspaceEditResult:
             editor.applied_edits.append(get_converter().unstructure(params))
             return types.ApplyWorkspaceEditResult(applied=True)
 
-        @session.client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        @client_feature(session.client, types.WINDOW_SHOW_MESSAGE_REQUEST)
         def show_message_request(
             _: LanguageClient, params: types.ShowMessageRequestParams
         ) -> types.MessageActionItem | None:

@@ -1,6 +1,7 @@
-"""The language server's log (issue 26): `--log-file` is created for its owner only and never
-written through a link or into a FIFO, and `-v` says what happened without the user's code
-(the messages the server sends, completions in them, are logged only with `--log-protocol`)."""
+"""The language server's log, which must neither expose the user's code nor let another user's link
+or FIFO redirect it: `--log-file` is created for its owner only and never written through a link or
+into a FIFO, and `-v` says what happened without the user's code (the messages the server sends,
+completions in them, are logged only with `--log-protocol`)."""
 
 from __future__ import annotations
 

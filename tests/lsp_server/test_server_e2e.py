@@ -1,7 +1,7 @@
-"""The language server end to end (issue 3, DESIGN §5-§6): the real server process over stdio,
-the real default model (Gemma 3 270M through llama.cpp), spoken to by pytest-lsp with the
-capabilities recorded from real editors: VS Code 1.65.2 (says nothing about position
-encodings: UTF-16) and Neovim 0.11.0 (offers UTF-8 first).
+"""The language server end to end: the real server process over stdio, the real default model (Gemma
+3 270M through llama.cpp), spoken to by pytest-lsp with the capabilities recorded from real editors:
+VS Code 1.65.2 (says nothing about position encodings: UTF-16) and Neovim 0.11.0 (offers UTF-8
+first).
 
 Every test runs in both encodings. The pytest-lsp client parses every byte the server writes
 to stdout as protocol, so these tests also hold the server to "stdout is the protocol".
@@ -31,6 +31,7 @@ from lsp_helpers import (
     lsp_lines,
     lsp_session,
     plain_json,
+    plain_text,
     request_json,
     server_env,
     wait_until,
@@ -223,7 +224,7 @@ async def test_stdout_carries_nothing_but_protocol_messages(models: str, tmp_pat
                 rb"Content-Length: (\d+)\r\n(Content-Type: [^\r\n]*\r\n)?\r\n", header
             )
             assert framing is not None, header
-            message = json.loads(await stdout.readexactly(int(framing.group(1))))
+            message: dict[str, Any] = json.loads(await stdout.readexactly(int(framing.group(1))))
             assert message["jsonrpc"] == "2.0"
             if "method" in message and "id" in message:  # the server asks: answer it
                 send({"id": message["id"], "result": None})
@@ -373,7 +374,7 @@ async def test_documents_are_found_however_the_editor_escapes_their_uri(
 # --- document synchronization -------------------------------------------------------------------
 
 
-async def test_the_recorded_neovim_session_keeps_the_document_exact(third_party_data) -> None:
+async def test_the_recorded_neovim_session_keeps_the_document_exact(third_party_data: Path) -> None:
     """Replay the document sync of a recorded Neovim 0.9.5 session (lsp-devtools), with its own
     capabilities (no position encodings: UTF-16), and compare the server's view of every line
     with the text the edits give when applied independently."""
@@ -514,7 +515,7 @@ async def test_cancelling_a_running_completion_answers_request_cancelled_and_sto
     # ...and the next request is served.
     other = "def double(x):\n    return \n"
     (item,) = await session.inline(session.open(other), session.position(other, 1, 11))
-    assert item.insert_text.strip()
+    assert plain_text(item).strip()
 
 
 async def test_a_superseded_completion_stops_the_model_within_one_token(
@@ -614,7 +615,7 @@ async def test_malformed_params_get_an_invalid_params_error(session: Session, pa
 async def _still_serving(session: Session) -> None:
     text = "def square(x):\n    return x * \n"
     (item,) = await session.inline(session.open(text), session.position(text, 1, 15))
-    assert item.insert_text.strip()
+    assert plain_text(item).strip()
 
 
 # --- settings -----------------------------------------------------------------------------------
@@ -655,7 +656,7 @@ async def test_changed_configuration_applies_to_the_next_request(session: Sessio
     (generated_before, _), (generated_after, finish_after) = jobs
     assert generated_before > 2
     assert (generated_after, finish_after) == (2, "length")
-    assert all(before.insert_text.startswith(item.insert_text) for item in after)
+    assert all(plain_text(before).startswith(plain_text(item)) for item in after)
     assert session.client.messages[since_messages:] == []  # valid settings: no complaint
 
 
@@ -681,7 +682,7 @@ async def test_a_longer_debounce_from_the_configuration_holds_requests_back(
     other = "def double(x):\n    return \n"
     other_uri = session.open(other)
     (item,) = await session.inline(other_uri, session.position(other, 1, 11))
-    assert item.insert_text.strip()
+    assert plain_text(item).strip()
     await document_jobs(session, other_uri, lambda _, finished: finished, "the later request's job")
     assert not held.done()
     session.cancel(msg_id)

@@ -1,10 +1,10 @@
-"""The `infill` settings (DESIGN §5, STYLE 7): one fully defaulted tree, parsed from the
-client's camelCase options; unknown keys ignored; a bad value falls back to its default with
-one message naming the key."""
+"""The `infill` settings: one fully defaulted tree, parsed from the client's camelCase options;
+unknown keys ignored; a bad value falls back to its default with one message naming the key."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -14,7 +14,8 @@ from lsp_server.settings import Settings, parse_settings
 DEFAULTS = Settings()
 
 #: One good value per key, none of them the default, and the field it sets.
-GOOD = [
+#: A client's camelCase key, a value it may send (JSON, so Any), the Settings field it sets.
+GOOD: list[tuple[str, Any, str]] = [
     ("model", "/models/coder.gguf", "model"),
     ("chatModel", "/models/chat", "chat_model"),
     ("backend", "transformers", "backend"),

@@ -1,6 +1,6 @@
-"""Post-processing and code actions by the syntax tree (issue 27, "right in every language"):
-where a multi-line suggestion ends, suggestions that break the code cut or dropped, the
-function around the cursor, repeated blocks, and today's rules where there is no grammar.
+"""Post-processing and code actions by the syntax tree, so that they are right in every language
+with a grammar: where a multi-line suggestion ends, suggestions that break the code cut or dropped,
+the function around the cursor, repeated blocks, and the lexer's rules where there is no grammar.
 
 Documents are written with `‸` where the cursor is; the model's raw text continues after it.
 """
@@ -543,5 +543,5 @@ def test_trailing_space_inside_a_raw_string_is_kept_by_the_tree() -> None:
     the user's string; the tree sees the raw string go on to `"#`."""
     doc = 'fn f() {\n    let s = ‸"#;\n}\n'
     assert fitted_text('r#"x" ', doc, "rust", SINGLE) == 'r#"x" '
-    assert fitted_text('r#"x" ', doc, "", SINGLE) == 'r#"x"'  # the lexer's rule, as before
+    assert fitted_text('r#"x" ', doc, "", SINGLE) == 'r#"x"'  # no grammar: the lexer's rule
     assert fitted_text("value ", "fn f() {\n    let s = ‸\n}\n", "rust", SINGLE) == "value"

@@ -1,6 +1,6 @@
-"""`infill-lsp serve --tcp` (issue 9): loopback only unless the user allows remote clients,
-one client at a time, and a disconnect that ends the server cleanly. The real server process,
-spoken to over real sockets."""
+"""`infill-lsp serve --tcp`: loopback only unless the user allows remote clients, one client at a
+time, and a disconnect that ends the server cleanly. The real server process, spoken to over real
+sockets."""
 
 from __future__ import annotations
 
@@ -158,8 +158,10 @@ async def test_one_client_at_a_time_and_its_disconnect_ends_the_server_cleanly(
         assert "status" in await status(client)
 
         # The first editor goes away without a word: the server ends, status 0, no traceback.
-        client.protocol.writer.close()
-        await client.stop()  # type: ignore[no-untyped-call]
+        transport = client.protocol.writer
+        assert transport is not None
+        transport.close()
+        await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
         assert await answer(server.process.wait()) == 0
     log = "\n".join(server.log)
     assert "one client at a time" in log
@@ -174,7 +176,7 @@ async def test_shutdown_and_exit_end_the_server_with_status_0() -> None:
         await answer(client.shutdown_async(None))
         client.exit(None)
         assert await answer(server.process.wait()) == 0
-        await client.stop()  # type: ignore[no-untyped-call]
+        await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
     assert "Traceback" not in "\n".join(server.log)
 
 
@@ -275,7 +277,7 @@ async def test_a_real_client_over_tcp_gets_a_completion_and_the_log_goes_to_the_
         assert await answer(process.wait()) == 0
     finally:
         if client is not None:
-            await client.stop()  # type: ignore[no-untyped-call]
+            await client.stop()  # type: ignore[no-untyped-call]  # pygls: unannotated
         if process.returncode is None:
             process.kill()
         stdout, stderr = await process.communicate()
