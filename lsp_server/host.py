@@ -411,12 +411,17 @@ class ModelHost:
         for engine in self.loaded_engines().values():
             engine.stop(reason)
 
-    async def aclose(self) -> None:
-        """Shut down: 1. stop the engines (running jobs end with an error, new ones are
-        refused); 2. on a thread, wait for their workers and only then free the models. The
-        event loop keeps serving meanwhile, so that every request gets its answer."""
+    def begin_close(self) -> None:
+        """The part of shutting down that cannot wait: the engines stop (running jobs end with
+        an error, new ones are refused) and no model loads after this. Instant."""
         self._closed = True
         self._stop_engines("the server is shutting down")
+
+    async def aclose(self) -> None:
+        """Shut down: 1. `begin_close`; 2. on a thread, wait for the workers and only then
+        free the models. The event loop keeps serving meanwhile, so that every request gets
+        its answer."""
+        self.begin_close()
         await asyncio.to_thread(self._close_models)
 
     def _close_models(self) -> None:

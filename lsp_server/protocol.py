@@ -9,13 +9,16 @@ imports the one that registers it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import logging
+import os
+import sys
 import uuid
 from collections.abc import Generator, Iterator
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from cattrs import transform_error
 from cattrs.errors import ClassValidationError
@@ -67,8 +70,18 @@ class InfillProtocol(LanguageServerProtocol):
     - our commands' positional arguments are folded into the one object their handlers take
       (`commands.fold_positional`);
     - a command sent as a notification is run, unanswered;
-    - a change to a document that is not open is dropped, not an error.
+    - a change to a document that is not open is dropped, not an error;
+    - `shutdown` is answered at once, whatever is under way.
     """
+
+    #: The id of the `shutdown` request, once it came.
+    shutdown_id: Any = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The ids of the client's requests not yet answered (pygls's futures hold the
+        #: server's own requests to the client too, which a client may never answer).
+        self._incoming: set[Any] = set()
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, Any]:
@@ -89,6 +102,32 @@ class InfillProtocol(LanguageServerProtocol):
             log.info("a change to %s, which is not open: ignored", params.text_document.uri)
             return None
         return (yield from super().lsp_text_document__did_change(params))
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        # pygls's own step cancels the requests under way while it iterates over them, and a
+        # command's request (a future whose callbacks run at once) removes itself from that
+        # dict meanwhile: `shutdown` was then answered with an internal error. Here the user's
+        # handler gives them a moment to end (their engines are stopped: they end within a
+        # token, with an error saying why), and the rest are cancelled over a copy.
+        self.shutdown_id = self.msg_id
+        if (user_handler := self.fm.features.get(types.SHUTDOWN)) is not None:
+            yield user_handler, args, None
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != self.shutdown_id and not future.done():
+                future.cancel()
+        self._shutdown = True
+        return None
+
+    async def requests_settled(self, seconds: float) -> None:
+        """Wait up to `seconds` for the requests under way (but `shutdown`) to end."""
+        pending = [
+            asyncio.wrap_future(future) if isinstance(future, concurrent.futures.Future) else future
+            for msg_id, future in list(self._request_futures.items())
+            if msg_id in self._incoming and msg_id != self.shutdown_id and not future.done()
+        ]
+        if pending:
+            await asyncio.wait(pending, timeout=seconds)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         if "id" not in data and data.get("method") == types.WORKSPACE_EXECUTE_COMMAND:
@@ -123,6 +162,7 @@ class InfillProtocol(LanguageServerProtocol):
         """A request that failed on purpose (RequestFailed, InvalidParams) is answered with its
         error and logged in one line: pygls logs each with a traceback, which for a model that
         fails is one traceback per keystroke."""
+        self._incoming.discard(msg_id)
         error = None if future.cancelled() else future.exception()
         if not isinstance(error, JsonRpcException):
             super()._send_handler_result(future, msg_id=msg_id)
@@ -130,6 +170,11 @@ class InfillProtocol(LanguageServerProtocol):
         self._request_futures.pop(msg_id, None)
         log.info("request %s failed: %s", msg_id, error)
         self._send_response(msg_id, error=error.to_response_error())
+
+    @property
+    def shut_down(self) -> bool:
+        """Whether `shutdown` was answered (the exit status of `exit` is 0 only then)."""
+        return bool(self._shutdown)
 
     def handle_message(self, message: Any) -> None:
         if message is _ANSWERED:
@@ -141,6 +186,8 @@ class InfillProtocol(LanguageServerProtocol):
             error = JsonRpcInvalidRequest(f"the server is shut down: {method} is refused")
             self._send_response(message.id, error=error.to_response_error())
             return
+        if method is not None and hasattr(message, "id"):
+            self._incoming.add(message.id)
         params = getattr(message, "params", None)
         token = params.work_done_token if isinstance(params, types.ExecuteCommandParams) else None
         reset = _WORK_DONE_TOKEN.set(token)
@@ -150,9 +197,21 @@ class InfillProtocol(LanguageServerProtocol):
             _WORK_DONE_TOKEN.reset(reset)
 
 
+def end_process(status: int) -> NoReturn:
+    """End the process now, with `status`, its logs and output flushed first: no interpreter
+    teardown, which waits for every thread (a model load or free in progress)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
 class InfillServer(LanguageServer):
     """pygls's server with our state (settings, models, live inline requests) and the few
     protocol steps every feature shares: finding a document, failing a request, progress."""
+
+    protocol: InfillProtocol
 
     def __init__(self, base: Settings) -> None:
         self.converter = make_converter()
@@ -173,6 +232,8 @@ class InfillServer(LanguageServer):
         self.usage = KeptUsage()  # counts of inline suggestions, kept on this machine
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
         self.client_log = ClientLogHandler(self)
+        #: The models being freed after `shutdown` (held so that the task is not collected).
+        self.closing: asyncio.Future[None] | None = None
 
     def show_once(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))

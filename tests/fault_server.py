@@ -5,7 +5,8 @@ Started by the tests as a process of its own (`fault_server_command`); the envir
 what the scripted models do: `INFILL_TEST_FAIL_AFTER` tokens, then a RuntimeError (default
 3; empty: never); `INFILL_TEST_STEP_SECONDS` per token (a token that takes longer than the
 engine waits for its worker is a backend that hangs); `INFILL_TEST_CLOSE_TIMEOUT`, how long
-closing waits for a worker.
+closing waits for a worker; `INFILL_TEST_LOAD_SECONDS` that a model's load takes (a load
+in progress when the client shuts the server down).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
@@ -67,6 +69,7 @@ def scripted_backend(spec: ModelSpec, progress: object = None) -> FakeBackend:
     """What `engine.models.load_backend` returns in this server, whatever the spec names (a
     load's progress, which only a hub model has, is not told)."""
     fail_after = os.environ.get("INFILL_TEST_FAIL_AFTER", "3")
+    time.sleep(float(os.environ.get("INFILL_TEST_LOAD_SECONDS", "0")))
     return ScriptedBackend(
         script=["value + 1 if value else 0\n"],
         fail_after=int(fail_after) if fail_after else None,

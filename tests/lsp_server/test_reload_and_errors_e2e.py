@@ -231,8 +231,10 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     stuck = await outcome(inline)  # its job waits for the token: pygls cancels the request
     assert isinstance(stuck, JsonRpcException)
     assert stuck.code == REQUEST_CANCELLED, stuck
-    left = [m.message for m in client.log_messages if "did not stop" in m.message]
-    assert left, "closing did not give up on the hanging worker"
+    await wait_until(  # the models are freed behind the answer: there, it gives up
+        lambda: any("did not stop" in m.message for m in client.log_messages),
+        "closing to give up on the hanging worker",
+    )
     refused = await outcome(session.status())  # a request after shutdown, exactly
     assert isinstance(refused, JsonRpcException)
     assert refused.code == INVALID_REQUEST, refused
@@ -241,6 +243,28 @@ async def test_shutdown_with_a_model_that_hangs_is_answered_and_the_server_exits
     assert server is not None
     assert await asyncio.wait_for(server.wait(), 60) == 0
     client.capabilities = None  # shut down already: the fixture must not ask again
+
+
+async def test_shutdown_while_the_model_loads_is_answered_at_once_and_exit_ends_the_process() -> (
+    None
+):
+    """Clients wait briefly for `shutdown` and then kill the server (lsp-mode 0.5 s, eglot
+    1.5 s), often right after starting it: with a load that takes a minute, `shutdown` is
+    answered while it still runs, and `exit` ends the process with status 0 without waiting
+    for it."""
+    command = fault_server_command(load_seconds="60")
+    async with lsp_session(client_capabilities(VSCODE), {"infill": FAST}, command) as session:
+        client = session.client
+        status = await session.status()
+        assert status["status"] == "loading", status
+        # Far below the load's minute: the answer did not wait for it.
+        _, shutdown = session.send(types.SHUTDOWN, None)
+        assert await asyncio.wait_for(answer(shutdown), 20) is None
+        client.exit(None)
+        server = client._server
+        assert server is not None
+        assert await asyncio.wait_for(server.wait(), 20) == 0
+        client.capabilities = None  # shut down already: the session must not ask again
 
 
 # --- errors -----------------------------------------------------------------------------------
