@@ -37,6 +37,8 @@ from lsp_server.documents import exceeds_bytes, find_document
 from lsp_server.host import ModelHost, ModelUnavailableError
 from lsp_server.inline.completer import InlineCompleter
 from lsp_server.inline.speculator import Speculator
+from lsp_server.menu.completer import MenuCompleter
+from lsp_server.menu.items import MenuClient
 from lsp_server.neighbors import OtherDocument
 from lsp_server.next_edit.editor import NextEditor
 from lsp_server.next_edit.requests import CAPABILITY, INLINE_EDIT_REQUEST
@@ -228,6 +230,9 @@ class InfillServer(LanguageServer):
         self.downloads = DownloadReports(self)
         self.host.on_download = self.downloads.report
         self.inline = InlineCompleter(self.host.completion, speculator=Speculator())
+        self.menu = MenuCompleter(self.inline)
+        #: How the client takes completion items (from `initialize`).
+        self.menu_client = MenuClient()
         self.next_edits = NextEditor()
         self.usage = KeptUsage()  # counts of inline suggestions, kept on this machine
         self.large_documents: set[str] = set()  # over `max_document_bytes`, each logged once
@@ -242,6 +247,7 @@ class InfillServer(LanguageServer):
         """Drop what we keep for a closed document: what inline completion and next edits
         hold of it, its suggestions' counts (checked as it was left), and its size note."""
         self.inline.forget(uri)
+        self.menu.forget(uri)
         self.next_edits.forget(uri)
         self.usage.forget(uri)
         self.large_documents.discard(uri)

@@ -31,6 +31,14 @@ from lsp_server.commands import (
 )
 from lsp_server.documents import exceeds_bytes, position_at, snapshot, use_lsp_lines
 from lsp_server.host import STATUS_REQUEST, ModelUnavailableError
+from lsp_server.menu.items import (
+    MenuClient,
+    MenuMode,
+    MenuPlace,
+    menu_items,
+    serves_menu,
+    typed_word,
+)
 from lsp_server.next_edit.offers import Outcome
 from lsp_server.next_edit.requests import (
     DID_FOCUS,
@@ -73,6 +81,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         settings, problems = parse_settings(params.initialization_options, ls.base_settings)
         ls.settings = settings
         ls.usage.set_enabled(settings.usage_counts)
+        ls.menu_client = MenuClient.of(params.capabilities, params.client_info)
         for problem in problems:  # allowed before the initialize response (LSP 3.17)
             ls.show_once(problem, types.MessageType.Warning)
 
@@ -142,15 +151,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
                 line=params.position.line,
                 character=params.position.character + codec.client_num_units(absorbed),
             )
-            command = (
-                None
-                if ids is None
-                else types.Command(
-                    title="Accept suggestion",
-                    command=ACCEPT_COMPLETION_COMMAND,
-                    arguments=[ids[i]],
-                )
-            )
+            command = None if ids is None else accept_command(ids[i])
             items.append(
                 types.InlineCompletionItem(
                     insert_text=fitted.text,
@@ -168,6 +169,91 @@ def build_server(base: Settings | None = None) -> InfillServer:
             result.seconds * 1000,
         )
         return items
+
+    @server.feature(
+        types.TEXT_DOCUMENT_COMPLETION,
+        # No resolve: Helix resolves an accepted item synchronously, and Neovim 0.11 drops the
+        # item's edit when the user types before the answer; everything is in the item.
+        types.CompletionOptions(resolve_provider=False),
+    )
+    async def completion(ls: InfillServer, params: types.CompletionParams) -> types.CompletionList:
+        # 1. Whether this client gets the menu, and the snapshot before the first await.
+        settings = ls.settings
+        if not serves_menu(MenuMode(settings.completion_menu), ls.menu_client):
+            return types.CompletionList(is_incomplete=False, items=[])
+        document = ls.open_document(params.text_document.uri)
+        if too_large(ls, document, settings):
+            return types.CompletionList(is_incomplete=False, items=[])
+        snap = snapshot(document, params.position)  # InvalidParams outside the document
+        line_before = snap.prefix[len(snap.prefix) - snap.character :]
+        word = typed_word(line_before)
+        # Every menu asks with "invoked" as the user types a word (LSP's kind 1 covers typing
+        # an identifier); asked where no word is typed, the user asked for it.
+        invoked = (
+            params.context is not None
+            and params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+            and not word
+        )
+
+        # 2. What is ready within the menu's wait; the rest at the client's next request.
+        with engine_failures():
+            result = await ls.menu.complete(
+                snap,
+                settings,
+                invoked=invoked,
+                others=ls.other_documents(snap.uri),
+                roots=ls.workspace_roots(),
+            )
+        if result is None or not result.suggestions:
+            return types.CompletionList(is_incomplete=True, items=[])
+
+        # 3. Items over the typed word, measured on the snapshot, each with its accept command.
+        codec = document.position_codec
+        start = types.Position(
+            line=params.position.line,
+            character=params.position.character - codec.client_num_units(word),
+        )
+        ids = (
+            ls.usage.offer(
+                snap.uri,
+                snap.language_id,
+                snap.text,
+                snap.offset,
+                [Offered(text=f.text, absorbed=f.replace_chars) for f in result.suggestions],
+            )
+            if document.version == snap.version
+            else None
+        )
+        items_of = result.suggestions
+        items = menu_items(
+            items_of,
+            word=word,
+            line_indent=line_before[: len(line_before) - len(line_before.lstrip())],
+            start=start,
+            cursor=params.position,
+            replace_end=[
+                types.Position(
+                    line=params.position.line,
+                    character=params.position.character
+                    + codec.client_num_units(snap.suffix[: f.replace_chars]),
+                )
+                for f in result.suggestions
+            ],
+            client=ls.menu_client,
+            place=MenuPlace(settings.completion_menu_place),
+            model=ls.host.status()["model"],
+            commands=(
+                [accept_command(i) for i in ids] if ids is not None else [None] * len(items_of)
+            ),
+        )
+        log.info(
+            "menu %s: %d item(s)%s, %.0f ms",
+            snap.uri.rsplit("/", 1)[-1],
+            len(items),
+            " (typed along)" if result.cached else "",
+            result.seconds * 1000,
+        )
+        return types.CompletionList(is_incomplete=True, items=items)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: InfillServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -316,6 +402,13 @@ def build_server(base: Settings | None = None) -> InfillServer:
         return await action_handlers.rewrite(ls, arguments)
 
     return server
+
+
+def accept_command(suggestion_id: str) -> types.Command:
+    """The command a client runs when the user accepts the suggestion `suggestion_id`."""
+    return types.Command(
+        title="Accept suggestion", command=ACCEPT_COMPLETION_COMMAND, arguments=[suggestion_id]
+    )
 
 
 def too_large(ls: InfillServer, document: TextDocument, settings: Settings) -> bool:

@@ -271,6 +271,31 @@ class Settings:
         "(neighbors.py), on top of `prefixTokens` and `suffixTokens`; 0 turns it off.",
     )
 
+    # The completion menu (lsp_server/menu/): suggestions as `textDocument/completion` items.
+    completion_menu: str = _setting(
+        "auto",
+        _choice("auto", "on", "off"),
+        "Suggestions as items of the completion menu, for clients without inline completion "
+        "(Emacs, Helix, Kakoune, Sublime, Neovim's own completion, nvim-cmp, blink.cmp): `auto` "
+        "serves the menu to clients that do not declare inline completion, so that nobody sees "
+        "a suggestion twice; `on` to every client; `off` to none.",
+    )
+    completion_menu_wait_ms: int = _setting(
+        100,
+        _int(0, 10_000),
+        "How long a menu request waits for a suggestion. What is not ready by then comes at the "
+        "client's next request (the list is marked incomplete, so clients ask again as the "
+        "user types), the generation going on meanwhile. Clients hold their menu, and Emacs "
+        "the whole editor, until every server answers; Helix 25.07 shows its menu 100 ms after "
+        "the first answer.",
+    )
+    completion_menu_place: str = _setting(
+        "first",
+        _choice("first", "last"),
+        "Where the suggestion sorts among the other servers' items: `first` (the user asked "
+        "for it by typing) or `last`. It is never preselected: Enter then still ends the line.",
+    )
+
     # Bounds: what one document or request may cost.
     max_document_bytes: int = _setting(
         4 << 20,

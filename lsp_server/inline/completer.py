@@ -53,6 +53,11 @@ class InlineCompleter:
         self._type_ahead.forget(uri)
         self.neighbors.forget(uri)
 
+    def ready(self, snap: DocumentSnapshot, invoked: bool) -> InlineResult | None:
+        """What typing along the document's last suggestion leaves of it, without the model
+        (the type-ahead cache); None if the user's typing left it, or there is none."""
+        return self._type_ahead.lookup(snap, invoked)
+
     @property
     def live_requests(self) -> int:
         """Requests under way (one at most per document)."""

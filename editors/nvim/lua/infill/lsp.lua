@@ -138,9 +138,13 @@ function M.start(bufnr)
     return nil
   end
   local opts = config.options
-  local capabilities = nil
+  local capabilities = vim.lsp.protocol.make_client_capabilities()
+  -- The plugin shows suggestions as ghost text: declaring inline completion keeps the server
+  -- from also putting them in a completion menu (nvim-cmp or blink.cmp would show them twice).
+  capabilities.textDocument = capabilities.textDocument or {}
+  capabilities.textDocument.inlineCompletion = capabilities.textDocument.inlineCompletion
+    or { dynamicRegistration = false }
   if opts.position_encodings then
-    capabilities = vim.lsp.protocol.make_client_capabilities()
     capabilities.general = capabilities.general or {}
     capabilities.general.positionEncodings = opts.position_encodings
   end

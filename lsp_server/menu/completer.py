@@ -1,0 +1,136 @@
+"""Menu requests answered within a bounded wait, the generation going on for the next one.
+
+A client's menu waits for every server's answer (blink.cmp up to 2 s, nvim-cmp 0.5 s, Helix
+25.01 and Sublime for all of them), and Emacs waits with the editor blocked (eglot and lsp-mode
+ask synchronously). So a menu request is answered within `completionMenuWaitMs` with what is
+ready: the type-ahead answer (the rest of the last suggestion, typed along), or a generation
+that ended in time. A generation still running is left to run: the list is answered empty and
+incomplete, so the client asks again at the next keystroke, and that request finds it done.
+While the user types at the cursor, that generation is kept (its answer is then the type-ahead
+answer of what was typed); a request elsewhere, or after an edit elsewhere, starts a new one,
+which supersedes it (the inline completer's latest-wins).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.inline.completer import InlineCompleter
+from lsp_server.inline.result import InlineResult
+from lsp_server.neighbors import OtherDocument
+from lsp_server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A generation started by a menu request: for `snap`, as invoked or not."""
+
+    snap: DocumentSnapshot
+    invoked: bool
+    task: asyncio.Task[InlineResult | None]
+
+
+def typed_on(old: DocumentSnapshot, new: DocumentSnapshot) -> bool:
+    """Whether `new` is `old` with text typed at its cursor (and nothing else changed)."""
+    return new.uri == old.uri and new.suffix == old.suffix and new.prefix.startswith(old.prefix)
+
+
+class MenuCompleter:
+    """The menu's requests over the inline completer (`complete`), per document."""
+
+    def __init__(self, inline: InlineCompleter) -> None:
+        self._inline = inline
+        self._running: dict[str, _Running] = {}
+
+    async def complete(
+        self,
+        snap: DocumentSnapshot,
+        settings: Settings,
+        *,
+        invoked: bool,
+        others: Mapping[str, OtherDocument] | None = None,
+        roots: Sequence[str] = (),
+    ) -> InlineResult | None:
+        """The suggestions for `snap` ready within the menu's wait; None when none is ready
+        yet (the generation goes on) or the request was superseded."""
+        # 1. Typed along the last suggestion: its rest, at once.
+        ready = self._inline.ready(snap, invoked)
+        if ready is not None:
+            return ready
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.completion_menu_wait_ms / 1000
+        # 2. The generation under way, if the user only typed on at its cursor; else a new one.
+        running = self._running.get(snap.uri)
+        if running is None or not self._keeps(running, snap, invoked):
+            running = self._start(snap, settings, invoked, others, roots)
+        # 3. What it gives within the wait. Waiting never cancels it: a request cancelled by
+        # its client leaves it to the next one.
+        await asyncio.wait({running.task}, timeout=max(0.0, deadline - loop.time()))
+        if not running.task.done():
+            return None
+        result = running.task.result() if not running.task.cancelled() else None
+        if running.snap == snap:
+            return result
+        # 4. Made for an earlier cursor: what the user typed since, taken from it.
+        ready = self._inline.ready(snap, invoked)
+        if ready is not None or result is None:
+            return ready
+        # The typing left the suggestion: a generation for this place, within what is left.
+        running = self._start(snap, settings, invoked, others, roots)
+        await asyncio.wait({running.task}, timeout=max(0.0, deadline - loop.time()))
+        if not running.task.done() or running.task.cancelled():
+            return None
+        return running.task.result()
+
+    def forget(self, uri: str) -> None:
+        """The document was closed: its generation is dropped (the inline completer stops
+        it)."""
+        self._running.pop(uri, None)
+
+    @property
+    def running(self) -> int:
+        """Documents with a menu generation kept."""
+        return len(self._running)
+
+    def _keeps(self, running: _Running, snap: DocumentSnapshot, invoked: bool) -> bool:
+        if running.task.done():
+            return False
+        return typed_on(running.snap, snap) and (running.invoked or not invoked)
+
+    def _start(
+        self,
+        snap: DocumentSnapshot,
+        settings: Settings,
+        invoked: bool,
+        others: Mapping[str, OtherDocument] | None,
+        roots: Sequence[str],
+    ) -> _Running:
+        task = asyncio.ensure_future(
+            self._inline.complete(snap, settings, invoked=invoked, others=others, roots=roots)
+        )
+        task.add_done_callback(_retrieve)
+        running = _Running(snap=snap, invoked=invoked, task=task)
+        self._running[snap.uri] = running
+        task.add_done_callback(lambda _: self._drop(running))
+        return running
+
+    def _drop(self, running: _Running) -> None:
+        # Kept while it runs, so that the next request can wait for it; its answer is then
+        # in the type-ahead cache.
+        if self._running.get(running.snap.uri) is running:
+            del self._running[running.snap.uri]
+
+
+def _retrieve(task: asyncio.Task[InlineResult | None]) -> None:
+    """A generation nobody waited for to its end: its failure is logged here, once (the
+    request that waits for one raises it itself)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        with contextlib.suppress(Exception):
+            log.debug("a menu suggestion failed: %s", error)
