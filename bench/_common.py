@@ -6,6 +6,7 @@ The tables go to stdout and the logs to stderr, so that a table can be piped or 
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import json
@@ -189,3 +190,10 @@ class Table:
         print(self.header())
         for cells in rows:
             print(self.row(*cells))
+
+
+def suite_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
+    """A suite's argument parser: `python -m bench NAME`, its docstring's first paragraph."""
+    return argparse.ArgumentParser(
+        prog=f"python -m bench {name}", description=(doc or "").split("\n\n")[0]
+    )

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
+from bench._common import ROOT
 from lsp_server.client import InfillClient, insert_text_of, items_of
 from lsp_server.postprocess import CursorContext, decide_mode
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from _common import ROOT
+from bench._common import ROOT
 
 #: Where `make llama-server` puts the binary (`LLAMA_SERVER` overrides).
 DEFAULT_BINARY = ROOT / "build" / "llama-server" / "bin" / "llama-server"

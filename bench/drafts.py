@@ -38,22 +38,18 @@ Target (the issue's): a rewrite at least 2x faster, its tokens the same.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import asyncio
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
     Column,
     Table,
@@ -62,10 +58,10 @@ from _common import (
     ok,
     setup_logging,
     shared_prefix,
+    suite_parser,
     token_counter,
     write_json,
 )
-
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.drafts import DraftCounts
 from engine.models import load_backend, model_spec
@@ -259,8 +255,7 @@ def measure(backend: LlamaCppBackend, case: Case, index: int) -> Measured:
 async def next_edit_cases(backend: LlamaCppBackend, count: int) -> list[Measured]:
     """bench/next_edit_rewrite.py's copy of the region through the engine, each way, with its
     own measuring as it is (the copy's decode: the time after its first token)."""
-    import next_edit_rewrite as ner
-
+    from bench import next_edit_rewrite as ner
     from engine.engine import Engine
     from engine.next_edit_model import NextEditModel
 
@@ -379,7 +374,7 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser = suite_parser("drafts", __doc__)
     parser.add_argument("--suggestions", type=int, default=20, help="suggestion cases")
     parser.add_argument("--rewrites", type=int, default=12, help="rewrite cases")
     parser.add_argument("--next-edit", type=int, default=6, help="next-edit copy cases")

@@ -36,13 +36,6 @@ measured; the table goes to stdout at the end, logs to stderr.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/gpu.py` puts bench/ first on sys.path, where bench/engine.py would shadow the
-# `engine` package; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import contextlib
 import dataclasses
@@ -51,27 +44,30 @@ import os
 import platform
 import random
 import shutil
+import sys
 import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from _common import (
+
+from bench._common import (
     RESULTS,
     ROOT,
     Column,
     Table,
     median,
     setup_logging,
+    suite_parser,
     timed_tokens,
     write_json,
 )
-
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
 from engine.specs import ModelSpec
@@ -697,7 +693,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser = suite_parser("gpu", __doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json")
     parser.add_argument("--tiny", action="store_true", help="a tiny model: a CPU smoke run")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if there is one)")

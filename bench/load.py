@@ -30,13 +30,6 @@ Prints a table to stdout and writes JSON to bench/results/load.json; logs go to 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/load.py` puts bench/ first on sys.path, where bench/engine.py would shadow the
-# `engine` package; the repository root goes in front of it (bench/ stays, for its helpers).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import asyncio
 import contextlib
@@ -49,12 +42,19 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from _common import RESULTS, Column, Table, median, ok, setup_logging, write_json
-from _servers import ModelServer, start_engine_server
-
+from bench._common import (
+    RESULTS,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._servers import ModelServer, start_engine_server
+from bench.record import Outcome, metric
 from engine.api.connections import Deadlines
 from engine.models import resolve_model_path
 from engine.threads import usable_cores
@@ -358,82 +358,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def print_tables(result: dict[str, Any], summary: dict[str, Any]) -> None:
-    table = Table(
-        Column("route", 18, "<"),
-        Column("phase", 28, "<"),
-        Column("n", 5),
-        Column("failed", 6),
-        Column("req/s", 7, spec=".1f"),
-        Column("p50 ms", 8, spec=".1f"),
-        Column("p99 ms", 8, spec=".1f"),
-    )
-    rows = []
-    for route in ("health", "completion"):
-        for name, label in (("idle", "idle"), ("busy", "200 slow sockets + greedy")):
-            f: Figures = result[name][route]
-            rows.append(
-                (
-                    "/health" if route == "health" else "small completion",
-                    label,
-                    f.count,
-                    f.failed,
-                    f.per_second,
-                    f.p50_ms,
-                    f.p99_ms,
-                )
-            )
-    late: Figures = result["busy_health_while_sockets_close"]
-    rows.insert(
-        2,
-        (
-            "/health",
-            "until the last socket closed",
-            late.count,
-            late.failed,
-            late.per_second,
-            late.p50_ms,
-            late.p99_ms,
-        ),
-    )
-    table.print(rows)
-    print()
-    sockets = Table(
-        Column("trickling", 10, "<"),
-        Column("sockets", 8),
-        Column("closed", 7),
-        Column("latest s", 9, spec=".1f"),
-        Column("limit s", 8, spec=".1f"),
-        Column("in time", 8),
-    )
-    sockets.print(
-        (
-            kind,
-            s["sockets"],
-            s["closed"],
-            s["latest_close_s"],
-            s["limit_s"],
-            ok(s["all_closed_in_time"]),
-        )
-        for kind in ("head", "body")
-        for s in [summary[kind]]
-    )
-    print()
-    targets = summary["targets"]
-    print(
-        f"/health p99 throughout: {summary['health_p99_ms']:.1f} ms "
-        f"(target < 100 ms: {ok(targets['health_p99_under_100_ms'])})"
-    )
-    print(
-        f"small completion, busy p50 / idle p50: {summary['completion_busy_over_idle']:.2f} "
-        f"(target <= 2: {ok(targets['completion_within_2x_idle'])})"
-    )
-    print(f"greedy client's stream: {result['greedy_bytes']} bytes read")
-    print(f"load average before and after: {os.getloadavg()}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("load", __doc__)
     parser.add_argument("--slow-sockets", type=int, default=200)
     parser.add_argument("--completions", type=int, default=10, help="small completions a phase")
     parser.add_argument(
@@ -453,7 +379,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             server.close()
     summary = summarize(result)
-    print_tables(result, summary)
     write_json(
         args.json,
         {
@@ -470,9 +395,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             "summary": summary,
         },
     )
-    log.info("wrote %s", args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    idle, busy = result["idle"], result["busy"]
+    metrics = [
+        metric(
+            "/health p99 throughout",
+            summary["health_p99_ms"],
+            "ms",
+            target=("<", HEALTH_TARGET_P99 * 1000),
+        ),
+        metric("small completion p50, idle", idle["completion"].p50_ms, "ms"),
+        metric("small completion p50, busy", busy["completion"].p50_ms, "ms"),
+        metric(
+            "small completion p50, busy / idle",
+            summary["completion_busy_over_idle"],
+            target=("<=", BUSY_OVER_IDLE_TARGET),
+        ),
+    ]
+    for kind in ("head", "body"):
+        s = summary[kind]
+        metrics.append(
+            metric(
+                f"trickling {kind}s: latest closed",
+                s["latest_close_s"],
+                "s",
+                target=("<=", s["limit_s"]),
+            )
+        )
+        metrics.append(
+            metric(f"trickling {kind}s: closed", s["closed"], target=(">=", s["sockets"]))
+        )
+    parameters = {k: v for k, v in vars(args).items() if k != "json"}
+    return Outcome(parameters=parameters, metrics=metrics, models=[Path(model)])

@@ -41,14 +41,6 @@ of the hunks reproduced; false edits under 5% of all cases.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/next_edit.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package that _common imports; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import itertools
 import logging
 import platform
@@ -56,16 +48,27 @@ import random
 import re
 import statistics
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, Column, Table, median, setup_logging, write_json
-from _edits import (
+from bench._common import (
+    RESULTS,
+    ROOT,
+    Column,
+    Table,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._edits import (
     Edit,
     Kind,
     Predictor,
@@ -83,7 +86,6 @@ from _edits import (
     substitution,
     token_substitution,
 )
-
 from lsp_server.next_edit.history import EditHistory
 from lsp_server.next_edit.propagate import propagate
 
@@ -1043,7 +1045,7 @@ def latency(cases: Sequence[Case]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite_parser("next_edit", __doc__)
     parser.add_argument(
         "--limit", type=int, default=1000, help="cases at most, a seeded sample (1000)"
     )

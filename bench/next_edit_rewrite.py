@@ -29,22 +29,27 @@ stderr.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import asyncio
 import contextlib
 import re
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Column, Table, humaneval_rows, median, setup_logging, write_json
-
+from bench._common import (
+    RESULTS,
+    Column,
+    Table,
+    humaneval_rows,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
 from engine.engine import Engine
 from engine.models import load_backend, model_spec
 from engine.next_edit import NEXT_EDIT_FAMILIES
@@ -231,7 +236,7 @@ def _row(m: Measured) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser = suite_parser("next_edit_rewrite", __doc__)
     parser.add_argument("--cases", type=int, default=12, help="HumanEval programs (default 12)")
     parser.add_argument("--model", help="a next-edit model (default: the completion model)")
     parser.add_argument(

@@ -24,7 +24,6 @@ from pathlib import Path
 # tests' folders, where the probes are.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
@@ -32,7 +31,7 @@ import resource
 import subprocess
 import time
 
-from _common import RESULTS, Column, Table, ok, write_json
+from bench._common import RESULTS, Column, Table, ok, suite_parser, write_json
 
 TARGET_EXTRA_SECONDS = 0.1
 TARGET_MB = 50.0
@@ -77,7 +76,7 @@ def measure(name: str) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite_parser("template_limits", __doc__)
     parser.add_argument("--json", type=Path, default=RESULTS / "template_limits.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a probe, in this fresh process
     args = parser.parse_args(argv)

@@ -23,30 +23,24 @@ ties can go the other way). Writes bench/results/together.json.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/together.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package; the repository root goes in front of it (bench/ stays, for helpers).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import os
 import statistics
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
     Column,
     Table,
     default_llama,
     humaneval_rows,
     setup_logging,
+    suite_parser,
     write_json,
 )
-
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.types import GenerationRequest, Role, SamplingParams, TextDelta
 from engine.worker import END, Job, Worker
@@ -184,7 +178,7 @@ def summarize(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite_parser("rows", __doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
