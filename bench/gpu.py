@@ -44,7 +44,6 @@ import os
 import platform
 import random
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -60,14 +59,13 @@ import transformers
 from bench._common import (
     RESULTS,
     ROOT,
-    Column,
-    Table,
     median,
     setup_logging,
     suite_parser,
     timed_tokens,
     write_json,
 )
+from bench.record import Metric, Outcome, metric
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
 from engine.specs import ModelSpec
@@ -557,111 +555,6 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def print_table(data: dict[str, Any]) -> None:
-    env, model, bw = data.get("environment", {}), data.get("model", {}), data.get("bandwidth", {})
-    limit, summary = data.get("limit", {}), data.get("summary", {})
-    settings = env.get("settings", {})
-    print(
-        f"GPU benchmark: {env.get('device_name', '?')}, torch {env.get('torch', '?')}, "
-        f"transformers {env.get('transformers', '?')}"
-    )
-    if model:
-        print(
-            f"model: random weights, {model['shape']} shape, {model['parameters'] / 1e9:.3f} B "
-            f"parameters, {model['weight_bytes'] / 1e9:.3f} GB read per token ({model['dtype']}, "
-            f"tied embedding once); context {settings.get('context_size')}"
-        )
-    if bw:
-        spec = bw.get("spec_bytes_per_s")
-        print(
-            f"bandwidth: {bw['measured_bytes_per_s'] / 1e12:.2f} TB/s measured "
-            f"(copy of {bw['copy_bytes'] / 2**30:.2f} GiB, read + written; best "
-            f"{bw['best_bytes_per_s'] / 1e12:.2f}), spec "
-            + (f"{spec / 1e12:.2f} TB/s" if spec else "unknown for this device")
-        )
-    if limit:
-        spec_limit = limit.get("spec_tokens_per_s")
-        print(
-            f"limit: {limit['tokens_per_s']:,.0f} tokens/s at the measured bandwidth"
-            + (f", {spec_limit:,.0f} at the spec's" if spec_limit else "")
-            + f"; the static loops also read their {limit['static_cache_bytes'] / 1e6:.0f} MB "
-            "cache per token"
-        )
-    table = Table(
-        Column("loop", 22, "<"),
-        Column("load s", 7, spec=".1f"),
-        Column("decode tok/s", 13, spec=".1f"),
-        Column("of limit", 9, spec=".3f"),
-        Column("cold ms", 9, spec=".1f"),
-        Column("key ms", 8, spec=".1f"),
-        Column("key fed", 8, spec=".0f"),
-        Column("key/cold", 9, spec=".3f"),
-    )
-    print(
-        f"decode: {settings.get('decode_tokens')} greedy tokens after "
-        f"{settings.get('decode_prompt_tokens')}; cold: a new "
-        f"{settings.get('prompt_tokens')}-token prompt; key: the same one keystroke later "
-        f"(median of {settings.get('repeats')})"
-    )
-    print(table.header())
-    rows = [(f"transformers {d}", data.get(f"transformers_{d}")) for d in DECODE_PATHS]
-    rows.append(("llama.cpp (all layers)", data.get("llama_cpp")))
-    for label, part in rows:
-        if part is None:
-            why = data["skipped"].get(_key(label), "not asked for (--paths)")
-            print(f"{label:<22} skipped: {why}")
-            continue
-        if "skipped" in part:
-            print(f"{label:<22} skipped: {part['skipped']}")
-            continue
-        error = data["errors"].get(_key(label))
-        if label.startswith("transformers") and part.get("decode_path") not in (None, label[13:]):
-            label = f"{label[:13]}{label[13:]}->{part['decode_path']}"
-        print(
-            table.row(
-                label,
-                *(
-                    part.get(key)
-                    for key in (
-                        "load_seconds",
-                        "decode_tokens_per_s",
-                        "share_of_limit",
-                        "cold_first_token_ms",
-                        "keystroke_first_token_ms",
-                        "keystroke_fed_max",
-                        "keystroke_over_cold",
-                    )
-                ),
-            )
-        )
-        if error:
-            print(f"{'':<22} error: {error}")
-    llama = data.get("llama_cpp") or {}
-    if "model" in llama:
-        print(f"llama.cpp model: {llama['model']} (its own limit, from the file's size)")
-    if summary:
-        factor, share = summary.get("compiled_over_dynamic"), summary.get("compiled_share_of_limit")
-        print(
-            "compiled / dynamic decode: "
-            + (f"{factor:.2f}x" if factor else "-")
-            + "; compiled share of the limit: "
-            + (f"{share:.3f}" if share is not None else "-")
-            + f" (target >= {TARGET_SHARE}: "
-            + ("-" if summary.get("target_met") is None else _met(summary["target_met"]))
-            + ")"
-        )
-    for name, error in data["errors"].items():
-        print(f"error in {name}: {error}")
-
-
-def _key(label: str) -> str:
-    return "llama_cpp" if label.startswith("llama") else "transformers_" + label.split()[1]
-
-
-def _met(flag: bool) -> str:
-    return "met" if flag else "not met"
-
-
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
@@ -692,7 +585,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> Outcome:
     parser = suite_parser("gpu", __doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json")
     parser.add_argument("--tiny", action="store_true", help="a tiny model: a CPU smoke run")
@@ -716,9 +609,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         report.data["summary"] = summarize(report.data)
         report.write()
-        print_table(report.data)
-    return 1 if report.data["errors"] else 0
+    return Outcome(
+        parameters={k: v for k, v in dataclasses.asdict(settings).items() if k != "shape"},
+        metrics=gpu_metrics(report.data),
+        models=[args.gguf] if args.gguf else [],
+    )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def gpu_metrics(data: dict[str, Any]) -> list[Metric]:
+    """Each loop's decode rate and its share of the bandwidth limit (the compiled loop's judged
+    against the target), and the errors of sections that failed."""
+    out = []
+    if "limit" in data:
+        out.append(
+            metric("limit at the measured bandwidth", data["limit"]["tokens_per_s"], "tokens/s")
+        )
+    for key in [f"transformers_{d}" for d in DECODE_PATHS] + ["llama_cpp"]:
+        part = data.get(key) or {}
+        if "decode_tokens_per_s" not in part:
+            continue
+        label = key.replace("_", " ", 1)
+        out.append(metric(f"{label}: decode", part["decode_tokens_per_s"], "tokens/s"))
+        target = (">=", TARGET_SHARE) if key == "transformers_compiled" else None
+        out.append(
+            metric(f"{label}: share of the limit", part.get("share_of_limit"), target=target)
+        )  # type: ignore[arg-type]
+        out.append(
+            metric(f"{label}: keystroke / cold first token", part.get("keystroke_over_cold"))
+        )
+    out.append(metric("sections that failed", len(data["errors"]), target=("==", 0)))
+    return out

@@ -58,11 +58,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import record
 from bench._common import (
     RESULTS,
     ROOT,
-    Column,
-    Table,
     median,
     setup_logging,
     suite_parser,
@@ -86,6 +85,7 @@ from bench._edits import (
     substitution,
     token_substitution,
 )
+from bench.record import metric
 from lsp_server.next_edit.history import EditHistory
 from lsp_server.next_edit.propagate import propagate
 
@@ -855,47 +855,6 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
-TABLE = Table(
-    Column("kind", 17, "<"),
-    Column("predictor", 10, "<"),
-    Column("cases", 5),
-    Column("any hunk", 8, spec=".1f"),
-    Column("hunks", 6, spec=".1f"),
-    Column("reached", 7, spec=".1f"),
-    Column("false", 6, spec=".1f"),
-    Column("suggest", 7, spec=".1f"),
-    Column("med ms", 7, spec=".3f"),
-    Column("p90 ms", 7, spec=".3f"),
-)
-
-
-def print_table(summaries: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """One row per kind and predictor, the predictors of a kind beside each other."""
-    rows = []
-    for kind_name in KINDS:
-        for name, figures in summaries[kind_name].items():
-            rows.append(
-                (
-                    kind_name,
-                    name,
-                    figures["cases"],
-                    figures["any_reproduced_pct"],
-                    figures["hunks_reproduced_pct"],
-                    figures["reached_pct"],
-                    figures["false_edit_cases_pct"],
-                    figures["suggested_pct"],
-                    figures["median_ms"],
-                    figures["p90_ms"],
-                )
-            )
-    TABLE.print(rows)
-    print(
-        "(% of cases: any hunk = at least one remaining hunk reproduced exactly, reached = the "
-        "next version's file exactly, false = an edit outside every remaining hunk, suggest = "
-        "any edit; hunks = mean % of a case's remaining hunks reproduced)"
-    )
-
-
 # --- the self-check -------------------------------------------------------------------------
 
 
@@ -1044,7 +1003,7 @@ def latency(cases: Sequence[Case]) -> dict[str, Any]:
     return figures
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> record.Outcome:
     parser = suite_parser("next_edit", __doc__)
     parser.add_argument(
         "--limit", type=int, default=1000, help="cases at most, a seeded sample (1000)"
@@ -1074,7 +1033,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.self_check:
-        return self_check()
+        raise SystemExit(self_check())
     setup_logging(quiet_engine=True)
     packages = [p.strip() for p in args.packages.split(",") if p.strip()]
     if args.held_out:
@@ -1102,16 +1061,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             for name in PREDICTORS
         }
-    print_table(summaries)
     timing = latency(cases)
-    print(
-        f"\n{timing['lines']}-line file, {timing['renamed']!r} ({timing['uses']} uses) renamed: "
-        + ", ".join(
-            f"{label} {timing[label]['median_ms']:.2f} ms median "
-            f"({timing[label]['p90_ms']:.2f} p90)"
-            for label in PREDICTORS
-        )
-    )
     pairs = sorted({(c.package, c.old_version, c.new_version) for c in cases})
     write_json(
         args.json,
@@ -1136,9 +1086,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
         },
     )
-    log.info("wrote %s", args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    same, every = summaries[Kind.SAME], summaries["all"]
+    metrics = [
+        metric("cases", len(cases)),
+        metric("same-substitution cases", same["propagate"]["cases"]),
+        metric(
+            "same-substitution hunks reproduced, propagation",
+            same["propagate"]["hunks_reproduced_pct"],
+            "%",
+            target=(">=", 50),
+        ),
+        metric(
+            "same-substitution hunks reproduced, token substitution",
+            same["token-sub"]["hunks_reproduced_pct"],
+            "%",
+        ),
+        metric(
+            "same-substitution files reached, propagation", same["propagate"]["reached_pct"], "%"
+        ),
+        metric(
+            "cases with a false edit, propagation",
+            every["propagate"]["false_edit_cases_pct"],
+            "%",
+            target=("<", 5),
+        ),
+        metric(
+            "cases with a false edit, token substitution",
+            every["token-sub"]["false_edit_cases_pct"],
+            "%",
+        ),
+        metric(
+            f"propagation on a {timing['lines']}-line file, median",
+            timing["propagate"]["median_ms"],
+            "ms",
+            target=("<", 20),
+        ),
+    ]
+    parameters = {"packages": packages, "limit": args.limit, "held_out": args.held_out}
+    return record.Outcome(parameters=parameters, metrics=metrics)

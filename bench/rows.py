@@ -28,19 +28,19 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench._common import (
     RESULTS,
-    Column,
-    Table,
     default_llama,
     humaneval_rows,
     setup_logging,
     suite_parser,
     write_json,
 )
+from bench.record import Metric, Outcome, metric
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.types import GenerationRequest, Role, SamplingParams, TextDelta
 from engine.worker import END, Job, Worker
@@ -142,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = summarize(cases)
     return {
         "shipped_group_from": shipped,
+        "model_path": Path(backend.info.path),
         "threads": args.threads,
         "tokens": args.tokens,
         "load": os.getloadavg(),
@@ -177,38 +178,42 @@ def summarize(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def main() -> int:
+def rows_metrics(result: dict[str, Any]) -> list[Metric]:
+    """Per count: together against in turns, and the answers that parted; two at once the way
+    the load-time probe chose, against one alone (editors sharing an engine: at most 1.3x)."""
+    by = {(s["count"], s["way"]): s for s in result["summary"]}
+    shipped = result["shipped_group_from"]
+    out = [metric("requests at once from which rows go together (load-time probe)", shipped)]
+    for count in sorted({s["count"] for s in result["summary"]}):
+        together, turns = by[(count, "together")], by[(count, "one at a time")]
+        if count > 1:
+            ratio = together["last_seconds"] / turns["last_seconds"]
+            out.append(metric(f"{count} at once: last answer, together / in turns", ratio))
+        out.append(metric(f"{count} at once: answers parted", together["parted"]))
+    if (2, "together") in by:
+        probe = by[(2, "together" if 0 < shipped <= 2 else "one at a time")]
+        out.append(
+            metric(
+                "2 at once, the probe's way: last answer / one alone",
+                probe["last_vs_alone"],
+                target=("<=", 1.3),
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Outcome:
     parser = suite_parser("rows", __doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=RESULTS / "together.json")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=RESULTS / "rows.json")
+    args = parser.parse_args(argv)
     setup_logging(quiet_engine=True)
     result = run(args)
-    table = Table(
-        Column("requests", 8),
-        Column("way", 14, "<"),
-        Column("last answer s", 14, spec=".2f"),
-        Column("mean answer s", 14, spec=".2f"),
-        Column("last / alone", 13, spec=".2f"),
-        Column("parted", 10),
-    )
-    table.print(
-        [
-            s["count"],
-            s["way"],
-            s["last_seconds"],
-            s["mean_seconds"],
-            s["last_vs_alone"],
-            f"{s['parted']} / {s['answers']}",
-        ]
-        for s in result["summary"]
-    )
-    print(f"written together at load from: {result['shipped_group_from']}; load {result['load']}")
     write_json(args.json, result)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return Outcome(
+        parameters={"rounds": args.rounds, "tokens": args.tokens, "threads": args.threads},
+        metrics=rows_metrics(result),
+        models=[result["model_path"]],
+    )
