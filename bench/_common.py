@@ -138,17 +138,6 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-class Column:
-    """One column of a text table: its title, its width and alignment (the title's too), the
-    format of its numbers (`spec`, such as ".1f"), and the text before it (`gap`)."""
-
-    title: str
-    width: int
-    align: str = ">"
-    spec: str = ""
-    gap: str = " "
-
-
 def suite_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
     """A suite's argument parser: `python -m bench NAME`, its docstring's first paragraph."""
     return argparse.ArgumentParser(

@@ -1,5 +1,5 @@
 """Edits, hunks and their scoring for bench/next_edit.py: plain functions over text, standard
-library only, so that `python bench/next_edit.py --self-check` can prove them on tiny inputs.
+library only, so that tests/bench/test_next_edit_scoring.py proves them on tiny inputs.
 
 Every offset here is a code-point offset into a Python `str` (not UTF-16, not bytes).
 """
