@@ -15,7 +15,7 @@ from enum import StrEnum
 from engine.text import common_affixes
 
 #: A whole token: a run of word characters, or one other non-space character. Crude on purpose:
-#: the heuristic it serves is the naive one the issue compares against, and the same notion
+#: the heuristic it serves is the naive one propagation is compared against, and the same notion
 #: decides which cases are "same-substitution".
 TOKEN = re.compile(r"\w+|[^\w\s]")
 

@@ -147,7 +147,7 @@ class ServerClient:
 
     def __init__(self, settings: dict[str, Any] | None = None, *, model: str | None = None) -> None:
         # The benchmarks count the engine's jobs per request: no work ahead after each answer
-        # unless a benchmark measures it (bench/ahead.py).
+        # unless a benchmark measures it.
         self.settings = {"speculativeSuggestions": 0, **(settings or {})}
         self.model = model
         self.shown: list[str] = []  # window/showMessage texts

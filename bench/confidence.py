@@ -1,15 +1,13 @@
-"""The confidence gate (issue 27): suggestions shown against suggestions right, through the
-real server, on cases no weight or threshold was chosen on.
+"""The confidence gate: suggestions shown against suggestions right, through the real server,
+on cases no weight or threshold was chosen on.
 
-Run from the repository root:
-
-    .venv/bin/python bench/confidence.py [--humaneval 150] [--pypi 30] [--sdists DIR]
-                                         [--cases PATH] [--fit] [--json PATH]
+    python -m bench confidence [--humaneval 150] [--pypi 30] [--sdists DIR]
+                               [--cases PATH] [--fit] [--json PATH]
 
 Cases, each split once and for all into a tuning part and a held-out part:
 
 - HumanEval single-line (`third_party/data/human-eval-infilling`): the hole's line opened and
-  indented as an auto-indenting editor leaves it (bench/humaneval.py's "indent" layout), the
+  indented as an auto-indenting editor leaves it (the humaneval suite's "indent" layout), the
   returned item applied, scored by the task's tests. Tasks of even-numbered problems tune,
   odd-numbered ones are held out (no function has holes in both parts); `--humaneval N`
   per part, spread evenly over it.
@@ -30,8 +28,8 @@ and wrong. The gate is deterministic, so this is what the server shows at each s
 
 `--fit` fits the logistic model's weights on the tuning part only and prints them (they are
 pasted into confidence.py by hand); `--cases PATH` reads recorded cases instead of running
-the server. Prints tables to stdout; writes every case and the curves to
-bench/results/confidence.json. Target (issue 27), held-out Python cases at the default:
+the server. Prints the curves to stdout; writes every case and the curves to
+bench/results/confidence.json. Target, held-out Python cases at the default:
 wrong suggestions shown at least 40% fewer, right ones at most 10% fewer, median added
 latency under 2 ms.
 """

@@ -2,10 +2,8 @@
 side in one run: forward passes and time per answer, how many draft tokens stood, and whether
 the tokens are the same.
 
-Run from the repository root:
-
-    .venv/bin/python bench/drafts.py [--suggestions 20] [--rewrites 12] [--next-edit 6]
-                                     [--roles completion chat] [--json PATH]
+    python -m bench drafts [--suggestions 20] [--rewrites 12] [--next-edit 6]
+                           [--roles completion chat] [--json PATH]
 
 Three kinds of answer, on the default completion model (Gemma 3 270M) and the default chat
 model (SmolLM2-135M), all greedy:
@@ -16,12 +14,12 @@ model (SmolLM2-135M), all greedy:
   rewrite does: the prompt shows a ~20-line region of a HumanEval program, then asks for the
   same code with the function's first parameter renamed and starts it with the renamed
   `def` line; the answer is as long as the rest of the region.
-- "next-edit copy": bench/next_edit_rewrite.py's "a copy of the region" case (the language
+- "next-edit copy": a next-edit rewrite that changes one line: a copy of the region (the language
   server's own next-edit prompt, Zeta v1 format, as many tokens as the region and its
   markers), through the engine, its own measuring as it is; completion model only.
 
-Each case is answered three ways (`MODES`): "plain", a token per pass (`generate()`, as before
-drafts); "drafts", as shipped (passes no longer than the model's kernels keep exact, as much
+Each case is answered three ways (`MODES`): "plain", a token per pass (`generate()`, no
+drafts); "drafts", the default (passes no longer than the model's kernels keep exact, as much
 of a draft as pays); "every draft", each draft of up to 8 tokens checked in full, exact or
 not: what drafts could give. Each prompt is evaluated once first, untimed; the ways take
 turns (the order rotates from case to case, so that the machine's load drifts over all
@@ -32,8 +30,8 @@ plain answer is also compared with itself when the prompt's last 6 tokens were e
 apart from the rest (as a keystroke's request evaluates them on top of the cache): how much a
 greedy answer depends on how its prompt was split into passes, without any draft.
 
-Prints tables to stdout and writes JSON to bench/results/drafts.json; logs go to stderr.
-Target (the issue's): a rewrite at least 2x faster, its tokens the same.
+Writes every figure to bench/results/drafts.json; logs go to stderr.
+Target: a rewrite at least 2x faster, its tokens the same.
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ from lsp_server.documents import DocumentSnapshot
 from lsp_server.next_edit.history import EditHistory
 from lsp_server.next_edit.region import region_input
 
-#: The issue's target: a rewrite at least this many times faster with drafts.
+#: The target: a rewrite at least this many times faster with drafts.
 TARGET_SPEEDUP = 2.0
 SUGGESTION_TOKENS = 64
 #: Lines of a program's solution before the cut where a suggestion starts.
@@ -179,7 +177,7 @@ class Mode:
     checking: DraftChecking
 
 
-#: The ways each case is answered: as before drafts (a token per pass, `generate()`), as
+#: The ways each case is answered: without drafts (a token per pass, `generate()`), as
 #: shipped, and every draft checked in full whether or not the passes keep the output exact.
 MODES = {
     "plain": Mode(0, DraftChecking.WORTH_IT),

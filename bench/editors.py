@@ -1,17 +1,14 @@
 """Several editors on one model server: 1, 2 and 4 language servers typing a line each at once,
 each one's last keystroke against typing alone, on our engine server and on llama-server with
-4 slots (issue 25).
+4 slots.
 
-Run from the repository root (`make llama-server` first for the llama-server side; without the
-binary that side is skipped, saying why):
-
-    .venv/bin/python bench/editors.py [--rounds 3] [--sides engine,llama-server]
-        [--engine-arg=--some-flag ...] [--json bench/results/editors.json]
+    python -m bench editors [--rounds 3] [--sides engine,llama-server]
+        [--engine-arg=--some-flag ...] [--json PATH]
 
 Each typist is the real language server over stdio (`infill-lsp serve`, bench/_lsp.py) with
 `backend` "openai" pointed at the model server, `debounceMs` 0 and `prefixTokens` 4096 (the
 whole prefix is the prompt), each with a document of its own cut from this repository's files
-(about 1,500 tokens, bench/_typists.py). A typist types its document's line, one character
+(about 1,500 tokens, `TYPING_FILES`). A typist types its document's line, one character
 every 60 ms with a request per character (latest-wins), and the time from its last keystroke
 to the answer to it is measured; typing together, every last keystroke comes at the same
 moment. Per round: each typist alone, then the first 2, then all 4 at once (reversed in odd
@@ -34,9 +31,9 @@ sends it none and closes the stream at the stop itself (a token or so more for l
 Answers and prompt sizes are compared between the servers, request by request; differences
 are printed as "unequal work".
 
-Target (issue 25): two typing at once at most 1.3x alone, each.
+Target: two typing at once at most 1.3x alone, each.
 
-Prints a table to stdout and writes JSON to bench/results/editors.json (with the machine's
+Writes every figure to bench/results/editors.json (with the machine's
 load average at the start and the end); logs go to stderr.
 """
 
@@ -84,7 +81,7 @@ ENGINE, PEER = "engine", "llama-server"
 SIDES = (ENGINE, PEER)
 LABELS = {ENGINE: "infill-lsp engine", PEER: "llama-server -np 4"}
 GROUPS = (2, 4)
-TARGET_TWO = 1.3  # two typing at once / alone, each (issue 25)
+TARGET_TWO = 1.3  # two typing at once / alone, each
 
 
 # --- the typists ---------------------------------------------------------------------------
@@ -181,7 +178,7 @@ async def bench_typing(
     (the order reversed in odd rounds, so that a drift of the machine falls on both). A record
     per typist and step: its round (numbered from `first_round`), mode ("alone", "together"),
     n (1 alone) and `type_line`'s result. `after_step`, given each step's round, mode and n,
-    may add what the model server says of it (bench/editors.py: the engine server's jobs)."""
+    may add what the model server says of it (the engine server's jobs)."""
     runs: list[dict[str, Any]] = []
     steps = [(ALONE, 1), *((TOGETHER, n) for n in groups)]
     for number in range(first_round, first_round + rounds):

@@ -1,8 +1,6 @@
-"""Our engine against raw llama-cpp-python, side by side in one run (DESIGN §6).
+"""Our engine against raw llama-cpp-python, side by side in one run.
 
-Run from the repository root (the Makefile's `make bench` runs exactly this):
-
-    .venv/bin/python bench/engine.py [--tokens 64] [--repeats 5] [--json PATH]
+    python -m bench engine [--tokens 64] [--repeats 5] [--json PATH]
 
 Raw is the raw llama.cpp baseline (bench/_raw.py): its own `Llama`, loaded with the options our
 backend uses, so model, context and threads are identical; `Llama.generate()` on the prompt's
@@ -14,7 +12,7 @@ one leaves nothing of it in the KV cache, so both sides evaluate the whole promp
 Both decode greedily, and ours has `ignore_eos=True`, so both make exactly `--tokens` tokens;
 the counts and the token ids are checked to match.
 
-Prints a table to stdout and writes JSON to bench/results/engine.json; logs go to stderr.
+Writes every figure to bench/results/engine.json; logs go to stderr.
 Target: ours/raw within 1.05 for time to first token and for time per token.
 """
 

@@ -1,12 +1,11 @@
-"""The transformers backend on one GPU, against the memory-bandwidth limit (issue 13).
+"""The transformers backend on one GPU, against the memory-bandwidth limit.
 
-Run from the repository root on a CUDA machine, in one call (about 5 minutes on an H200):
+    python -m bench gpu --out DIR [--gguf SmolLM2.gguf]
 
-    PYTHONPATH=. python3 bench/gpu.py --out DIR [--gguf SmolLM2.gguf]
+on a CUDA machine (about 5 minutes on an H200), and on the CPU, to prove the code paths (a tiny
+model, a few tokens):
 
-and here, on the CPU, to prove the code paths (a tiny model, a few tokens):
-
-    PYTHONPATH=. .venv/bin/python bench/gpu.py --tiny --out /tmp/gpu-smoke
+    python -m bench gpu --tiny --out /tmp/gpu-smoke
 
 It needs torch, transformers and tokenizers only (and engine/): no model hub, no network. The
 model is built here, from a config written below: the shape of Qwen2.5-Coder-1.5B with random
@@ -111,7 +110,7 @@ SPEC_BANDWIDTH: tuple[tuple[str, float], ...] = (
     ("L40S", 0.864e12),
     ("L4", 0.3e12),
 )
-#: The share of the bandwidth limit the compiled loop should reach (issue 13).
+#: The share of the bandwidth limit the compiled loop should reach.
 TARGET_SHARE = 0.5
 #: The one keystroke may cost at most this many fed tokens (the changed or appended one).
 KEYSTROKE_MAX_FED = 3

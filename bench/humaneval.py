@@ -1,9 +1,7 @@
-"""HumanEval single-line infilling: the raw engine against the real server, in one run (issue 3).
+"""HumanEval single-line infilling: the raw engine against the real server, in one run.
 
-Run from the repository root:
-
-    .venv/bin/python bench/humaneval.py [--limit 100 | --all] [--layouts hole,blank,indent]
-                                        [--timeout 5] [--json PATH]
+    python -m bench humaneval [--limit 100 | --all] [--layouts hole,blank,indent]
+                              [--timeout 5] [--json PATH]
 
 Tasks: `third_party/data/human-eval-infilling/HumanEval-SingleLineInfilling.jsonl.gz` (1033).
 By default 100 of them, spread evenly over the whole set: task `i * 1033 // 100` for i in
@@ -41,10 +39,9 @@ of the document after the cursor, or when a line of the applied result that the 
 touched equals (stripped) the first non-blank line after the insertion. "Empty": no item.
 
 The model runs in one process at a time: raw first (then its model is closed), then the
-server; programs are scored afterwards, two at a time. Time on 2 shared cores: about 5
+server; programs are scored afterwards, two at a time. Time on two cores: about 5
 minutes for the default (100 tasks, "hole"); each more layout adds 2 to 4 minutes.
-Prints a table and example failures to stdout, writes JSON with per-task outcomes to
-bench/results/humaneval.json; logs go to stderr. Target: no suggestion duplicates the suffix.
+Writes per-task outcomes to bench/results/humaneval.json; logs go to stderr. Target: no suggestion duplicates the suffix.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Real code in six languages: the server against the raw model on the same cursors, in one run
-(issue 27, "right in every language").
+"""Real code in six languages: the server against the raw model on the same cursors, in one
+run.
 
-Run from the repository root:
-
-    .venv/bin/python bench/languages.py [--per-language 20] [--languages go,rust]
-                                        [--cache DIR] [--model PATH] [--json PATH] [--curve]
+    python -m bench languages [--per-language 20] [--languages go,rust]
+                              [--cache DIR] [--model PATH] [--json PATH] [--curve]
 
 Files: the sources of six well-known projects, fetched once with the registries' own clients
 into `--cache` (default `~/.cache/infill-lsp/bench-languages`) and read from there after:
@@ -45,16 +43,15 @@ suggestion. The fitting itself is timed in this
 process on the raw texts, with the language's tree (`CursorContext.language_id`) and without
 (today's rules): the median added time is the tree's cost per suggestion.
 
-Raw first (then its model is closed), then the server. Prints a table per language and in
-all; writes bench/results/languages.json with every case. Targets (issue 27): per language,
+Raw first (then its model is closed), then the server. Writes every case to
+bench/results/languages.json. Targets: per language,
 the server's added syntax errors at most half of raw's, no duplicated suffix, exact at least
 raw's.
 
-`--curve`: the confidence gate's curve on these cursors (issue 27, "suggestions shown against
-suggestions right" in other languages than Python). The server side alone, with
+`--curve`: the confidence gate's curve on these cursors. The server side alone, with
 `minConfidence` 0 so every suggestion comes back, each one's judgement read from
 `infill/stats` and scored exact or not as above; then, per language and in all, what the gate
-would show at each threshold of bench/confidence.py (its `curve`: the recorded features
+would show at each threshold of the confidence suite (its `curve`: the recorded features
 weighed with today's weights, so this is what the server shows at each setting), and at the
 default `minConfidence` the change against 0. The weights were fitted on Python alone and are
 not refitted here: a report, not a tuning. Writes bench/results/languages_curve.json.
@@ -454,7 +451,7 @@ def summarize(rows: Sequence[dict[str, Any]], side: str) -> dict[str, Any]:
 def curve_result(
     cases: Sequence[Case], sides: Sequence[Side], wanted: Sequence[str], default: float
 ) -> dict[str, Any]:
-    """Every case scored, and per language and in all the gate's curve (bench/confidence.py's
+    """Every case scored, and per language and in all the gate's curve (the confidence suite's
     `curve`, exact as `right`) and its change at `default` against 0."""
     rows = []
     for case, side in zip(cases, sides, strict=True):

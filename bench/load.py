@@ -1,9 +1,7 @@
 """The engine server under load: `/health` and a small completion, idle and while 200 slow
-sockets and one greedy client hold on to it (issue 26).
+sockets and one greedy client hold on to it.
 
-Run from the repository root:
-
-    .venv/bin/python bench/load.py [--slow-sockets 200] [--completions 10] [--json PATH]
+    python -m bench load [--slow-sockets 200] [--completions 10] [--json PATH]
 
 The real `infill-lsp engine` with the default models on loopback (bench/_servers.py). Two
 phases, each measured the same way:
@@ -25,7 +23,7 @@ Targets: `/health` p99 under 100 ms throughout; the small completion's p50 while
 2x its idle p50; trickling heads closed within 15 s, trickled bodies within their 30 s
 deadline (plus a second).
 
-Prints a table to stdout and writes JSON to bench/results/load.json; logs go to stderr.
+Writes every figure to bench/results/load.json; logs go to stderr.
 """
 
 from __future__ import annotations
@@ -333,7 +331,7 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         mine = [s for s in slow if s.kind == kind]
         closed = [s.closed_after for s in mine if s.closed_after is not None]
         # Each socket by its deadline (plus a second for the timer and the close), and heads
-        # also by the issue's 15 s.
+        # also by 15 s, what a user would call hung.
         deadline = mine[0].deadline + DEADLINE_SLACK if mine else math.nan
         limit = min(HEAD_TARGET, deadline) if kind == "head" else deadline
         out[kind] = {

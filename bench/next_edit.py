@@ -1,12 +1,9 @@
 """Next edits on real edits written by no one here: replay the first hunk of a file's change
 between two released versions of a PyPI package, ask a predictor for the next edits, and score
-them against the hunks that followed (issue 24, "Tests and measures").
+them against the hunks that followed.
 
-Run from the repository root:
-
-    .venv/bin/python bench/next_edit.py [--limit 1000] [--packages click,markupsafe]
+    python -m bench next_edit [--limit 1000] [--packages click,markupsafe]
         [--cache-dir build/next_edit_cache] [--json PATH]
-    .venv/bin/python bench/next_edit.py --self-check
 
 Corpus: the sdists of consecutive releases of a few well-known packages (`PACKAGES`, pinned),
 fetched once with `pip download --no-deps --no-binary :all:` into `--cache-dir` (gitignored)
@@ -34,8 +31,8 @@ Another predictor plugs in through `PREDICTORS` (a name and a callable), as `_ed
 `after` the file after it, `first` the first hunk as an `Edit` of `before` (start, end, new
 text), and each proposed `Edit` is in code-point offsets of `after`, none overlapping.
 
-Prints a table to stdout, writes JSON to bench/results/next_edit.json; logs go to stderr.
-Targets on same-substitution cases (issue 24, for the project's propagation): at least half
+Writes every figure to bench/results/next_edit.json; logs go to stderr.
+Targets on same-substitution cases: at least half
 of the hunks reproduced; false edits under 5% of all cases.
 """
 

@@ -1,9 +1,7 @@
-"""Requests under way at once, written together or one at a time (issue 25: continuous
-batching in the worker), side by side in one run, on the engine's own worker in this process.
+"""Requests under way at once, written together or one at a time, side by side in one run, on
+the engine's own worker in this process.
 
-Run from the repository root:
-
-    .venv/bin/python bench/together.py [--rounds 3] [--tokens 32] [--threads N]
+    python -m bench rows [--rounds 3] [--tokens 32] [--threads N]
 
 A round: N documents (HumanEval prompts, a different task each) whose states are kept (each
 asked alone once, as an editor's earlier keystroke would), then a keystroke in each: all N
@@ -12,10 +10,10 @@ order turning from round to round:
 
 - together: the worker writes the N requests as one group, a token of each per pass
   (`engine/backends/llama_group.py`), whatever the load-time probe found (`group_from` 2);
-- one at a time: no group (`group_from` 0), so the requests take turns as before.
+- one at a time: no group (`group_from` 0), so the requests take turns.
 
 Prints, for N = 1, 2, 4 and 8, the median seconds until the last of the N answers is out and
-the mean seconds per answer, each way; their ratio to one request alone (the issue's measure
+the mean seconds per answer, each way; their ratio to one request alone (the measure
 for editors sharing an engine: at most 1.3x for two); and how many answers parted from the
 other way's (the cells of a request written together lie elsewhere in the cache, and near
 ties can go the other way). Writes bench/results/together.json.

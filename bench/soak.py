@@ -12,7 +12,7 @@ It reports what a user would notice after a long day:
   is counted by the client's warning), with how each ended (items, empty, cancelled, error);
 - the server's health at the end: `infill/status` is `ready` and a fresh request gets items.
 
-    .venv/bin/python bench/soak.py [--ops 5000] [--docs 50] [--seed 7]
+    python -m bench soak [--ops 5000] [--docs 50] [--seed 7]
 
 Not a timed test: it prints a table and writes `bench/results/soak.json`.
 """

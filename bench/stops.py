@@ -1,8 +1,6 @@
-"""The stop processor's cost per token, against one decode step of the model (DESIGN §3, §6).
+"""The stop processor's cost per token, against one decode step of the model.
 
-Run from the repository root:
-
-    .venv/bin/python bench/stops.py [--tokens 2000] [--repeats 20] [--json PATH]
+    python -m bench stops [--tokens 2000] [--repeats 20] [--json PATH]
 
 `engine.stops.StopChecker` is fed a real 2,000-token output (HumanEval programs tokenized by
 the default completion model, each piece decoded by our detokenizer beforehand, so only the
@@ -10,7 +8,7 @@ stop processor is timed) with 0, 1 and 50 stop strings. The time per token is re
 the first and the last quarter of the output (it must not grow with the output's length) and
 as a share of one greedy decode step of the same model, measured in the same run.
 
-Prints a table to stdout and writes JSON to bench/results/stops.json; logs go to stderr.
+Writes every figure to bench/results/stops.json; logs go to stderr.
 Targets: flat in output length, and under 1% of a decode step.
 """
 

@@ -1,16 +1,14 @@
-"""Hostile chat templates against the sandbox's limits (engine/template_sandbox.py, issue 26):
+"""Hostile chat templates against the sandbox's limits (engine/template_sandbox.py):
 the time each takes to be refused, and how much the process grows meanwhile.
 
-Run from the repository root:
-
-    .venv/bin/python bench/template_limits.py [--json PATH]
+    python -m bench template_limits [--json PATH]
 
 The probes are the tests' (tests/engine/test_template_limits.py: one call that would build
 100 MB to 10 GB, and runaway loops), each rendered in a fresh process on a one-message
 conversation with the default limits (2 s, 1,000,012 characters), so that the peak resident
 size it reports is that probe's alone.
 
-Prints a table to stdout and writes JSON to bench/results/template_limits.json; logs go to
+Writes every figure to bench/results/template_limits.json; logs go to
 stderr. Targets: each refused within its deadline plus 0.1 s, the process growing by under
 50 MB.
 """
