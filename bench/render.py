@@ -132,19 +132,19 @@ def replace_block(text: str, block: str) -> str | None:
     return text[: start + len(START)] + "\n" + block + "\n" + text[end:]
 
 
-def pages(records: dict[str, Record]) -> dict[Path, str]:
+def pages(records: dict[str, Record], docs: Path = DOCS) -> dict[Path, str]:
     """Every page of docs/benchmarks/ and its text."""
-    out = {DOCS / f"{s.name}.md": suite_page(s, records.get(s.name)) for s in SUITES.values()}
-    out[DOCS / "README.md"] = index_page(records)
+    out = {docs / f"{s.name}.md": suite_page(s, records.get(s.name)) for s in SUITES.values()}
+    out[docs / "README.md"] = index_page(records)
     return out
 
 
-def render_all(folder: Path = RECORDS, readme: Path = README) -> Iterable[Path]:
+def render_all(folder: Path = RECORDS, readme: Path = README, docs: Path = DOCS) -> Iterable[Path]:
     """Write every page, and README.md's summary where it has the markers."""
     records = latest(folder)
-    DOCS.mkdir(parents=True, exist_ok=True)
+    docs.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, text in pages(records).items():
+    for path, text in pages(records, docs).items():
         path.write_text(text)
         written.append(path)
     if readme.is_file():
