@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.backend import Backend
+from engine.specs import ModelSpec, RemoteSpec
 from engine.types import Role, SamplingParams
 
 if TYPE_CHECKING:
@@ -117,6 +118,13 @@ def timed_tokens(
     return started, stamps, ids
 
 
+def local_spec(spec: ModelSpec | RemoteSpec) -> ModelSpec:
+    """A benchmark's model runs in this process: a remote one is refused."""
+    if not isinstance(spec, ModelSpec):
+        raise SystemExit(f"the benchmarks measure a local model, not {spec}")
+    return spec
+
+
 def default_llama(threads: int | None = None) -> LlamaCppBackend:
     """The default completion model through llama.cpp, loaded as the server loads it (the
     environment's model settings ignored: every run measures the same model)."""
@@ -125,7 +133,8 @@ def default_llama(threads: int | None = None) -> LlamaCppBackend:
     from engine.models import load_backend, model_spec
     from engine.specs import ModelOptions
 
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=threads), environ={}))
+    spec = model_spec(Role.COMPLETION, ModelOptions(threads=threads), environ={})
+    backend = load_backend(local_spec(spec))
     assert isinstance(backend, LlamaCppBackend)
     return backend
 

@@ -17,22 +17,23 @@ import argparse
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._common import setup_logging, token_counter, write_json
+from bench._common import local_spec, setup_logging, token_counter, write_json
 from bench._lsp import JobLine, ServerClient, mode_at
 from bench._raw import RawLlama, RawRun
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.models import load_backend
+from engine.specs import ModelSpec
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import model_specs
-from lsp_server.inline.prompt import Prompt, build_prompt
+from lsp_server.inline.prompt import build_prompt
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench")
@@ -42,11 +43,17 @@ log = logging.getLogger("bench")
 SETTLE_S = 0.5
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawPrompt:
+    text: str
+    token_ids: tuple[int, ...]
+
+
 class Raw:
     """The server's prompt, built in this process, and the raw baseline to run it on."""
 
     def __init__(self, settings: Settings) -> None:
-        spec = model_specs(settings)[Role.COMPLETION]
+        spec = local_spec(model_specs(settings)[Role.COMPLETION])
         self.settings = settings
         self.llama = RawLlama(spec)
         # Our backend, only to build prompts exactly as the server does (its engine stays idle).
@@ -58,9 +65,12 @@ class Raw:
         # What `lsp_server.inline` passes for an automatic (greedy) request.
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
 
-    def prompt(self, text: str, offset: int) -> Prompt:
+    def prompt(self, text: str, offset: int) -> RawPrompt:
+        """The server's prompt for this cursor: its text and its token ids."""
         snap = DocumentSnapshot.at(text, offset, uri="file:///raw.py")
-        return build_prompt(self.model, snap, self.settings)
+        prompt = build_prompt(self.model, snap, self.settings)
+        assert prompt.token_ids is not None  # a local model's prompt is token ids
+        return RawPrompt(text=prompt.text, token_ids=prompt.token_ids)
 
     def generate(self, ids: Sequence[int], n: int, *, cold: bool = False) -> RawRun:
         """The raw baseline on `ids` until `n` tokens came out (`cold`: empty KV cache)."""
@@ -118,10 +128,12 @@ def server_options(
     return options, settings
 
 
-def run_on_raw_engine(settings: Settings, body: Callable[[Engine], Awaitable[None]]) -> None:
+def run_on_raw_engine(
+    settings: Settings, body: Callable[[Engine], Coroutine[Any, Any, None]]
+) -> None:
     """`body` on our engine in this process, on the server's completion model: a raw baseline
     that runs through the engine (HumanEval, cross-file context). The engine is closed after."""
-    engine = Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
+    engine = Engine(load_backend(local_spec(model_specs(settings)[Role.COMPLETION])), name="raw")
     try:
         asyncio.run(body(engine))
     finally:
@@ -198,4 +210,5 @@ async def _run(args: argparse.Namespace, parts: Sequence[Part]) -> dict[str, Any
 def model_paths(model: str | None = None) -> list[Path]:
     """The model files the language server loads with the benchmarks' options, each role's:
     what a record names by sha256."""
-    return [Path(spec.path) for spec in model_specs(server_options(model)[1]).values()]
+    specs = model_specs(server_options(model)[1]).values()
+    return [Path(spec.path) for spec in specs if isinstance(spec, ModelSpec)]

@@ -50,6 +50,7 @@ from typing import Any
 from bench._common import (
     RESULTS,
     humaneval_rows,
+    local_spec,
     median,
     setup_logging,
     shared_prefix,
@@ -57,7 +58,7 @@ from bench._common import (
     token_counter,
     write_json,
 )
-from bench.record import Outcome, metric
+from bench.record import Outcome, Target, metric
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.drafts import DraftCounts
 from engine.models import load_backend, model_spec
@@ -434,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
     paths: list[Path] = []
     for role_name in args.roles:
         role = Role(role_name)
-        backend = load_backend(model_spec(role, ModelOptions(), environ={}))
+        backend = load_backend(local_spec(model_spec(role, ModelOptions(), environ={})))
         if not isinstance(backend, LlamaCppBackend):
             raise SystemExit("drafts are the llama.cpp backend's: the benchmark needs a GGUF")
         name = backend.info.name
@@ -470,10 +471,10 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
     for name, kinds in results.items():
         for kind, s in kinds.items():
             way = s["drafts"]
-            target = (">=", TARGET_SPEEDUP) if kind == "rewrite" else None
+            target: Target | None = (">=", TARGET_SPEEDUP) if kind == "rewrite" else None
             metrics.append(
                 metric(f"{name}, {kind}: plain / with drafts", way["speedup"], target=target)
-            )  # type: ignore[arg-type]
+            )
             if kind != "next-edit copy":
                 metrics.append(
                     metric(

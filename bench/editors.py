@@ -66,7 +66,7 @@ from bench._compare import SETTLE_S, bust_cache, server_options
 from bench._lsp import KEYSTROKE_S, ServerClient
 from bench._servers import LlamaServer, find_binary, get_json, start_engine_server
 from bench._spots import TypingDoc, typing_doc
-from bench.record import Metric, Outcome, metric
+from bench.record import Metric, Outcome, Target, metric
 from engine.default_models import default_completion_model
 from engine.fim import PromptFormat
 from engine.models import load_backend, model_spec
@@ -330,14 +330,14 @@ def editors_metrics(result: dict[str, Any]) -> list[Metric]:
     for side, summary in result["summary"].items():
         for n, group in summary.items():
             if n != "1":
-                target = ("<=", TARGET_TWO) if n == "2" else None
+                target: Target | None = ("<=", TARGET_TWO) if n == "2" else None
                 out.append(
                     metric(
                         f"{LABELS[side]}, {n} at once: worst together / alone",
                         group["worst"],
                         target=target,
                     )
-                )  # type: ignore[arg-type]
+                )
     out.append(metric("answers or prompts unequal between the servers", len(result["unequal"])))
     return out
 

@@ -64,7 +64,7 @@ from bench._common import (
     timed_tokens,
     write_json,
 )
-from bench.record import Metric, Outcome, metric
+from bench.record import Metric, Outcome, Target, metric
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
 from engine.specs import ModelSpec
@@ -191,7 +191,7 @@ def train_tokenizer(vocab_size: int) -> Any:
             show_progress=False,  # its bars go to stdout, where the table goes
         ),
     )
-    return transformers.PreTrainedTokenizerFast(
+    return transformers.PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
 
@@ -222,7 +222,8 @@ def build_model(folder: Path, settings: Settings) -> dict[str, Any]:
     # parameters() yields a tied tensor once: the embedding, which is also the LM head.
     params = sum(p.numel() for p in model.parameters())
     built = time.perf_counter() - started
-    transformers.utils.logging.disable_progress_bar()  # its bars would garble stderr's log
+    # Its bars would garble stderr's log.
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model.save_pretrained(folder)
     del model
     _empty_cache(settings.device)
@@ -629,10 +630,10 @@ def gpu_metrics(data: dict[str, Any]) -> list[Metric]:
             continue
         label = key.replace("_", " ", 1)
         out.append(metric(f"{label}: decode", part["decode_tokens_per_s"], "tokens/s"))
-        target = (">=", TARGET_SHARE) if key == "transformers_compiled" else None
+        target: Target | None = (">=", TARGET_SHARE) if key == "transformers_compiled" else None
         out.append(
             metric(f"{label}: share of the limit", part.get("share_of_limit"), target=target)
-        )  # type: ignore[arg-type]
+        )
         out.append(
             metric(f"{label}: keystroke / cold first token", part.get("keystroke_over_cold"))
         )

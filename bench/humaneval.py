@@ -70,6 +70,7 @@ from bench._common import (
     HUMAN_EVAL_RANDOM_SPAN,
     RESULTS,
     humaneval_rows,
+    local_spec,
     setup_logging,
     suite_parser,
     write_json,
@@ -499,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
     variants = variants_of(layouts, args.changes, single_line=args.set == "single-line")
     tasks, total, how = load_tasks(args)
     options, settings = server_options(args.model)
-    spec = model_specs(settings)[Role.COMPLETION]
+    spec = local_spec(model_specs(settings)[Role.COMPLETION])
 
     log.info("raw: %d tasks through the engine", len(tasks))
     t0 = time.perf_counter()

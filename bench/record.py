@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "bench" / "records"
 
 Comparison = Literal["<=", ">=", "<", ">", "=="]
+#: A metric's target: a comparison and its bound.
+Target = tuple[Comparison, float]
 _CHECKS = {
     "<=": lambda v, b: v <= b,
     ">=": lambda v, b: v >= b,
@@ -48,7 +50,7 @@ def metric(
     value: float | int | str | None,
     unit: str = "",
     *,
-    target: tuple[Comparison, float] | None = None,
+    target: Target | None = None,
 ) -> Metric:
     """A metric, judged against `target` (a comparison and its bound) where one is given; a
     value that is missing or not a number (NaN) never meets it."""

@@ -15,6 +15,7 @@ stderr. Targets: each refused within its deadline plus 0.1 s, the process growin
 
 from __future__ import annotations
 
+import importlib
 import json
 import resource
 import subprocess
@@ -36,9 +37,8 @@ def probes() -> dict[str, str]:
     for folder in (ROOT / "tests", ROOT / "tests" / "engine"):
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
-    from test_template_limits import BEFORE_BUILDING, RUNAWAYS
-
-    return {name: source for name, (source, _) in (BEFORE_BUILDING | RUNAWAYS).items()}
+    tests = importlib.import_module("test_template_limits")
+    return {name: source for name, (source, _) in (tests.BEFORE_BUILDING | tests.RUNAWAYS).items()}
 
 
 def measure(name: str) -> dict[str, Any]:
