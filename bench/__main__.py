@@ -28,10 +28,11 @@ def list_suites() -> str:
 def run(name: str, argv: Sequence[str]) -> record.Record:
     """Run suite `name` with its own arguments and write its record."""
     module = importlib.import_module(SUITES[name].module)
+    at = record.commit()  # what was measured: the tree as the run starts
     watch = record.LoadWatch()
     started = time.perf_counter()
     outcome: record.Outcome = module.main(list(argv))
-    done = record.record_of(name, outcome, watch.finish(), time.perf_counter() - started)
+    done = record.record_of(name, outcome, watch.finish(), time.perf_counter() - started, at)
     path = record.write(done)
     print()
     print(render.metrics_table(done))

@@ -225,9 +225,12 @@ def sha256(path: Path) -> str:
 # --- reading and writing ----------------------------------------------------------------------
 
 
-def record_of(suite: str, outcome: Outcome, load: Load, wall_s: float) -> Record:
-    """The record of one run that has just ended."""
-    head, dirty = commit()
+def record_of(
+    suite: str, outcome: Outcome, load: Load, wall_s: float, at: tuple[str, bool] | None = None
+) -> Record:
+    """The record of one run that has just ended; `at`: the commit it started at, and whether
+    the tree differed from it then (read now where not given)."""
+    head, dirty = at or commit()
     return Record(
         suite=suite,
         commit=head,
