@@ -187,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
     prompt = load_prompt(args.task)
     path = resolve_model_path(Role.COMPLETION)
     log.info("loading %s", path)
-    spec = ModelSpec(path=path)
+    # No kept states (a budget of 0): ours is to start cold as raw does, and the engine would
+    # otherwise bring the prompt back from the state it kept when `cool` took the cache.
+    spec = ModelSpec(path=path, kv_cache_mb=0)
     backend: Backend = load_backend(spec)
     engine = Engine(backend, name="bench")
     raw = RawLlama(spec)

@@ -39,7 +39,7 @@ of the document after the cursor, or when a line of the applied result that the 
 touched equals (stripped) the first non-blank line after the insertion. "Empty": no item.
 
 The model runs in one process at a time: raw first (then its model is closed), then the
-server; programs are scored afterwards, two at a time. Time on two cores: about 5
+server; programs are scored afterwards, two at a time. On a two-core CPU: about 5
 minutes for the default (100 tasks, "hole"); each more layout adds 2 to 4 minutes.
 Writes per-task outcomes to bench/results/humaneval.json; logs go to stderr. Targets: ours
 passes at least as many tasks as raw, and no suggestion duplicates the suffix.
