@@ -54,6 +54,8 @@ def metric(
 ) -> Metric:
     """A metric, judged against `target` (a comparison and its bound) where one is given; a
     value that is missing or not a number (NaN) never meets it."""
+    if isinstance(value, float):
+        value = float(f"{value:.6g}")  # a record holds what a timing can tell, not float noise
     if target is None:
         return Metric(name=name, value=value, unit=unit)
     op, bound = target
@@ -62,8 +64,6 @@ def metric(
         and value == value  # NaN is no measurement
         and bool(_CHECKS[op](value, bound))
     )
-    if isinstance(value, float):
-        value = round(value, 6)
     return Metric(name=name, value=value, unit=unit, target=f"{op} {bound:g}", met=good)
 
 
