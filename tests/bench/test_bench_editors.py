@@ -131,13 +131,13 @@ def test_the_summary_and_the_verdict_on_two_at_once() -> None:
     }
     metrics = {m.name: m for m in editors.editors_metrics(result)}
     engine_two = metrics["infill-lsp engine, 2 at once: worst together / alone"]
-    assert engine_two.value == pytest.approx(200 / 110)
+    assert engine_two.value == pytest.approx(200 / 110, rel=1e-5)
     assert (engine_two.target, engine_two.met) == ("<= 1.3", False)
     peer_two = metrics["llama-server -np 4, 2 at once: worst together / alone"]
     assert peer_two.value == pytest.approx(1.2)
     assert peer_two.met is True
     engine_four = metrics["infill-lsp engine, 4 at once: worst together / alone"]
-    assert engine_four.value == pytest.approx(350 / 110)
+    assert engine_four.value == pytest.approx(350 / 110, rel=1e-5)
     assert engine_four.target is None
     assert metrics["answers or prompts unequal between the servers"].value == 0
 
