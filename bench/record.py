@@ -55,13 +55,14 @@ def metric(
     """A metric, judged against `target` (a comparison and its bound) where one is given; a
     value that is missing or not a number (NaN) never meets it."""
     if isinstance(value, float):
-        value = float(f"{value:.6g}")  # a record holds what a timing can tell, not float noise
+        # NaN is a measurement that never happened (no request of that kind in the run); the
+        # rest holds what a timing can tell, not float noise.
+        value = None if value != value else float(f"{value:.6g}")
     if target is None:
         return Metric(name=name, value=value, unit=unit)
     op, bound = target
     good = (
         isinstance(value, int | float)
-        and value == value  # NaN is no measurement
         and bool(_CHECKS[op](value, bound))
     )
     return Metric(name=name, value=value, unit=unit, target=f"{op} {bound:g}", met=good)
