@@ -1,4 +1,4 @@
-"""Documents and cursors for the server benchmarks (latency, warm_cold, replay): positions in
+"""Documents and cursors for the server benchmarks (the latency suite, editors): positions in
 real files, HumanEval programs, and a document of about N tokens with a line to type."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Prints, for N = 1, 2, 4 and 8, the median seconds until the last of the N answer
 the mean seconds per answer, each way; their ratio to one request alone (the measure
 for editors sharing an engine: at most 1.3x for two); and how many answers parted from the
 other way's (the cells of a request written together lie elsewhere in the cache, and near
-ties can go the other way). Writes bench/results/together.json.
+ties can go the other way). Writes bench/results/rows.json.
 """
 
 from __future__ import annotations
