@@ -723,7 +723,7 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
         "--llama-server", help="documents: the llama-server binary (default: make's)"
     )
     parser.add_argument("--model", help="completion model for both sides (default: the default)")
-    parser.add_argument("--json", default=RESULTS / "latency.json", help="output file")
+    parser.add_argument("--json", type=Path, default=RESULTS / "latency.json", help="output file")
     args = parser.parse_args(argv)
     names = [name for name in args.parts.split(",") if name]
     if unknown := set(names) - set(PARTS):
