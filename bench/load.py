@@ -409,18 +409,16 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
             target=("<=", BUSY_OVER_IDLE_TARGET),
         ),
     ]
-    for kind in ("head", "body"):
+    for kind, sockets in (("head", "trickling heads"), ("body", "trickled bodies")):
         s = summary[kind]
         metrics.append(
             metric(
-                f"trickling {kind}s: latest closed",
+                f"{sockets}: latest closed",
                 s["latest_close_s"],
                 "s",
                 target=("<=", s["limit_s"]),
             )
         )
-        metrics.append(
-            metric(f"trickling {kind}s: closed", s["closed"], target=(">=", s["sockets"]))
-        )
+        metrics.append(metric(f"{sockets}: closed", s["closed"], target=(">=", s["sockets"])))
     parameters = {k: v for k, v in vars(args).items() if k != "json"}
     return Outcome(parameters=parameters, metrics=metrics, models=[Path(model)])

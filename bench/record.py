@@ -61,10 +61,7 @@ def metric(
     if target is None:
         return Metric(name=name, value=value, unit=unit)
     op, bound = target
-    good = (
-        isinstance(value, int | float)
-        and bool(_CHECKS[op](value, bound))
-    )
+    good = isinstance(value, int | float) and bool(_CHECKS[op](value, bound))
     return Metric(name=name, value=value, unit=unit, target=f"{op} {bound:g}", met=good)
 
 
