@@ -338,7 +338,8 @@ def editors_metrics(result: dict[str, Any]) -> list[Metric]:
                         target=target,
                     )
                 )
-    out.append(metric("answers or prompts unequal between the servers", len(result["unequal"])))
+    if len(result["summary"]) > 1:  # the servers' answers compared, where both ran
+        out.append(metric("answers or prompts unequal between the servers", len(result["unequal"])))
     return out
 
 
@@ -597,7 +598,8 @@ def main(argv: Sequence[str] | None = None) -> Outcome:
     write_json(args.json, result)
     for side, why in result["config"]["skipped"].items():
         log.warning("%s skipped: %s", LABELS[side], why)
-    parameters = {k: result["config"][k] for k in ("rounds", "threads", "context_size", "slots")}
+    keys = ("rounds", "threads", "context_size", "slots")
+    parameters = {"sides": list(args.sides), **{k: result["config"][k] for k in keys}}
     return Outcome(
         parameters=parameters, metrics=editors_metrics(result), models=[Path(args.model)]
     )
