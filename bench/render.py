@@ -22,7 +22,7 @@ END = "<!-- bench-summary:end -->"
 #: the model's time, a keystroke answered without the model, how often a line is right, memory
 #: after a long day, next edits found).
 SUMMARY: tuple[tuple[str, str], ...] = (
-    ("latency", "warm request, server / raw engine, worst position"),
+    ("latency", "warm request, server / raw engine, median position"),
     ("latency", "typing the suggestion's next character (type-ahead cache)"),
     ("humaneval", "passed, ours through the server"),
     ("soak", "resident memory, after / once warm"),

@@ -37,7 +37,7 @@ SUITES: dict[str, Suite] = {
         Suite(
             name="latency",
             summary="the language server against the raw engine: warm, cold, typing, documents",
-            headline="warm request, server / raw engine, worst position",
+            headline="warm request, server / raw engine, median position",
         ),
         Suite(
             name="humaneval",
