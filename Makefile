@@ -3,8 +3,8 @@
 #   make demo   set up everything from nothing, then run a real completion
 #   make test   set up everything from nothing, then run the whole test suite
 #   make test-repeat  `make test` RUNS times (default 10) beside a CPU-bound process (SHUFFLE=1: a new order each run)
-#   make bench  benchmarks (tables on stdout, JSON in bench/results/)
-#   make llama-server  the peer for bench/documents.py and bench/editors.py (benchmark-only, about 6 minutes)
+#   make bench  the benchmark suites (`python -m bench --list`), a record each in bench/records/, then docs/benchmarks/ rendered
+#   make llama-server  the peer the latency suite's documents part and the editors suite compare against (benchmark-only, about 6 minutes)
 #   make lint   ruff format check, ruff check, mypy
 #   make vsix   the VS Code extension's package, editors/vscode/infill-lsp.vsix
 
@@ -92,30 +92,23 @@ code-server:
 	sh tests/editors/install_code_server.sh $(CODE_SERVER) \
 		|| echo "code-server is not installed: the VS Code end-to-end test will skip" >&2
 
+# Every suite but gpu (it needs a CUDA machine) and confidence (its PyPI sdists are fetched first).
 bench: $(STAMP)
-	$(BIN)/python bench/stops.py
-	$(BIN)/python bench/engine.py
-	$(BIN)/python bench/backends.py
-	$(BIN)/python bench/latency.py
-	$(BIN)/python bench/warm_cold.py
-	$(BIN)/python bench/replay.py
-	$(BIN)/python bench/humaneval.py --layouts hole,blank
-	$(BIN)/python bench/soak.py
-	$(BIN)/python bench/documents.py
-	$(BIN)/python bench/remote.py
-	$(BIN)/python bench/editors.py
-	$(BIN)/python bench/next_edit.py
-	$(BIN)/python bench/next_edit_rewrite.py
-	$(BIN)/python bench/drafts.py
-	$(BIN)/python bench/load.py
-	$(BIN)/python bench/languages.py
-	$(BIN)/python bench/invoked.py
-	$(BIN)/python bench/sequences_memory.py
-	$(BIN)/python bench/cold.py
-	$(BIN)/python bench/together.py
-	$(BIN)/python bench/transformers_rows.py
+	$(BIN)/python -m bench stops
+	$(BIN)/python -m bench engine
+	$(BIN)/python -m bench latency
+	$(BIN)/python -m bench humaneval --layouts hole,blank
+	$(BIN)/python -m bench soak
+	$(BIN)/python -m bench load
+	$(BIN)/python -m bench editors
+	$(BIN)/python -m bench rows
+	$(BIN)/python -m bench drafts
+	$(BIN)/python -m bench next_edit
+	$(BIN)/python -m bench languages
+	$(BIN)/python -m bench template_limits
+	$(BIN)/python -m bench render
 
-# Benchmark-only: llama.cpp's own server, the peer bench/documents.py and bench/editors.py compare against.
+# Benchmark-only: llama.cpp's own server, the peer of the latency suite's documents part and of the editors suite.
 llama-server: $(STAMP)
 	PYTHON=$(BIN)/python bash bench/build_llama_server.sh build/llama-server
 

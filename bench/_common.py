@@ -6,6 +6,7 @@ The tables go to stdout and the logs to stderr, so that a table can be piped or 
 
 from __future__ import annotations
 
+import argparse
 import functools
 import gzip
 import json
@@ -16,11 +17,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.backend import Backend
+from engine.specs import ModelSpec, RemoteSpec
 from engine.types import Role, SamplingParams
 
 if TYPE_CHECKING:
@@ -83,11 +84,6 @@ def shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     return n
 
 
-def ok(good: bool) -> str:
-    """A target's verdict, as the tables print it."""
-    return "yes" if good else "NO"
-
-
 # --- measuring a backend --------------------------------------------------------------------
 
 
@@ -122,6 +118,13 @@ def timed_tokens(
     return started, stamps, ids
 
 
+def local_spec(spec: ModelSpec | RemoteSpec) -> ModelSpec:
+    """A benchmark's model runs in this process: a remote one is refused."""
+    if not isinstance(spec, ModelSpec):
+        raise SystemExit(f"the benchmarks measure a local model, not {spec}")
+    return spec
+
+
 def default_llama(threads: int | None = None) -> LlamaCppBackend:
     """The default completion model through llama.cpp, loaded as the server loads it (the
     environment's model settings ignored: every run measures the same model)."""
@@ -130,7 +133,8 @@ def default_llama(threads: int | None = None) -> LlamaCppBackend:
     from engine.models import load_backend, model_spec
     from engine.specs import ModelOptions
 
-    backend = load_backend(model_spec(Role.COMPLETION, ModelOptions(threads=threads), environ={}))
+    spec = model_spec(Role.COMPLETION, ModelOptions(threads=threads), environ={})
+    backend = load_backend(local_spec(spec))
     assert isinstance(backend, LlamaCppBackend)
     return backend
 
@@ -143,49 +147,8 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-# --- tables ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """One column of a text table: its title, its width and alignment (the title's too), the
-    format of its numbers (`spec`, such as ".1f"), and the text before it (`gap`)."""
-
-    title: str
-    width: int
-    align: str = ">"
-    spec: str = ""
-    gap: str = " "
-
-
-class Table:
-    """A fixed-width text table, the one every benchmark prints. A cell is a number (formatted
-    with its column's `spec`), a text, or None (shown as "-"); a text wider than its column
-    pushes the rest of its row to the right. A row may stop before the last column."""
-
-    def __init__(self, *columns: Column) -> None:
-        self.columns = columns
-
-    def titles(self) -> str:
-        return self.row(*(column.title for column in self.columns))
-
-    def header(self, *, rule_extra: int = 0) -> str:
-        """The titles and a rule of dashes under them (`rule_extra` dashes longer)."""
-        titles = self.titles()
-        return titles + "\n" + "-" * (len(titles) + rule_extra)
-
-    def row(self, *cells: Any) -> str:
-        if len(cells) > len(self.columns):
-            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns")
-        parts = []
-        for index, (column, cell) in enumerate(zip(self.columns, cells, strict=False)):
-            spec = "" if cell is None or isinstance(cell, str) else column.spec
-            text = format("-" if cell is None else cell, f"{column.align}{column.width}{spec}")
-            parts.append(text if index == 0 else column.gap + text)
-        return "".join(parts)
-
-    def print(self, rows: Iterable[Sequence[Any]]) -> None:
-        """The header, then one line per row."""
-        print(self.header())
-        for cells in rows:
-            print(self.row(*cells))
+def suite_parser(name: str, doc: str | None) -> argparse.ArgumentParser:
+    """A suite's argument parser: `python -m bench NAME`, its docstring's first paragraph."""
+    return argparse.ArgumentParser(
+        prog=f"python -m bench {name}", description=(doc or "").split("\n\n")[0]
+    )

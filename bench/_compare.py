@@ -1,6 +1,6 @@
 """What the benchmarks that set the server beside a baseline share: the server's options, the
 raw side, one measured server request, the pause between sides, and the run around them
-(latency, warm_cold, replay, documents); the raw engine baseline of humaneval and crossfile.
+(the latency suite's parts); the raw engine baseline of humaneval and languages.
 
 The server is the real one: `python -P -m lsp_server.cli serve` as a subprocess, spoken to over
 stdio (bench/_lsp.py), exactly as an editor does. The raw side is the raw llama.cpp baseline
@@ -16,26 +16,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import platform
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, setup_logging, token_counter, write_json
-from _lsp import JobLine, ServerClient, mode_at
-from _raw import RawLlama, RawRun
-
+from bench._common import local_spec, setup_logging, token_counter, write_json
+from bench._lsp import JobLine, ServerClient, mode_at
+from bench._raw import RawLlama, RawRun
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from engine.models import load_backend
+from engine.specs import ModelSpec
 from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
 from lsp_server.client import insert_text_of
 from lsp_server.documents import DocumentSnapshot
 from lsp_server.host import model_specs
-from lsp_server.inline.prompt import Prompt, build_prompt
+from lsp_server.inline.prompt import build_prompt
 from lsp_server.settings import Settings, parse_settings
 
 log = logging.getLogger("bench")
@@ -45,11 +43,17 @@ log = logging.getLogger("bench")
 SETTLE_S = 0.5
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawPrompt:
+    text: str
+    token_ids: tuple[int, ...]
+
+
 class Raw:
     """The server's prompt, built in this process, and the raw baseline to run it on."""
 
     def __init__(self, settings: Settings) -> None:
-        spec = model_specs(settings)[Role.COMPLETION]
+        spec = local_spec(model_specs(settings)[Role.COMPLETION])
         self.settings = settings
         self.llama = RawLlama(spec)
         # Our backend, only to build prompts exactly as the server does (its engine stays idle).
@@ -61,9 +65,12 @@ class Raw:
         # What `lsp_server.inline` passes for an automatic (greedy) request.
         self.sampling = SamplingParams(max_tokens=1, temperature=0.0, top_p=1.0)
 
-    def prompt(self, text: str, offset: int) -> Prompt:
+    def prompt(self, text: str, offset: int) -> RawPrompt:
+        """The server's prompt for this cursor: its text and its token ids."""
         snap = DocumentSnapshot.at(text, offset, uri="file:///raw.py")
-        return build_prompt(self.model, snap, self.settings)
+        prompt = build_prompt(self.model, snap, self.settings)
+        assert prompt.token_ids is not None  # a local model's prompt is token ids
+        return RawPrompt(text=prompt.text, token_ids=prompt.token_ids)
 
     def generate(self, ids: Sequence[int], n: int, *, cold: bool = False) -> RawRun:
         """The raw baseline on `ids` until `n` tokens came out (`cold`: empty KV cache)."""
@@ -121,10 +128,12 @@ def server_options(
     return options, settings
 
 
-def run_on_raw_engine(settings: Settings, body: Callable[[Engine], Awaitable[None]]) -> None:
+def run_on_raw_engine(
+    settings: Settings, body: Callable[[Engine], Coroutine[Any, Any, None]]
+) -> None:
     """`body` on our engine in this process, on the server's completion model: a raw baseline
     that runs through the engine (HumanEval, cross-file context). The engine is closed after."""
-    engine = Engine(load_backend(model_specs(settings)[Role.COMPLETION]), name="raw")
+    engine = Engine(load_backend(local_spec(model_specs(settings)[Role.COMPLETION])), name="raw")
     try:
         asyncio.run(body(engine))
     finally:
@@ -144,71 +153,62 @@ def raw_line_request(prompt: str, settings: Settings) -> GenerationRequest:
     )
 
 
-#: A benchmark's body: the server and the raw side, ready; returns its part of the JSON.
+#: A part of a comparison: the server and the raw side, ready; returns its part of the JSON.
 Body = Callable[[ServerClient, Raw, argparse.Namespace], Awaitable[dict[str, Any]]]
 
 
-def main(
-    name: str,
-    doc: str,
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-    body: Body,
-    print_table: Callable[[dict[str, Any]], None],
-    argv: Sequence[str] | None = None,
-    settings: dict[str, Any] | None = None,
-) -> int:
-    """Parse the arguments, load the raw side, start the server (`debounceMs` 0), run `body`,
-    print its table and write bench/results/<name>.json."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    add_arguments(parser)
-    parser.add_argument("--model", help="completion model for both sides (default: the default)")
-    parser.add_argument("--json", type=Path, default=RESULTS / f"{name}.json", help="output file")
-    args = parser.parse_args(argv)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Part:
+    """A part of a comparison: its name, its body, and the server settings it needs beside
+    `debounceMs` 0 (the raw side builds its prompts with the same)."""
+
+    name: str
+    body: Body
+    settings: dict[str, Any]
+
+
+def run_parts(args: argparse.Namespace, parts: Sequence[Part], json_path: Path) -> dict[str, Any]:
+    """Load the raw side once; for each part, start the server with the part's settings, run
+    it, stop the server. Writes and returns the run's figures: its configuration and each
+    part's JSON."""
     setup_logging(quiet_engine=True)
     started = time.perf_counter()
-    result = asyncio.run(_run(name, args, body, settings or {}))
+    result = asyncio.run(_run(args, parts))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
-    config = result["config"]
-    print(
-        f"server vs raw engine: {config['model']} ({config['device']}, threads "
-        f"{config['threads']}/{config['threads_batch']} decode/prompt), "
-        f"{config['cpu_count']} cores"
-    )
-    print()
-    print_table(result)
-    write_json(args.json, result)
-    log.info("wrote %s in %.0f s", args.json, config["wall_s"])
-    return 0
+    write_json(json_path, result)
+    return result
 
 
-async def _run(
-    name: str, args: argparse.Namespace, body: Body, extra: dict[str, Any]
-) -> dict[str, Any]:
-    options, settings = server_options(args.model, extra)
+async def _run(args: argparse.Namespace, parts: Sequence[Part]) -> dict[str, Any]:
     log.info("loading the raw side's model")
-    raw = Raw(settings)
-    client = ServerClient(options)
+    raw = Raw(server_options(args.model)[1])
+    out: dict[str, Any] = {}
     try:
-        log.info("starting the server")
-        status = await client.start()
-        log.info("server ready: %s", status.get("model"))
-        part = await body(client, raw, args)
+        for part in parts:
+            options, raw.settings = server_options(args.model, part.settings)
+            client = ServerClient(options)
+            try:
+                log.info("%s: starting the server", part.name)
+                await client.start()
+                out[part.name] = await part.body(client, raw, args)
+            finally:
+                await client.stop()
     finally:
-        await client.stop()
         raw.close()
     threads, threads_batch = raw.llama.threads
-    return {
-        "benchmark": name,
-        "config": {
-            "model": raw.info.name,
-            "model_path": raw.info.path,
-            "device": raw.info.device,
-            "threads": threads,
-            "threads_batch": threads_batch,
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "server_settings": {k: v for k, v in options.items() if k != "model"},
-            **{k: v for k, v in vars(args).items() if k not in ("json", "model")},
-        },
-        **part,
+    config = {
+        "model": raw.info.name,
+        "model_path": raw.info.path,
+        "device": raw.info.device,
+        "threads": threads,
+        "threads_batch": threads_batch,
+        **{k: v for k, v in vars(args).items() if k not in ("json", "model")},
     }
+    return {"config": config, **out}
+
+
+def model_paths(model: str | None = None) -> list[Path]:
+    """The model files the language server loads with the benchmarks' options, each role's:
+    what a record names by sha256."""
+    specs = model_specs(server_options(model)[1]).values()
+    return [Path(spec.path) for spec in specs if isinstance(spec, ModelSpec)]

@@ -1,5 +1,5 @@
 """Edits, hunks and their scoring for bench/next_edit.py: plain functions over text, standard
-library only, so that `python bench/next_edit.py --self-check` can prove them on tiny inputs.
+library only, so that tests/bench/test_next_edit_scoring.py proves them on tiny inputs.
 
 Every offset here is a code-point offset into a Python `str` (not UTF-16, not bytes).
 """
@@ -15,7 +15,7 @@ from enum import StrEnum
 from engine.text import common_affixes
 
 #: A whole token: a run of word characters, or one other non-space character. Crude on purpose:
-#: the heuristic it serves is the naive one the issue compares against, and the same notion
+#: the heuristic it serves is the naive one propagation is compared against, and the same notion
 #: decides which cases are "same-substitution".
 TOKEN = re.compile(r"\w+|[^\w\s]")
 

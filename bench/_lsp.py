@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
+from bench._common import ROOT
 from lsp_server.client import InfillClient, insert_text_of, items_of
 from lsp_server.postprocess import CursorContext, decide_mode
 
@@ -147,7 +147,7 @@ class ServerClient:
 
     def __init__(self, settings: dict[str, Any] | None = None, *, model: str | None = None) -> None:
         # The benchmarks count the engine's jobs per request: no work ahead after each answer
-        # unless a benchmark measures it (bench/ahead.py).
+        # unless a benchmark measures it.
         self.settings = {"speculativeSuggestions": 0, **(settings or {})}
         self.model = model
         self.shown: list[str] = []  # window/showMessage texts

@@ -1,6 +1,5 @@
 """The model servers the benchmarks start beside the language server (which bench/_lsp.py starts):
-our engine server (`infill-lsp engine`), llama-cpp-python's `llama_cpp.server`, and llama.cpp's
-own `llama-server`.
+our engine server (`infill-lsp engine`) and llama.cpp's own `llama-server`.
 
 Each is a subprocess on the loopback interface (`ModelServer`): started, ready once a request to
 it says so (while the process lives; a server that never gets there is stopped), and stopped by
@@ -16,7 +15,6 @@ code. Where the binary is absent, the benchmark that needs it says so and skips 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -31,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from _common import ROOT
+from bench._common import ROOT
 
 #: Where `make llama-server` puts the binary (`LLAMA_SERVER` overrides).
 DEFAULT_BINARY = ROOT / "build" / "llama-server" / "bin" / "llama-server"
@@ -164,68 +162,6 @@ def start_engine_server(
         return bool(status == "ready")
 
     server.wait_ready(ready, max(1.0, deadline - time.monotonic()))
-    return server
-
-
-# --- llama-cpp-python's server ----------------------------------------------------------------
-
-LLAMA_CPP_SERVER = "llama_cpp.server"
-
-
-def llama_cpp_server_missing() -> str | None:
-    """Why llama_cpp.server cannot run here, or None."""
-    for module in (LLAMA_CPP_SERVER, "uvicorn", "sse_starlette", "starlette_context"):
-        try:
-            if importlib.util.find_spec(module) is None:
-                raise ImportError(module)
-        except ImportError:
-            return (
-                f"{module} is not installed (llama-cpp-python's server extra: "
-                "pip install 'llama-cpp-python[server]')"
-            )
-    return None
-
-
-def start_llama_cpp_server(
-    model: str, threads: int, context: int, batch: int, log_dir: Path, wait_s: float = 300.0
-) -> ModelServer:
-    """`python -m llama_cpp.server`, loaded as our backend loads the model; ready when it
-    lists its model."""
-    port = free_port()
-    server = ModelServer(
-        LLAMA_CPP_SERVER,
-        [
-            sys.executable,
-            "-m",
-            LLAMA_CPP_SERVER,
-            "--model",
-            model,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(context),
-            "--n_batch",
-            str(batch),
-            "--n_threads",
-            str(threads),
-            "--n_threads_batch",
-            str(threads),
-            "--flash_attn",
-            "true",
-            # Its default keeps the logits of every prompt token (262,144 floats each for Gemma
-            # 3): a cold prompt then took 4x as long. Our backend, like llama.cpp's default,
-            # keeps only the last token's.
-            "--logits_all",
-            "false",
-            "--verbose",
-            "false",
-        ],
-        log_dir,
-    )
-    server.url = f"http://127.0.0.1:{port}"
-    server.wait_ready(lambda: bool(get_json(f"{server.url}/v1/models").get("data")), wait_s)
     return server
 
 

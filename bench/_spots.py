@@ -1,14 +1,13 @@
-"""Documents and cursors for the server benchmarks (latency, warm_cold, replay): positions in
+"""Documents and cursors for the server benchmarks (the latency suite, editors): positions in
 real files, HumanEval programs, and a document of about N tokens with a line to type."""
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from _common import ROOT, humaneval_task
+from bench._common import ROOT, humaneval_task
 
 #: A line a person writes: an assignment from a call, cut after its `(`.
 ASSIGN_CALL = re.compile(r"^(?P<indent>[ \t]+)(?P<target>[\w.]+) = [\w.]+\((?=[^)\s])")
@@ -128,14 +127,4 @@ def typing_doc(path: str, target_tokens: int, count: Callable[[str], int]) -> Ty
         line_start=start,
         indent=m["indent"],
         tokens=count(doc),
-    )
-
-
-def add_document_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--document` and `--document-tokens`: where `typing_doc` cuts its document from."""
-    parser.add_argument(
-        "--document", default="engine/worker.py", help="the file to cut the document from"
-    )
-    parser.add_argument(
-        "--document-tokens", type=int, default=1500, help="document size in tokens (1500)"
     )

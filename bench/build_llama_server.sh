@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` for the benchmarks (bench/documents.py): the same llama.cpp
+# Build llama.cpp's `llama-server` for the benchmarks (latency's documents part, editors): the same llama.cpp
 # that llama-cpp-python vendors, so that the peer and our engine run identical kernels. A
-# CPU build, benchmark-only (not part of `make test`): about 6 minutes on 2 cores.
+# CPU build, benchmark-only (not part of `make test`): about 6 minutes on a two-core CPU.
 #
 #   bench/build_llama_server.sh OUT_DIR [LLAMA_CPP_PYTHON_VERSION]   ->  OUT_DIR/bin/llama-server
 set -euo pipefail

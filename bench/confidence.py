@@ -1,15 +1,13 @@
-"""The confidence gate (issue 27): suggestions shown against suggestions right, through the
-real server, on cases no weight or threshold was chosen on.
+"""The confidence gate: suggestions shown against suggestions right, through the real server,
+on cases no weight or threshold was chosen on.
 
-Run from the repository root:
-
-    .venv/bin/python bench/confidence.py [--humaneval 150] [--pypi 30] [--sdists DIR]
-                                         [--cases PATH] [--fit] [--json PATH]
+    python -m bench confidence [--humaneval 150] [--pypi 30] [--sdists DIR]
+                               [--cases PATH] [--fit] [--json PATH]
 
 Cases, each split once and for all into a tuning part and a held-out part:
 
 - HumanEval single-line (`third_party/data/human-eval-infilling`): the hole's line opened and
-  indented as an auto-indenting editor leaves it (bench/humaneval.py's "indent" layout), the
+  indented as an auto-indenting editor leaves it (the humaneval suite's "indent" layout), the
   returned item applied, scored by the task's tests. Tasks of even-numbered problems tune,
   odd-numbered ones are held out (no function has holes in both parts); `--humaneval N`
   per part, spread evenly over it.
@@ -30,22 +28,14 @@ and wrong. The gate is deterministic, so this is what the server shows at each s
 
 `--fit` fits the logistic model's weights on the tuning part only and prints them (they are
 pasted into confidence.py by hand); `--cases PATH` reads recorded cases instead of running
-the server. Prints tables to stdout; writes every case and the curves to
-bench/results/confidence.json. Target (issue 27), held-out Python cases at the default:
+the server. Prints the curves to stdout; writes every case and the curves to
+bench/results/confidence.json. Target, held-out Python cases at the default:
 wrong suggestions shown at least 40% fewer, right ones at most 10% fewer, median added
 latency under 2 ms.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/confidence.py` puts bench/ first on sys.path, where bench/engine.py would
-# shadow the `engine` package; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import asyncio
 import concurrent.futures
 import json
@@ -57,13 +47,21 @@ import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import HUMAN_EVAL, RESULTS, humaneval_rows, setup_logging, write_json
-from _compare import server_options
-from _lsp import ServerClient, apply_item
-from humaneval import full_program, layout_document, run_program
-
+from bench._common import (
+    HUMAN_EVAL,
+    RESULTS,
+    humaneval_rows,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._compare import model_paths, server_options
+from bench._lsp import ServerClient, apply_item
+from bench.humaneval import full_program, layout_document, run_program
+from bench.record import Outcome, metric
 from lsp_server.client import insert_text_of
 from lsp_server.inline.confidence import BIAS, WEIGHTS, Features, confidence, passes
 from lsp_server.settings import Settings
@@ -390,8 +388,8 @@ def change_at(rows: list[dict[str, Any]], threshold: float) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("confidence", __doc__)
     parser.add_argument("--humaneval", type=int, default=150, help="HumanEval cases per part")
     parser.add_argument("--pypi", type=int, default=30, help="lines per PyPI package")
     parser.add_argument("--sdists", type=Path, default=None, help="folder of PyPI sdists")
@@ -403,7 +401,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(quiet_engine=True)
 
-    started = time.perf_counter()
     if args.cases is not None:
         records = json.loads(args.cases.read_text(encoding="utf-8"))["cases"]
         if any("right" not in r for r in records):  # a partial run's, not scored yet
@@ -452,18 +449,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"max {max(ms):.3f} ms over {len(ms)} suggestions"
         )
         result["gate_ms"] = {"median": statistics.median(ms), "max": max(ms)}
+    write_json(args.json, result)
+    metrics = [metric("cases", len(records)), metric("held-out cases", len(held))]
     if held:
         change = change_at(result["curves"]["held-out"], Settings().min_confidence)
-        print(
-            f"held-out at the default {Settings().min_confidence:.2f}: wrong shown "
-            f"{change['wrong_cut']:.0%} fewer (target >= 40%), right shown "
-            f"{change['right_cut']:.0%} fewer (target <= 10%)"
+        metrics += [
+            metric(
+                "held-out, wrong shown, fewer", change["wrong_cut"] * 100, "%", target=(">=", 40)
+            ),
+            metric(
+                "held-out, right shown, fewer", change["right_cut"] * 100, "%", target=("<=", 10)
+            ),
+        ]
+    if ms:
+        metrics.append(
+            metric(
+                "the gate's time per suggestion, median",
+                statistics.median(ms),
+                "ms",
+                target=("<", 2),
+            )
         )
-    result["seconds"] = time.perf_counter() - started
-    write_json(args.json, result)
-    print(f"\nwrote {args.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    parameters = {
+        "humaneval": args.humaneval,
+        "pypi": args.pypi,
+        "threshold": Settings().min_confidence,
+    }
+    return Outcome(parameters=parameters, metrics=metrics, models=model_paths(args.model))

@@ -2,10 +2,8 @@
 side in one run: forward passes and time per answer, how many draft tokens stood, and whether
 the tokens are the same.
 
-Run from the repository root:
-
-    .venv/bin/python bench/drafts.py [--suggestions 20] [--rewrites 12] [--next-edit 6]
-                                     [--roles completion chat] [--json PATH]
+    python -m bench drafts [--suggestions 20] [--rewrites 12] [--next-edit 6]
+                           [--roles completion chat] [--json PATH]
 
 Three kinds of answer, on the default completion model (Gemma 3 270M) and the default chat
 model (SmolLM2-135M), all greedy:
@@ -16,12 +14,12 @@ model (SmolLM2-135M), all greedy:
   rewrite does: the prompt shows a ~20-line region of a HumanEval program, then asks for the
   same code with the function's first parameter renamed and starts it with the renamed
   `def` line; the answer is as long as the rest of the region.
-- "next-edit copy": bench/next_edit_rewrite.py's "a copy of the region" case (the language
+- "next-edit copy": a next-edit rewrite that changes one line: a copy of the region (the language
   server's own next-edit prompt, Zeta v1 format, as many tokens as the region and its
   markers), through the engine, its own measuring as it is; completion model only.
 
-Each case is answered three ways (`MODES`): "plain", a token per pass (`generate()`, as before
-drafts); "drafts", as shipped (passes no longer than the model's kernels keep exact, as much
+Each case is answered three ways (`MODES`): "plain", a token per pass (`generate()`, no
+drafts); "drafts", the default (passes no longer than the model's kernels keep exact, as much
 of a draft as pays); "every draft", each draft of up to 8 tokens checked in full, exact or
 not: what drafts could give. Each prompt is evaluated once first, untimed; the ways take
 turns (the order rotates from case to case, so that the machine's load drifts over all
@@ -32,47 +30,46 @@ plain answer is also compared with itself when the prompt's last 6 tokens were e
 apart from the rest (as a keystroke's request evaluates them on top of the cache): how much a
 greedy answer depends on how its prompt was split into passes, without any draft.
 
-Prints tables to stdout and writes JSON to bench/results/drafts.json; logs go to stderr.
-Target (the issue's): a rewrite at least 2x faster, its tokens the same.
+Writes every figure to bench/results/drafts.json; logs go to stderr.
+Target: a rewrite at least 2x faster, its tokens the same.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import asyncio
+import contextlib
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
-    Column,
-    Table,
     humaneval_rows,
+    local_spec,
     median,
-    ok,
     setup_logging,
     shared_prefix,
+    suite_parser,
     token_counter,
     write_json,
 )
-
+from bench.record import Outcome, Target, metric
 from engine.backends.llama_cpp import DRAFT_TOKENS, DraftChecking, LlamaCppBackend
 from engine.drafts import DraftCounts
 from engine.models import load_backend, model_spec
+from engine.next_edit_model import NextEditModel
 from engine.specs import ModelOptions
-from engine.types import Role, SamplingParams
+from engine.types import GenerationRequest, Role, SamplingParams, StopConditions
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.next_edit.history import EditHistory
+from lsp_server.next_edit.region import region_input
 
-#: The issue's target: a rewrite at least this many times faster with drafts.
+#: The target: a rewrite at least this many times faster with drafts.
 TARGET_SPEEDUP = 2.0
 SUGGESTION_TOKENS = 64
 #: Lines of a program's solution before the cut where a suggestion starts.
@@ -181,7 +178,7 @@ class Mode:
     checking: DraftChecking
 
 
-#: The ways each case is answered: as before drafts (a token per pass, `generate()`), as
+#: The ways each case is answered: without drafts (a token per pass, `generate()`), as
 #: shipped, and every draft checked in full whether or not the passes keep the output exact.
 MODES = {
     "plain": Mode(0, DraftChecking.WORTH_IT),
@@ -256,26 +253,122 @@ def measure(backend: LlamaCppBackend, case: Case, index: int) -> Measured:
     )
 
 
-async def next_edit_cases(backend: LlamaCppBackend, count: int) -> list[Measured]:
-    """bench/next_edit_rewrite.py's copy of the region through the engine, each way, with its
-    own measuring as it is (the copy's decode: the time after its first token)."""
-    import next_edit_rewrite as ner
+# --- next-edit copy: a region rewritten with one line changed ---------------------------
 
+_DEF = re.compile(r"^def \w+\((\w+)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EditCase:
+    """A program before and after the user renamed its first parameter in the `def` line,
+    and the cursor after the new name."""
+
+    name: str
+    before: str
+    after: str
+    cursor: int
+
+
+def edit_cases(count: int) -> list[EditCase]:
+    """The first `count` HumanEval programs whose function takes a parameter."""
+    programs: dict[str, str] = {}
+    for row in humaneval_rows():
+        task = row["task_id"].rsplit("/", 1)[0]
+        programs.setdefault(task, row["prompt"] + row["canonical_solution"] + row["suffix"])
+    found = []
+    for task, program in programs.items():
+        match = _DEF.search(program)
+        if match is None or len(match[1]) < 2:
+            continue
+        new = match[1] + "_in"
+        after = program[: match.start(1)] + new + program[match.end(1) :]
+        found.append(
+            EditCase(name=task, before=program, after=after, cursor=match.start(1) + len(new))
+        )
+        if len(found) == count:
+            break
+    return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CopyMeasured:
+    case: str
+    region_tokens: int
+    prompt_tokens: int
+    outcome: str
+    rewrite_tokens: int
+    rewrite_seconds: float
+    first_token_seconds: float
+    copy_tokens: int
+    copy_seconds: float
+
+
+async def measure_copy(model: NextEditModel, case: EditCase, index: int) -> CopyMeasured:
+    history = EditHistory()
+    uri = f"file:///bench/{case.name.replace('/', '_')}.py"
+    history.opened(uri, case.before)
+    history.changed(uri, case.after, now=0.0)
+    snap = DocumentSnapshot.at(case.after, case.cursor, uri=uri)
+    region = region_input(snap, history.recent(), model.count_tokens)
+    given = region.given
+    rewrite = await model.rewrite(given, cache_key=f"rewrite-{index}")
+    # A copy's length: the format's answer holding the region unchanged, in this model's
+    # tokens (the markers as they are written: text for a model that lacks them as tokens).
+    answer = _answer(model, given.region)
+    copy_tokens = model.count_tokens(answer)
+    request, _ = model.request(given, cache_key=f"copy-{index}")
+    copy = GenerationRequest(
+        prompt_token_ids=request.prompt_token_ids,
+        prompt=request.prompt,
+        role=Role.NEXT_EDIT,
+        sampling=SamplingParams(max_tokens=copy_tokens, temperature=0.0),
+        stops=StopConditions(ignore_eos=True),
+        cache_key=f"rewrite-{index}",  # the same document: its prompt is in the cache
+    )
+    started = time.perf_counter()
+    first: float | None = None
+    async with contextlib.aclosing(model.engine.generate(copy)) as deltas:
+        async for _delta in deltas:
+            if first is None:
+                first = time.perf_counter() - started
+    decode = time.perf_counter() - started - (first or 0.0)
+    return CopyMeasured(
+        case=case.name,
+        region_tokens=model.count_tokens(given.region),
+        prompt_tokens=rewrite.prompt_tokens,
+        outcome=rewrite.outcome.value,
+        rewrite_tokens=rewrite.output_tokens,
+        rewrite_seconds=rewrite.seconds,
+        first_token_seconds=rewrite.first_token_seconds or 0.0,
+        copy_tokens=copy_tokens,
+        # The cold prompt as the rewrite met it, then the copy's tokens one by one.
+        copy_seconds=(rewrite.first_token_seconds or 0.0) + decode,
+    )
+
+
+def _answer(model: NextEditModel, region: str) -> str:
+    if model.format.family == "zeta1":
+        return f"<|editable_region_start|>\n{region}\n<|editable_region_end|>"
+    return f"{region}\n>>>>>>> UPDATED"
+
+
+async def next_edit_cases(backend: LlamaCppBackend, count: int) -> list[Measured]:
+    """The copy of the region through the engine, each way, with its own measuring (the
+    copy's decode: the time after its first token)."""
     from engine.engine import Engine
-    from engine.next_edit_model import NextEditModel
 
     engine = Engine(backend, name="next-edit")
     model = NextEditModel.of(engine, "zeta1")
     assert model is not None
     found = []
     try:
-        for index, case in enumerate(ner.cases(count)):
+        for index, case in enumerate(edit_cases(count)):
             answers = {}
             measured = None
             for turn, name in enumerate(MODES):
                 use_mode(backend, MODES[name])
                 before = backend.draft_counts
-                measured = await ner.measure(model, case, len(MODES) * index + turn)
+                measured = await measure_copy(model, case, len(MODES) * index + turn)
                 counts = backend.draft_counts - before
                 answers[name] = Answer(
                     seconds=measured.copy_seconds - measured.first_token_seconds,
@@ -324,62 +417,8 @@ def summarize(measured: Sequence[Measured]) -> dict[str, Any]:
     return summary
 
 
-def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
-    table = Table(
-        Column("model", 14, "<"),
-        Column("answer", 14, "<"),
-        Column("way", 11, "<"),
-        Column("cases", 5),
-        Column("tokens", 6, spec=".0f"),
-        Column("passes", 6, spec=".0f"),
-        Column("ms", 6, spec=".0f"),
-        Column("speedup", 7, spec=".2f"),
-        Column("accepted", 8, spec=".0%"),
-        Column("same tokens", 11),
-    )
-    rows = []
-    for model, kinds in results.items():
-        for kind, s in kinds.items():
-            for name in MODES:
-                way = s[name]
-                rows.append(
-                    (
-                        model[:14],
-                        kind,
-                        name,
-                        s["cases"],
-                        s["tokens_per_answer"],
-                        way["passes_per_answer"],
-                        way["ms_per_answer"],
-                        way["speedup"],
-                        way["acceptance"] if name != "plain" else None,
-                        f"{way['same']}/{s['cases']}" if kind != "next-edit copy" else None,
-                    )
-                )
-    table.print(rows)
-    for model, kinds in results.items():
-        for kind, summary in kinds.items():
-            for name in MODES:
-                if summary[name]["differs_at"]:
-                    print(
-                        f"{model}: {kind}, {name}: answers part from those without drafts at "
-                        f"tokens {summary[name]['differs_at']}"
-                    )
-        split = kinds.get("suggestion", {}).get("plain_prompt_split")
-        if split is not None:
-            print(
-                f"{model}: suggestions without drafts, the prompt's last {SPLIT} tokens "
-                f"evaluated apart: {split['same']}/{kinds['suggestion']['cases']} the same "
-                f"tokens (parting at tokens {split['differs_at']})"
-            )
-    print(
-        "medians per answer; speedup: the median of each case's plain/this time; passes: "
-        "forward passes (one per token without drafts)"
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("drafts", __doc__)
     parser.add_argument("--suggestions", type=int, default=20, help="suggestion cases")
     parser.add_argument("--rewrites", type=int, default=12, help="rewrite cases")
     parser.add_argument("--next-edit", type=int, default=6, help="next-edit copy cases")
@@ -393,12 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     per_case: list[dict[str, Any]] = []
     models: dict[str, dict[str, Any]] = {}
     loads = [os.getloadavg()[0]]
+    paths: list[Path] = []
     for role_name in args.roles:
         role = Role(role_name)
-        backend = load_backend(model_spec(role, ModelOptions(), environ={}))
+        backend = load_backend(local_spec(model_spec(role, ModelOptions(), environ={})))
         if not isinstance(backend, LlamaCppBackend):
             raise SystemExit("drafts are the llama.cpp backend's: the benchmark needs a GGUF")
         name = backend.info.name
+        paths.append(Path(backend.info.path))
         exact = backend.exact_pass_tokens
         models[name] = {
             "role": role_name,
@@ -426,22 +467,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind in dict.fromkeys(m.kind for m in measured)
         }
         per_case += [{"model": name, **asdict(m)} for m in measured]
-    print_table(results)
-    rewrites = [s["rewrite"]["drafts"] for s in results.values() if "rewrite" in s]
-    fast = all(r["speedup"] >= TARGET_SPEEDUP for r in rewrites)
-    same = all(
-        r["same"] == s["rewrite"]["cases"] for r, s in zip(rewrites, results.values(), strict=True)
-    )
-    print(f"rewrite {TARGET_SPEEDUP:g}x faster with drafts: {ok(fast)}; same tokens: {ok(same)}")
-    print(
-        f"load average (1 min) before and after each model: {', '.join(f'{x:.1f}' for x in loads)}"
-    )
+    metrics = []
+    for name, kinds in results.items():
+        for kind, s in kinds.items():
+            way = s["drafts"]
+            target: Target | None = (">=", TARGET_SPEEDUP) if kind == "rewrite" else None
+            metrics.append(
+                metric(f"{name}, {kind}: plain / with drafts", way["speedup"], target=target)
+            )
+            if kind != "next-edit copy":
+                metrics.append(
+                    metric(
+                        f"{name}, {kind}: answers the same with drafts",
+                        way["same"],
+                        target=(">=", s["cases"]),
+                    )
+                )
     write_json(
         args.json,
         {"models": models, "load": loads, "results": results, "per_case": per_case},
     )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return Outcome(
+        parameters={k: v for k, v in vars(args).items() if k != "json"},
+        metrics=metrics,
+        models=paths,
+    )

@@ -1,17 +1,14 @@
 """Several editors on one model server: 1, 2 and 4 language servers typing a line each at once,
 each one's last keystroke against typing alone, on our engine server and on llama-server with
-4 slots (issue 25).
+4 slots.
 
-Run from the repository root (`make llama-server` first for the llama-server side; without the
-binary that side is skipped, saying why):
-
-    .venv/bin/python bench/editors.py [--rounds 3] [--sides engine,llama-server]
-        [--engine-arg=--some-flag ...] [--json bench/results/editors.json]
+    python -m bench editors [--rounds 3] [--sides engine,llama-server]
+        [--engine-arg=--some-flag ...] [--json PATH]
 
 Each typist is the real language server over stdio (`infill-lsp serve`, bench/_lsp.py) with
 `backend` "openai" pointed at the model server, `debounceMs` 0 and `prefixTokens` 4096 (the
 whole prefix is the prompt), each with a document of its own cut from this repository's files
-(about 1,500 tokens, bench/_typists.py). A typist types its document's line, one character
+(about 1,500 tokens, `TYPING_FILES`). A typist types its document's line, one character
 every 60 ms with a request per character (latest-wins), and the time from its last keystroke
 to the answer to it is measured; typing together, every last keystroke comes at the same
 moment. Per round: each typist alone, then the first 2, then all 4 at once (reversed in odd
@@ -34,20 +31,13 @@ sends it none and closes the stream at the stop itself (a token or so more for l
 Answers and prompt sizes are compared between the servers, request by request; differences
 are printed as "unequal work".
 
-Target (issue 25): two typing at once at most 1.3x alone, each.
+Target: two typing at once at most 1.3x alone, each.
 
-Prints a table to stdout and writes JSON to bench/results/editors.json (with the machine's
+Writes every figure to bench/results/editors.json (with the machine's
 load average at the start and the end); logs go to stderr.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# `python bench/editors.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package; the repository root goes in front of it (bench/ stays, for its helpers).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import asyncio
@@ -56,32 +46,34 @@ import logging
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Column, Table, ok, setup_logging, token_counter, write_json
-from _compare import SETTLE_S, server_options
-from _lsp import ServerClient
-from _servers import LlamaServer, find_binary, get_json, start_engine_server
-from _spots import TypingDoc, typing_doc
-from _typists import (
-    ALONE,
-    TYPING_FILES,
-    Typist,
-    bench_typing,
-    typing_ratios,
-    worst_ratio,
+from bench._common import (
+    RESULTS,
+    median,
+    setup_logging,
+    suite_parser,
+    token_counter,
+    write_json,
 )
-
+from bench._compare import SETTLE_S, bust_cache, server_options
+from bench._lsp import KEYSTROKE_S, ServerClient
+from bench._servers import LlamaServer, find_binary, get_json, start_engine_server
+from bench._spots import TypingDoc, typing_doc
+from bench.record import Metric, Outcome, Target, metric
 from engine.default_models import default_completion_model
 from engine.fim import PromptFormat
 from engine.models import load_backend, model_spec
 from engine.specs import ModelSpec
 from engine.threads import usable_cores
 from engine.types import Role
+from lsp_server.client import insert_text_of
 
 log = logging.getLogger("bench.editors")
 
@@ -89,7 +81,204 @@ ENGINE, PEER = "engine", "llama-server"
 SIDES = (ENGINE, PEER)
 LABELS = {ENGINE: "infill-lsp engine", PEER: "llama-server -np 4"}
 GROUPS = (2, 4)
-TARGET_TWO = 1.3  # two typing at once / alone, each (issue 25)
+TARGET_TWO = 1.3  # two typing at once / alone, each
+
+
+# --- the typists ---------------------------------------------------------------------------
+
+#: The files the typists' documents are cut from, the first typist's first (real code of this
+#: repository, each with a `name = call(` line near its ~1,500th token).
+TYPING_FILES = (
+    "engine/worker.py",
+    "lsp_server/documents.py",
+    "lsp_server/action_handlers.py",
+    "lsp_server/protocol.py",
+)
+ALONE, TOGETHER = "alone", "together"
+
+
+@dataclass(slots=True)
+class Typist:
+    """A language server typing a line of its own document."""
+
+    name: str
+    client: ServerClient
+    doc: TypingDoc
+
+
+async def prepare_typing(typist: Typist, tag: str) -> tuple[str, int, str]:
+    """Open the document with the line cut at its indentation and ask once, so that the text
+    before the line is in the KV cache (the user has been working in this file). `tag` makes
+    the document's first line, and its URI, unique (nothing cached from an earlier round); the
+    same tag gives the same text, whichever server is behind the typist and whether it types
+    alone or with others: the same prompts, the same greedy answers expected."""
+    doc = typist.doc
+    start = doc.line_start + len(doc.indent)
+    header = f"# {tag}: {typist.name}\n"
+    text = header + doc.text[:start] + doc.text[doc.offset :]
+    uri = f"file:///bench/typing/{tag}_{typist.name}.py"
+    client = typist.client
+    client.open(uri, text)
+    count = await client.job_count()
+    await client.inline(uri, len(header) + start)
+    await client.jobs_since(count, at_least=1)
+    # Its answer may be the whole line: typed along, every keystroke would then be answered
+    # from the type-ahead cache, without the model server (seen with llama-server's answer).
+    bust_cache(client, uri)
+    return uri, len(header) + start, doc.text[start : doc.offset]
+
+
+async def type_line(
+    typist: Typist, uri: str, start: int, typed: str, delay_s: float = 0.0
+) -> dict[str, Any]:
+    """After `delay_s`, one character every 60 ms, a request after each (latest-wins
+    supersedes the older): the time from the last keystroke to its answer, and the answer."""
+    client = typist.client
+    count = await client.job_count()
+    await asyncio.sleep(delay_s)
+    typing = await client.type_keys(uri, start, typed)
+    jobs = await client.jobs_since(count, at_least=1)
+    client.close(uri)
+    final = jobs[-1] if jobs else None
+    return {
+        "keystrokes": len(typed),
+        "final_job": None if final is None else asdict(final),
+        "engine_jobs": len(jobs),
+        "last_keystroke_ms": typing.last_keystroke_s * 1000,
+        "outcomes": [p.outcome() for p in typing.pendings],
+        "answered": bool(typing.items),
+        "suggestion": insert_text_of(typing.items[0]) if typing.items else None,
+    }
+
+
+async def type_together(typists: Sequence[Typist], tag: str) -> list[dict[str, Any]]:
+    """Every typist prepared, then all typing at once, their last keystrokes at one moment."""
+    prepared = [await prepare_typing(t, tag) for t in typists]
+    longest = max(len(typed) for _, _, typed in prepared)
+    return list(
+        await asyncio.gather(
+            *(
+                type_line(t, *p, delay_s=(longest - len(p[2])) * KEYSTROKE_S)
+                for t, p in zip(typists, prepared, strict=True)
+            )
+        )
+    )
+
+
+async def bench_typing(
+    typists: Sequence[Typist],
+    rounds: int,
+    groups: Sequence[int] = (2,),
+    *,
+    label: str = "",
+    first_round: int = 0,
+    after_step: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per round: each typist alone, then the first n typing at once for each n of `groups`
+    (the order reversed in odd rounds, so that a drift of the machine falls on both). A record
+    per typist and step: its round (numbered from `first_round`), mode ("alone", "together"),
+    n (1 alone) and `type_line`'s result. `after_step`, given each step's round, mode and n,
+    may add what the model server says of it (the engine server's jobs)."""
+    runs: list[dict[str, Any]] = []
+    steps = [(ALONE, 1), *((TOGETHER, n) for n in groups)]
+    for number in range(first_round, first_round + rounds):
+        for mode, n in steps if number % 2 == 0 else steps[::-1]:
+            tag = f"r{number}"
+            if mode == ALONE:
+                for typist in typists[: max(groups, default=1)]:
+                    uri, start, typed = await prepare_typing(typist, tag)
+                    result = await type_line(typist, uri, start, typed)
+                    runs.append(
+                        {"round": number, "mode": mode, "n": 1, "typist": typist.name, **result}
+                    )
+                    await asyncio.sleep(SETTLE_S)
+            else:
+                group = typists[:n]
+                results = await type_together(group, tag)
+                for typist, result in zip(group, results, strict=True):
+                    runs.append(
+                        {"round": number, "mode": mode, "n": n, "typist": typist.name, **result}
+                    )
+                await asyncio.sleep(SETTLE_S)
+            if after_step is not None:
+                await after_step({"round": number, "mode": mode, "n": n})
+        log.info(
+            "%styping round %d: %s",
+            f"{label}: " if label else "",
+            number,
+            ", ".join(
+                f"{r['typist']} {r['mode']}{'' if r['mode'] == ALONE else r['n']} "
+                f"{r['last_keystroke_ms']:.0f} ms"
+                for r in runs
+                if r["round"] == number
+            ),
+        )
+    return runs
+
+
+# --- the ratios -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypingRatio:
+    """One typist's last keystroke to its answer typing among n, against typing alone:
+    medians over rounds (ms) and together / alone."""
+
+    typist: str
+    n: int
+    alone_ms: float
+    together_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.together_ms / self.alone_ms if self.alone_ms > 0 else math.nan
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+def served(run: dict[str, Any]) -> bool:
+    """Whether a typing reached the model server: one answered wholly from the type-ahead
+    cache (the user typed along a suggestion) measures no server, and is left out."""
+    return bool(run["engine_jobs"])
+
+
+def alone_ms(runs: Sequence[dict[str, Any]], typist: str) -> float:
+    """The median of a typist's last keystrokes typing alone (NaN where it never did)."""
+    return median(
+        r["last_keystroke_ms"]
+        for r in runs
+        if r["typist"] == typist and r["mode"] == ALONE and served(r)
+    )
+
+
+def typing_ratios(runs: Sequence[dict[str, Any]], n: int) -> list[TypingRatio]:
+    """Each typist of the n typing together, in the order they first appear in `runs`; n 1:
+    each typist alone, against itself (ratio 1). Medians of the typings that reached the
+    model server."""
+    names = list(dict.fromkeys(r["typist"] for r in runs if r["n"] == n))
+    out = []
+    for name in names:
+        alone = alone_ms(runs, name)
+        together = (
+            alone
+            if n == 1
+            else median(
+                r["last_keystroke_ms"]
+                for r in runs
+                if r["typist"] == name and r["mode"] == TOGETHER and r["n"] == n and served(r)
+            )
+        )
+        out.append(TypingRatio(typist=name, n=n, alone_ms=alone, together_ms=together))
+    return out
+
+
+def worst_ratio(ratios: Sequence[TypingRatio]) -> float:
+    """The largest together / alone of a group (NaN for none, or where one is unknown)."""
+    values = [r.ratio for r in ratios]
+    if not values or any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values)
 
 
 # --- the arithmetic ---------------------------------------------------------------------------
@@ -131,6 +320,26 @@ def unequal_work(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
             a_prompt, r_prompt = a_job.get("prompt_tokens"), r_job.get("prompt_tokens")
             if a_prompt and r_prompt and a_prompt != r_prompt:
                 out.append(f"{where}: {side} prompt {r_prompt} tokens, {first} {a_prompt}")
+    return out
+
+
+def editors_metrics(result: dict[str, Any]) -> list[Metric]:
+    """Each model server's worst ratio of typing together over alone, per group size (two at
+    once judged against the target), and how many answers differed between the servers."""
+    out = []
+    for side, summary in result["summary"].items():
+        for n, group in summary.items():
+            if n != "1":
+                target: Target | None = ("<=", TARGET_TWO) if n == "2" else None
+                out.append(
+                    metric(
+                        f"{LABELS[side]}, {n} at once: worst together / alone",
+                        group["worst"],
+                        target=target,
+                    )
+                )
+    if len(result["summary"]) > 1:  # the servers' answers compared, where both ran
+        out.append(metric("answers or prompts unequal between the servers", len(result["unequal"])))
     return out
 
 
@@ -321,53 +530,6 @@ async def run(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     }
 
 
-def cell(typist: dict[str, Any]) -> str:
-    """A typist's median and its ratio to alone, "361 (1.91)" (as `TypingRatio.as_json`)."""
-    if math.isnan(typist["together_ms"]):
-        return "nan"
-    return f"{typist['together_ms']:.0f} ({typist['ratio']:.2f})"
-
-
-def print_table(result: dict[str, Any]) -> None:
-    config = result["config"]
-    start, end = config["load_average_start"][0], config["load_average_end"][0]
-    context = config["context_size"]
-    print(
-        f"editors typing at once: {config['model']}, {config['threads']} threads, context "
-        f"{context} (llama-server: {config['slots']} slots of {context} each), "
-        f"{config['cpu_count']} cores, load average {start:.2f} at the start, {end:.2f} at "
-        "the end"
-    )
-    for side, why in config["skipped"].items():
-        print(f"  {LABELS[side]} skipped: {why}")
-    print(
-        f"last keystroke to its answer, median of {config['rounds']} rounds, ms (together / "
-        "the same typist alone)"
-    )
-    width = max(config["groups"], default=1)
-    table = Table(
-        Column("model server", 20, "<"),
-        Column("N", 2),
-        *(Column(f"lsp-{i + 1}", 12) for i in range(width)),
-        Column("worst", 6, spec=".2f"),
-        Column(f"<= {TARGET_TWO} (N 2)", 13),
-    )
-    rows = []
-    for side, summary in result["summary"].items():
-        for n, group in summary.items():
-            cells: list[str | None] = [cell(t) for t in group["typists"]]
-            cells += [None] * (width - len(cells))
-            verdict = ok(group["worst"] <= TARGET_TWO) if n == "2" else ""
-            rows.append((LABELS[side], n, *cells, group["worst"], verdict))
-    table.print(rows)
-    documents = ", ".join(f"{d['typist']} {d['path']}:{d['line']}" for d in result["documents"])
-    print(f"documents (about {config['document_tokens']} tokens): {documents}")
-    for line in result["unequal"][:10]:
-        print(f"  unequal work: {line}")
-    if len(result["unequal"]) > 10:
-        print(f"  unequal work: {len(result['unequal']) - 10} more in the JSON")
-
-
 def counts(text: str) -> tuple[int, ...]:
     values = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
     if not values or values[0] < 2 or values[-1] > len(TYPING_FILES):
@@ -382,8 +544,8 @@ def sides(text: str) -> tuple[str, ...]:
     return values
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("editors", __doc__)
     parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
     parser.add_argument(
         "--sides", type=sides, default=SIDES, help=f"model servers to run ({','.join(SIDES)})"
@@ -433,11 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="infill-bench-editors-") as log_dir:
             result = asyncio.run(run(args, Path(log_dir)))
     result["config"]["wall_s"] = round(time.perf_counter() - started, 1)
-    print_table(result)
     write_json(args.json, result)
-    log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    for side, why in result["config"]["skipped"].items():
+        log.warning("%s skipped: %s", LABELS[side], why)
+    keys = ("rounds", "threads", "context_size", "slots")
+    parameters = {"sides": list(args.sides), **{k: result["config"][k] for k in keys}}
+    return Outcome(
+        parameters=parameters, metrics=editors_metrics(result), models=[Path(args.model)]
+    )

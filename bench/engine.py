@@ -1,8 +1,6 @@
-"""Our engine against raw llama-cpp-python, side by side in one run (DESIGN §6).
+"""Our engine against raw llama-cpp-python, side by side in one run.
 
-Run from the repository root (the Makefile's `make bench` runs exactly this):
-
-    .venv/bin/python bench/engine.py [--tokens 64] [--repeats 5] [--json PATH]
+    python -m bench engine [--tokens 64] [--repeats 5] [--json PATH]
 
 Raw is the raw llama.cpp baseline (bench/_raw.py): its own `Llama`, loaded with the options our
 backend uses, so model, context and threads are identical; `Llama.generate()` on the prompt's
@@ -14,20 +12,12 @@ one leaves nothing of it in the KV cache, so both sides evaluate the whole promp
 Both decode greedily, and ours has `ignore_eos=True`, so both make exactly `--tokens` tokens;
 the counts and the token ids are checked to match.
 
-Prints a table to stdout and writes JSON to bench/results/engine.json; logs go to stderr.
+Writes every figure to bench/results/engine.json; logs go to stderr.
 Target: ours/raw within 1.05 for time to first token and for time per token.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/engine.py` puts bench/ first on sys.path, where this very file would shadow the
-# `engine` package; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -36,11 +26,19 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Column, Table, humaneval_task, median, setup_logging, write_json
-from _raw import RawLlama
-
+from bench._common import (
+    RESULTS,
+    humaneval_task,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._raw import RawLlama
+from bench.record import Outcome, metric
 from engine.backend import Backend
 from engine.engine import Engine
 from engine.models import load_backend, resolve_model_path
@@ -177,52 +175,8 @@ def summarize(runs: Sequence[Run]) -> dict[str, Any]:
     return summary
 
 
-def print_table(summary: dict[str, Any], config: dict[str, Any]) -> None:
-    print(
-        f"engine vs raw llama-cpp-python: {config['model']} ({config['device']}), "
-        f"prompt {config['prompt_tokens']} tokens ({config['task']}), "
-        f"{config['tokens']} tokens generated x {config['repeats']} repeats, "
-        f"threads {config['threads']}/{config['threads_batch']} (decode/prompt)"
-    )
-    labels = {
-        "first_token_ms": "time to first token, ms",
-        "decode_ms_per_token": "decode, ms/token",
-        "decode_tokens_per_s": "decode, tokens/s",
-        "total_ms": "total, ms",
-    }
-    Table(
-        Column("metric", 24, "<"),
-        Column("raw", 10, spec=".2f"),
-        Column("ours", 10, spec=".2f"),
-        Column("ours/raw", 9, spec=".3f"),
-        Column("paired", 8, spec=".3f"),
-    ).print(
-        (
-            label,
-            summary[key]["raw"],
-            summary[key]["ours"],
-            summary[key]["ratio_of_medians"],
-            summary[key]["median_paired_ratio"],
-        )
-        for key, label in labels.items()
-    )
-    print(
-        "ours/raw: ratio of the medians; paired: median of the per-repeat ratios. "
-        f"Target for time rows: <= {TARGET_RATIO} (tokens/s: >= {1 / TARGET_RATIO:.3f})."
-    )
-    if "ours_worker_first_token_ms" in summary:
-        print(
-            "ours, first token as the worker thread saw it: "
-            f"{summary['ours_worker_first_token_ms']:.2f} ms (the rest is the hand-off)"
-        )
-    print(
-        f"tokens per run: raw {config['raw_token_counts']}, ours {config['ours_token_counts']}; "
-        f"same token ids on both sides: {config['same_token_ids']}"
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("engine", __doc__)
     parser.add_argument("--tokens", type=int, default=64, help="tokens per run (default 64)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side (default 5)")
     parser.add_argument("--task", default=DEFAULT_TASK, help="HumanEval single-line task id")
@@ -233,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompt = load_prompt(args.task)
     path = resolve_model_path(Role.COMPLETION)
     log.info("loading %s", path)
-    spec = ModelSpec(path=path)
+    # No kept states (a budget of 0): ours is to start cold as raw does, and the engine would
+    # otherwise bring the prompt back from the state it kept when `cool` took the cache.
+    spec = ModelSpec(path=path, kv_cache_mb=0)
     backend: Backend = load_backend(spec)
     engine = Engine(backend, name="bench")
     raw = RawLlama(spec)
@@ -299,18 +255,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "same_token_ids": same_ids,
     }
     summary = summarize(runs)
-    print_table(summary, config)
-
-    result = {
-        "benchmark": "engine",
-        "config": config,
-        "summary": summary,
-        "runs": [asdict(r) for r in runs],
+    write_json(args.json, {"config": config, "summary": summary, "runs": [asdict(r) for r in runs]})
+    if not counts_ok:
+        raise SystemExit(f"token counts differ from --tokens {args.tokens}: no record")
+    metrics = [
+        metric("prompt", len(prompt_ids), "tokens"),
+        metric("same token ids on both sides", "yes" if same_ids else "no"),
+    ]
+    names = {
+        "first_token_ms": "time to first token",
+        "decode_ms_per_token": "time per token",
     }
-    write_json(args.json, result)
-    log.info("wrote %s", args.json)
-    return 0 if counts_ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    for key, name in names.items():
+        s = summary[key]
+        metrics += [
+            metric(f"{name}, raw", s["raw"], "ms"),
+            metric(f"{name}, ours", s["ours"], "ms"),
+            metric(f"{name}, ours / raw", s["median_paired_ratio"], target=("<=", TARGET_RATIO)),
+        ]
+    parameters = {"task": args.task, "tokens": args.tokens, "repeats": args.repeats}
+    parameters |= {"threads": threads, "threads_batch": threads_batch}
+    return Outcome(parameters=parameters, metrics=metrics, models=[path])

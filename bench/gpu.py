@@ -1,12 +1,11 @@
-"""The transformers backend on one GPU, against the memory-bandwidth limit (issue 13).
+"""The transformers backend on one GPU, against the memory-bandwidth limit.
 
-Run from the repository root on a CUDA machine, in one call (about 5 minutes on an H200):
+    python -m bench gpu --out DIR [--gguf SmolLM2.gguf]
 
-    PYTHONPATH=. python3 bench/gpu.py --out DIR [--gguf SmolLM2.gguf]
+on a CUDA machine (about 5 minutes on an H200), and on the CPU, to prove the code paths (a tiny
+model, a few tokens):
 
-and here, on the CPU, to prove the code paths (a tiny model, a few tokens):
-
-    PYTHONPATH=. .venv/bin/python bench/gpu.py --tiny --out /tmp/gpu-smoke
+    python -m bench gpu --tiny --out /tmp/gpu-smoke
 
 It needs torch, transformers and tokenizers only (and engine/): no model hub, no network. The
 model is built here, from a config written below: the shape of Qwen2.5-Coder-1.5B with random
@@ -36,13 +35,6 @@ measured; the table goes to stdout at the end, logs to stderr.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/gpu.py` puts bench/ first on sys.path, where bench/engine.py would shadow the
-# `engine` package; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import contextlib
 import dataclasses
@@ -57,21 +49,22 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from _common import (
+
+from bench._common import (
     RESULTS,
     ROOT,
-    Column,
-    Table,
     median,
     setup_logging,
+    suite_parser,
     timed_tokens,
     write_json,
 )
-
+from bench.record import Metric, Outcome, Target, metric
 from engine.backend import Backend
 from engine.backends.transformers import TransformersBackend
 from engine.specs import ModelSpec
@@ -117,7 +110,7 @@ SPEC_BANDWIDTH: tuple[tuple[str, float], ...] = (
     ("L40S", 0.864e12),
     ("L4", 0.3e12),
 )
-#: The share of the bandwidth limit the compiled loop should reach (issue 13).
+#: The share of the bandwidth limit the compiled loop should reach.
 TARGET_SHARE = 0.5
 #: The one keystroke may cost at most this many fed tokens (the changed or appended one).
 KEYSTROKE_MAX_FED = 3
@@ -198,7 +191,7 @@ def train_tokenizer(vocab_size: int) -> Any:
             show_progress=False,  # its bars go to stdout, where the table goes
         ),
     )
-    return transformers.PreTrainedTokenizerFast(
+    return transformers.PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
 
@@ -229,7 +222,8 @@ def build_model(folder: Path, settings: Settings) -> dict[str, Any]:
     # parameters() yields a tied tensor once: the embedding, which is also the LM head.
     params = sum(p.numel() for p in model.parameters())
     built = time.perf_counter() - started
-    transformers.utils.logging.disable_progress_bar()  # its bars would garble stderr's log
+    # Its bars would garble stderr's log.
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     model.save_pretrained(folder)
     del model
     _empty_cache(settings.device)
@@ -561,111 +555,6 @@ def summarize(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def print_table(data: dict[str, Any]) -> None:
-    env, model, bw = data.get("environment", {}), data.get("model", {}), data.get("bandwidth", {})
-    limit, summary = data.get("limit", {}), data.get("summary", {})
-    settings = env.get("settings", {})
-    print(
-        f"GPU benchmark: {env.get('device_name', '?')}, torch {env.get('torch', '?')}, "
-        f"transformers {env.get('transformers', '?')}"
-    )
-    if model:
-        print(
-            f"model: random weights, {model['shape']} shape, {model['parameters'] / 1e9:.3f} B "
-            f"parameters, {model['weight_bytes'] / 1e9:.3f} GB read per token ({model['dtype']}, "
-            f"tied embedding once); context {settings.get('context_size')}"
-        )
-    if bw:
-        spec = bw.get("spec_bytes_per_s")
-        print(
-            f"bandwidth: {bw['measured_bytes_per_s'] / 1e12:.2f} TB/s measured "
-            f"(copy of {bw['copy_bytes'] / 2**30:.2f} GiB, read + written; best "
-            f"{bw['best_bytes_per_s'] / 1e12:.2f}), spec "
-            + (f"{spec / 1e12:.2f} TB/s" if spec else "unknown for this device")
-        )
-    if limit:
-        spec_limit = limit.get("spec_tokens_per_s")
-        print(
-            f"limit: {limit['tokens_per_s']:,.0f} tokens/s at the measured bandwidth"
-            + (f", {spec_limit:,.0f} at the spec's" if spec_limit else "")
-            + f"; the static loops also read their {limit['static_cache_bytes'] / 1e6:.0f} MB "
-            "cache per token"
-        )
-    table = Table(
-        Column("loop", 22, "<"),
-        Column("load s", 7, spec=".1f"),
-        Column("decode tok/s", 13, spec=".1f"),
-        Column("of limit", 9, spec=".3f"),
-        Column("cold ms", 9, spec=".1f"),
-        Column("key ms", 8, spec=".1f"),
-        Column("key fed", 8, spec=".0f"),
-        Column("key/cold", 9, spec=".3f"),
-    )
-    print(
-        f"decode: {settings.get('decode_tokens')} greedy tokens after "
-        f"{settings.get('decode_prompt_tokens')}; cold: a new "
-        f"{settings.get('prompt_tokens')}-token prompt; key: the same one keystroke later "
-        f"(median of {settings.get('repeats')})"
-    )
-    print(table.header())
-    rows = [(f"transformers {d}", data.get(f"transformers_{d}")) for d in DECODE_PATHS]
-    rows.append(("llama.cpp (all layers)", data.get("llama_cpp")))
-    for label, part in rows:
-        if part is None:
-            why = data["skipped"].get(_key(label), "not asked for (--paths)")
-            print(f"{label:<22} skipped: {why}")
-            continue
-        if "skipped" in part:
-            print(f"{label:<22} skipped: {part['skipped']}")
-            continue
-        error = data["errors"].get(_key(label))
-        if label.startswith("transformers") and part.get("decode_path") not in (None, label[13:]):
-            label = f"{label[:13]}{label[13:]}->{part['decode_path']}"
-        print(
-            table.row(
-                label,
-                *(
-                    part.get(key)
-                    for key in (
-                        "load_seconds",
-                        "decode_tokens_per_s",
-                        "share_of_limit",
-                        "cold_first_token_ms",
-                        "keystroke_first_token_ms",
-                        "keystroke_fed_max",
-                        "keystroke_over_cold",
-                    )
-                ),
-            )
-        )
-        if error:
-            print(f"{'':<22} error: {error}")
-    llama = data.get("llama_cpp") or {}
-    if "model" in llama:
-        print(f"llama.cpp model: {llama['model']} (its own limit, from the file's size)")
-    if summary:
-        factor, share = summary.get("compiled_over_dynamic"), summary.get("compiled_share_of_limit")
-        print(
-            "compiled / dynamic decode: "
-            + (f"{factor:.2f}x" if factor else "-")
-            + "; compiled share of the limit: "
-            + (f"{share:.3f}" if share is not None else "-")
-            + f" (target >= {TARGET_SHARE}: "
-            + ("-" if summary.get("target_met") is None else _met(summary["target_met"]))
-            + ")"
-        )
-    for name, error in data["errors"].items():
-        print(f"error in {name}: {error}")
-
-
-def _key(label: str) -> str:
-    return "llama_cpp" if label.startswith("llama") else "transformers_" + label.split()[1]
-
-
-def _met(flag: bool) -> str:
-    return "met" if flag else "not met"
-
-
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
@@ -696,8 +585,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("gpu", __doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json")
     parser.add_argument("--tiny", action="store_true", help="a tiny model: a CPU smoke run")
     parser.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if there is one)")
@@ -720,9 +609,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         report.data["summary"] = summarize(report.data)
         report.write()
-        print_table(report.data)
-    return 1 if report.data["errors"] else 0
+    return Outcome(
+        parameters={k: v for k, v in dataclasses.asdict(settings).items() if k != "shape"},
+        metrics=gpu_metrics(report.data),
+        models=[args.gguf] if args.gguf else [],
+    )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def gpu_metrics(data: dict[str, Any]) -> list[Metric]:
+    """Each loop's decode rate and its share of the bandwidth limit (the compiled loop's judged
+    against the target), and the errors of sections that failed."""
+    out = []
+    if "limit" in data:
+        out.append(
+            metric("limit at the measured bandwidth", data["limit"]["tokens_per_s"], "tokens/s")
+        )
+    for key in [f"transformers_{d}" for d in DECODE_PATHS] + ["llama_cpp"]:
+        part = data.get(key) or {}
+        if "decode_tokens_per_s" not in part:
+            continue
+        label = key.replace("_", " ", 1)
+        out.append(metric(f"{label}: decode", part["decode_tokens_per_s"], "tokens/s"))
+        target: Target | None = (">=", TARGET_SHARE) if key == "transformers_compiled" else None
+        out.append(
+            metric(f"{label}: share of the limit", part.get("share_of_limit"), target=target)
+        )
+        out.append(
+            metric(f"{label}: keystroke / cold first token", part.get("keystroke_over_cold"))
+        )
+    out.append(metric("sections that failed", len(data["errors"]), target=("==", 0)))
+    return out

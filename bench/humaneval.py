@@ -1,9 +1,7 @@
-"""HumanEval single-line infilling: the raw engine against the real server, in one run (issue 3).
+"""HumanEval single-line infilling: the raw engine against the real server, in one run.
 
-Run from the repository root:
-
-    .venv/bin/python bench/humaneval.py [--limit 100 | --all] [--layouts hole,blank,indent]
-                                        [--timeout 5] [--json PATH]
+    python -m bench humaneval [--limit 100 | --all] [--layouts hole,blank,indent]
+                              [--timeout 5] [--json PATH]
 
 Tasks: `third_party/data/human-eval-infilling/HumanEval-SingleLineInfilling.jsonl.gz` (1033).
 By default 100 of them, spread evenly over the whole set: task `i * 1033 // 100` for i in
@@ -41,51 +39,45 @@ of the document after the cursor, or when a line of the applied result that the 
 touched equals (stripped) the first non-blank line after the insertion. "Empty": no item.
 
 The model runs in one process at a time: raw first (then its model is closed), then the
-server; programs are scored afterwards, two at a time. Time on 2 shared cores: about 5
+server; programs are scored afterwards, two at a time. On a two-core CPU: about 5
 minutes for the default (100 tasks, "hole"); each more layout adds 2 to 4 minutes.
-Prints a table and example failures to stdout, writes JSON with per-task outcomes to
-bench/results/humaneval.json; logs go to stderr. Target: no suggestion duplicates the suffix.
+Writes per-task outcomes to bench/results/humaneval.json; logs go to stderr. Targets: ours
+passes at least as many tasks as raw, and no suggestion duplicates the suffix.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# `python bench/humaneval.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package; the repository root goes in front of it (bench/ stays, for `_lsp`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import json
 import logging
 import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     HUMAN_EVAL,
     HUMAN_EVAL_RANDOM_SPAN,
     RESULTS,
-    Column,
-    Table,
     humaneval_rows,
+    local_spec,
     setup_logging,
+    suite_parser,
     write_json,
 )
-from _compare import raw_line_request, run_on_raw_engine, server_options
-from _lsp import ServerClient, apply_item, mode_at
-
+from bench._compare import raw_line_request, run_on_raw_engine, server_options
+from bench._lsp import ServerClient, apply_item, mode_at
+from bench.record import Metric, Outcome, metric
 from engine.engine import Engine
 from engine.types import Role
 from lsp_server.client import insert_text_of
@@ -471,105 +463,12 @@ def analyze(
 # Report
 
 
-def print_report(
-    config: dict[str, Any],
-    summary: dict[str, Any],
-    per_task: list[dict[str, Any]],
-    examples: int,
-    variants: Sequence[str],
-) -> None:
-    n = summary["tasks"]
-    print(
-        f"HumanEval {config['set']} infilling: {n} of {config['tasks_in_set']} tasks "
-        f"({config['selection']}); {config['model']}, greedy; raw max {config['max_tokens']} "
-        f"tokens; timeout {config['timeout_s']:g} s"
-    )
-    table = Table(
-        Column("variant", 38, "<"),
-        Column("pass@1", 11),
-        Column("empty", 6),
-        Column("dup sfx", 7),
-        Column("wins", 5),
-        Column("losses", 6),
-        Column("median ms", 9),
-        Column("mean ms", 8),
-        Column("modes", 0, "<", gap="  "),
-    )
-    print(table.header(rule_extra=30))  # the rule runs on under the modes
-    for variant in variants:
-        s = summary[variant]
-        print(
-            table.row(
-                label_of(variant),
-                f"{s['passed']:>4}/{n:<3} {s['pass_at_1']:>3.0%}",
-                s["empty"],
-                s.get("duplicates_suffix"),
-                s.get("wins_over_raw"),
-                s.get("losses_to_raw"),
-                s.get("median_ms"),
-                s.get("mean_ms"),
-                ", ".join(f"{k} {v}" for k, v in sorted(s.get("modes", {}).items())),
-            )
-        )
-    print(
-        "dup sfx: suggestions that duplicate the suffix (target 0); wins/losses: tasks ours "
-        "passes and raw fails, and the reverse; ms: the server's answer time per request"
-    )
-    for variant in variants[1:]:
-        reasons = summary[variant]["loss_reasons"]
-        if reasons:
-            ordered = sorted(reasons.items(), key=lambda kv: -kv[1])
-            listed = "; ".join(f"{k}: {v}" for k, v in ordered)
-            print(f"losses to raw, {variant}: {listed}")
-    if examples <= 0:
-        return
-    shown = [v for v in ("blank", "indent", "hole_nl") if v in variants]
-    for variant in shown:
-        losses = [t for t in per_task if "loss_reason" in t[variant]]
-        if not losses:
-            continue
-        print()
-        print(f"examples: raw passes, ours ({variant}) fails — {len(losses)} tasks")
-        for t in losses[:examples]:
-            o = t[variant]
-            print(
-                f"  {t['task_id']} [{o['mode']}] {o['loss_reason']}\n"
-                f"    expected: {t['expected'].rstrip()!r}\n"
-                f"    raw:      {t['raw']['text']!r}\n"
-                f"    ours:     {o['inserted']!r}\n"
-                f"    failure:  {o['failure']}"
-            )
-    if not shown:
-        return
-    main = shown[0]
-    fails = [
-        t
-        for t in per_task
-        if not t[main]["passed"] and not t["raw"]["passed"] and t[main]["inserted"]
-    ]
-    if fails:
-        print()
-        print(
-            f"examples: raw and ours ({main}) both fail — {len(fails)} tasks "
-            f"(first {min(examples, len(fails))})"
-        )
-        for t in fails[:examples]:
-            o = t[main]
-            print(
-                f"  {t['task_id']} [{o['mode']}]\n"
-                f"    expected: {t['expected'].rstrip()!r}\n"
-                f"    ours:     {o['inserted']!r}\n"
-                f"    failure:  {o['failure']}"
-            )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("humaneval", __doc__)
     parser.add_argument("--limit", type=int, default=100, help="tasks, spread evenly (100)")
     parser.add_argument("--all", action="store_true", help="all 1033 tasks")
     parser.add_argument("--tasks", nargs="+", metavar="ID", help="these task ids only")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per program (5)")
-    parser.add_argument("--examples", type=int, default=8, help="failures printed per kind (8)")
     parser.add_argument(
         "--layouts",
         default=",".join(DEFAULT_LAYOUTS),
@@ -601,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = variants_of(layouts, args.changes, single_line=args.set == "single-line")
     tasks, total, how = load_tasks(args)
     options, settings = server_options(args.model)
-    spec = model_specs(settings)[Role.COMPLETION]
+    spec = local_spec(model_specs(settings)[Role.COMPLETION])
 
     log.info("raw: %d tasks through the engine", len(tasks))
     t0 = time.perf_counter()
@@ -663,7 +562,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "total": round(time.perf_counter() - started, 1),
         },
     }
-    print_report(config, summary, per_task, args.examples, variants)
     mismatched = [
         t["task_id"]
         for t in per_task
@@ -672,12 +570,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if mismatched:
         log.warning("prompt sizes differ from raw for %s", sorted(set(mismatched)))
-    result = {"benchmark": "humaneval", "config": config, "summary": summary, "tasks": per_task}
-    write_json(args.json, result)
-    log.info("wrote %s (%.0f s)", args.json, config["seconds"]["total"])
-    return 0
+    write_json(args.json, {"config": config, "summary": summary, "tasks": per_task})
+    return Outcome(
+        parameters={k: config[k] for k in ("set", "selection", "layouts", "changes", "max_tokens")},
+        metrics=humaneval_metrics(summary, variants),
+        models=[Path(spec.path)],
+    )
 
 
-if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
+def humaneval_metrics(summary: dict[str, Any], variants: Sequence[str]) -> list[Metric]:
+    """Tasks passed by each variant; ours, through the server, at least as many as raw, and no
+    suggestion that repeats the text after the cursor."""
+    n, raw = summary["tasks"], summary["raw"]["passed"]
+    out = [metric("tasks", n), metric("passed, raw engine", raw)]
+    for index, variant in enumerate(variants[1:]):
+        s = summary[variant]
+        name = "passed, ours through the server" if index == 0 else f"passed, {label_of(variant)}"
+        out.append(metric(name, s["passed"], target=(">=", raw)))
+        if "duplicates_suffix" in s:
+            out.append(
+                metric(
+                    f"{label_of(variant)}: repeats the suffix",
+                    s["duplicates_suffix"],
+                    target=("==", 0),
+                )
+            )
+        out.append(metric(f"{label_of(variant)}: answer time, median", s["median_ms"], "ms"))
+    return out

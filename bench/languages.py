@@ -1,10 +1,8 @@
-"""Real code in six languages: the server against the raw model on the same cursors, in one run
-(issue 27, "right in every language").
+"""Real code in six languages: the server against the raw model on the same cursors, in one
+run.
 
-Run from the repository root:
-
-    .venv/bin/python bench/languages.py [--per-language 20] [--languages go,rust]
-                                        [--cache DIR] [--model PATH] [--json PATH] [--curve]
+    python -m bench languages [--per-language 20] [--languages go,rust]
+                              [--cache DIR] [--model PATH] [--json PATH] [--curve]
 
 Files: the sources of six well-known projects, fetched once with the registries' own clients
 into `--cache` (default `~/.cache/infill-lsp/bench-languages`) and read from there after:
@@ -45,16 +43,15 @@ suggestion. The fitting itself is timed in this
 process on the raw texts, with the language's tree (`CursorContext.language_id`) and without
 (today's rules): the median added time is the tree's cost per suggestion.
 
-Raw first (then its model is closed), then the server. Prints a table per language and in
-all; writes bench/results/languages.json with every case. Targets (issue 27): per language,
+Raw first (then its model is closed), then the server. Writes every case to
+bench/results/languages.json. Targets: per language,
 the server's added syntax errors at most half of raw's, no duplicated suffix, exact at least
 raw's.
 
-`--curve`: the confidence gate's curve on these cursors (issue 27, "suggestions shown against
-suggestions right" in other languages than Python). The server side alone, with
+`--curve`: the confidence gate's curve on these cursors. The server side alone, with
 `minConfidence` 0 so every suggestion comes back, each one's judgement read from
 `infill/stats` and scored exact or not as above; then, per language and in all, what the gate
-would show at each threshold of bench/confidence.py (its `curve`: the recorded features
+would show at each threshold of the confidence suite (its `curve`: the recorded features
 weighed with today's weights, so this is what the server shows at each setting), and at the
 default `minConfidence` the change against 0. The weights were fitted on Python alone and are
 not refitted here: a report, not a tuning. Writes bench/results/languages_curve.json.
@@ -62,31 +59,32 @@ not refitted here: a report, not a tuning. Writes bench/results/languages_curve.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/languages.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package; the repository root goes in front of it (bench/ stays, for `_lsp`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import argparse
 import asyncio
 import logging
 import os
 import random
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Column, Table, median, ok, setup_logging, write_json
-from _compare import run_on_raw_engine, server_options
-from _lsp import ServerClient, mode_at, offset_of
-from confidence import change_at, curve, judged_count, last_judgement, print_curve
-
+from bench._common import (
+    RESULTS,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._compare import model_paths, run_on_raw_engine, server_options
+from bench._lsp import ServerClient, mode_at, offset_of
+from bench.confidence import change_at, curve, judged_count, last_judgement
+from bench.record import Outcome, metric
 from engine.completion import CompletionModel
 from engine.engine import Engine
 from lsp_server.client import insert_text_of
@@ -447,59 +445,13 @@ def summarize(rows: Sequence[dict[str, Any]], side: str) -> dict[str, Any]:
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    table = Table(
-        Column("language", 11, "<"),
-        Column("n", 4),
-        Column("exact raw", 9),
-        Column("ours", 5),
-        Column("edit sim raw", 12, spec=".3f"),
-        Column("ours", 6, spec=".3f"),
-        Column("dup raw", 8),
-        Column("ours", 5),
-        Column("+errors raw", 11),
-        Column("ours", 5),
-        Column("empty raw", 9),
-        Column("ours", 5),
-        Column("targets", 8),
-    )
-    rows = []
-    for language, summary in result["summary"].items():
-        raw, ours = summary["raw"], summary["server"]
-        rows.append(
-            (
-                language,
-                raw["cases"],
-                raw["exact"],
-                ours["exact"],
-                raw["similarity"],
-                ours["similarity"],
-                raw["duplicated_suffix"],
-                ours["duplicated_suffix"],
-                raw["added_errors"],
-                ours["added_errors"],
-                raw["empty"],
-                ours["empty"],
-                ok(summary["targets_met"]),
-            )
-        )
-    table.print(rows)
-    fit = result["fit_ms"]
-    print()
-    print(
-        f"fitting a suggestion (in this process, on the raw texts): median {fit['tree']:.2f} ms "
-        f"with the tree, {fit['plain']:.2f} ms with today's rules alone; added median "
-        f"{fit['added']:.2f} ms, added max {fit['added_max']:.2f} ms"
-    )
-
-
 # --- the confidence gate's curve (--curve) --------------------------------------------------
 
 
 def curve_result(
     cases: Sequence[Case], sides: Sequence[Side], wanted: Sequence[str], default: float
 ) -> dict[str, Any]:
-    """Every case scored, and per language and in all the gate's curve (bench/confidence.py's
+    """Every case scored, and per language and in all the gate's curve (the confidence suite's
     `curve`, exact as `right`) and its change at `default` against 0."""
     rows = []
     for case, side in zip(cases, sides, strict=True):
@@ -533,46 +485,8 @@ def curve_result(
     return {"default": default, "curves": curves, "changes": changes, "cases": rows}
 
 
-def print_curves(result: dict[str, Any]) -> None:
-    default = result["default"]
-    table = Table(
-        Column("language", 11, "<"),
-        Column("shown@0", 7),
-        Column("exact", 5),
-        Column("not", 4),
-        Column("prec", 5, spec=".0%"),
-        Column(f"shown@{default:g}", 10),
-        Column("exact", 5),
-        Column("not", 4),
-        Column("prec", 5, spec=".0%"),
-        Column("not-exact shown", 15),
-        Column("exact shown", 11),
-    )
-    rows = []
-    for language, change in result["changes"].items():
-        rows.append(
-            (
-                language,
-                change["shown"][0],
-                change["right"][0],
-                change["wrong"][0],
-                change["precision"][0],
-                change["shown"][1],
-                change["right"][1],
-                change["wrong"][1],
-                change["precision"][1],
-                f"{0.0 - change['wrong_cut']:+.0%}",  # 0.0 - 0.0 is 0.0, not "-0%"
-                f"{0.0 - change['right_cut']:+.0%}",
-            )
-        )
-    print(f"the gate at {default:g} against 0 (shown, exact, not exact, precision = exact/shown):")
-    table.print(rows)
-    for language, rows_of in result["curves"].items():
-        print_curve(language, rows_of, default, right="exact", wrong="not exact")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("languages", __doc__)
     parser.add_argument("--per-language", type=int, default=20, help="cursors per language")
     parser.add_argument(
         "--languages", default=",".join(s.language_id for s in SOURCES), help="comma-separated"
@@ -655,20 +569,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": summary,
         "cases": rows,
     }
-    print(
-        f"{len(cases)} cursors, {args.per_language} a language; server vs raw model on the same "
-        f"prompts; load average {os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} cores"
-    )
-    print()
-    print_table(result)
     write_json(args.json, result)
-    log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
-    return 0
+    metrics = []
+    for language, s in summary.items():
+        raw_s, ours = s["raw"], s["server"]
+        metrics += [
+            metric(f"{language}: exact, raw", raw_s["exact"]),
+            metric(f"{language}: exact, server", ours["exact"], target=(">=", raw_s["exact"])),
+            metric(
+                f"{language}: added syntax errors, server",
+                ours["added_errors"],
+                target=("<=", raw_s["added_errors"] / 2),
+            ),
+            metric(
+                f"{language}: duplicated suffix, server",
+                ours["duplicated_suffix"],
+                target=("==", 0),
+            ),
+        ]
+    metrics.append(
+        metric("fitting with the tree, added time, median", result["fit_ms"]["added"], "ms")
+    )
+    return Outcome(
+        parameters={"per_language": args.per_language, "languages": wanted},
+        metrics=metrics,
+        models=model_paths(args.model),
+    )
 
 
 def curve_main(
     args: argparse.Namespace, cases: Sequence[Case], wanted: Sequence[str], started: float
-) -> int:
+) -> Outcome:
     """`--curve`: the server alone with the gate off, then the curve (module docstring)."""
     load_before = os.getloadavg()
     options, _ = server_options(args.model, {"minConfidence": 0})
@@ -686,17 +617,23 @@ def curve_main(
         "load_after": os.getloadavg(),
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    print(
-        f"{len(cases)} cursors, {args.per_language} a language; the server with minConfidence 0, "
-        f"each suggestion's confidence from infill/stats; load average "
-        f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} cores"
-    )
-    print()
-    print_curves(result)
     write_json(args.json, result)
-    log.info("wrote %s in %.0f s", args.json, result["config"]["wall_s"])
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    metrics = []
+    for language, change in result["changes"].items():
+        metrics += [
+            metric(
+                f"gate at {result['default']:g}, {language}: not exact shown, fewer",
+                change["wrong_cut"] * 100,
+                "%",
+            ),
+            metric(
+                f"gate at {result['default']:g}, {language}: exact shown, fewer",
+                change["right_cut"] * 100,
+                "%",
+            ),
+        ]
+    return Outcome(
+        parameters={"curve": True, "per_language": args.per_language, "languages": wanted},
+        metrics=metrics,
+        models=model_paths(args.model),
+    )

@@ -1,12 +1,9 @@
 """Next edits on real edits written by no one here: replay the first hunk of a file's change
 between two released versions of a PyPI package, ask a predictor for the next edits, and score
-them against the hunks that followed (issue 24, "Tests and measures").
+them against the hunks that followed.
 
-Run from the repository root:
-
-    .venv/bin/python bench/next_edit.py [--limit 1000] [--packages click,markupsafe]
+    python -m bench next_edit [--limit 1000] [--packages click,markupsafe]
         [--cache-dir build/next_edit_cache] [--json PATH]
-    .venv/bin/python bench/next_edit.py --self-check
 
 Corpus: the sdists of consecutive releases of a few well-known packages (`PACKAGES`, pinned),
 fetched once with `pip download --no-deps --no-binary :all:` into `--cache-dir` (gitignored)
@@ -34,21 +31,13 @@ Another predictor plugs in through `PREDICTORS` (a name and a callable), as `_ed
 `after` the file after it, `first` the first hunk as an `Edit` of `before` (start, end, new
 text), and each proposed `Edit` is in code-point offsets of `after`, none overlapping.
 
-Prints a table to stdout, writes JSON to bench/results/next_edit.json; logs go to stderr.
-Targets on same-substitution cases (issue 24, for the project's propagation): at least half
+Writes every figure to bench/results/next_edit.json; logs go to stderr.
+Targets on same-substitution cases: at least half
 of the hunks reproduced; false edits under 5% of all cases.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/next_edit.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package that _common imports; the repository root goes in front of it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import itertools
 import logging
 import platform
@@ -56,16 +45,26 @@ import random
 import re
 import statistics
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, ROOT, Column, Table, median, setup_logging, write_json
-from _edits import (
+from bench import record
+from bench._common import (
+    RESULTS,
+    ROOT,
+    median,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._edits import (
     Edit,
     Kind,
     Predictor,
@@ -76,129 +75,50 @@ from _edits import (
     kind,
     minimal,
     no_suggestion,
-    occurrences,
-    region,
     score,
     shifted,
-    substitution,
     token_substitution,
 )
-
+from bench.record import metric
 from lsp_server.next_edit.history import EditHistory
 from lsp_server.next_edit.propagate import propagate
 
 log = logging.getLogger("bench.next_edit")
 
+
+def releases(text: str) -> dict[str, tuple[str, ...]]:
+    """Packages and their versions from lines `name v1 v2 ...` (an indented line goes on with
+    the package above)."""
+    found: dict[str, tuple[str, ...]] = {}
+    name = ""
+    for line in text.strip().splitlines():
+        words = line.split()
+        if not line[:1].isspace():
+            name, words = words[0], words[1:]
+        found[name] = found.get(name, ()) + tuple(words)
+    return found
+
+
 #: Consecutive releases of each package, oldest first; all on PyPI as sdists. Chosen for being
 #: well known and quick to fetch (pip prepares an sdist's metadata, which takes minutes where a
 #: build needs Cython, as pyyaml's does); markupsafe, simplejson and wrapt carry C beside their
 #: Python, werkzeug JavaScript.
-PACKAGES: dict[str, tuple[str, ...]] = {
-    "click": (
-        "7.1",
-        "7.1.1",
-        "7.1.2",
-        "8.0.0",
-        "8.0.1",
-        "8.0.2",
-        "8.0.3",
-        "8.0.4",
-        "8.1.0",
-        "8.1.1",
-        "8.1.2",
-        "8.1.3",
-        "8.1.4",
-        "8.1.5",
-        "8.1.6",
-        "8.1.7",
-    ),
-    "flask": (
-        "2.0.0",
-        "2.0.1",
-        "2.0.2",
-        "2.0.3",
-        "2.1.0",
-        "2.1.1",
-        "2.1.2",
-        "2.1.3",
-        "2.2.0",
-        "2.2.1",
-        "2.2.2",
-        "2.2.3",
-        "2.2.4",
-        "2.2.5",
-        "2.3.0",
-        "2.3.1",
-        "2.3.2",
-        "2.3.3",
-        "3.0.0",
-        "3.0.1",
-        "3.0.2",
-        "3.0.3",
-    ),
-    "jinja2": (
-        "3.0.0",
-        "3.0.1",
-        "3.0.2",
-        "3.0.3",
-        "3.1.0",
-        "3.1.1",
-        "3.1.2",
-        "3.1.3",
-        "3.1.4",
-        "3.1.5",
-        "3.1.6",
-    ),
-    "werkzeug": (
-        "2.0.0",
-        "2.0.1",
-        "2.0.2",
-        "2.0.3",
-        "2.1.0",
-        "2.1.1",
-        "2.1.2",
-        "2.2.0",
-        "2.2.1",
-        "2.2.2",
-        "2.2.3",
-        "2.3.0",
-        "2.3.1",
-        "2.3.2",
-        "2.3.3",
-        "2.3.4",
-        "2.3.5",
-        "2.3.6",
-        "2.3.7",
-        "2.3.8",
-        "3.0.0",
-        "3.0.1",
-        "3.0.2",
-        "3.0.3",
-        "3.0.4",
-        "3.0.5",
-        "3.0.6",
-    ),
-    "requests": (
-        "2.25.0",
-        "2.25.1",
-        "2.26.0",
-        "2.27.0",
-        "2.27.1",
-        "2.28.0",
-        "2.28.1",
-        "2.28.2",
-        "2.29.0",
-        "2.30.0",
-        "2.31.0",
-        "2.32.0",
-        "2.32.1",
-        "2.32.2",
-        "2.32.3",
-    ),
-    "markupsafe": ("2.1.0", "2.1.1", "2.1.2", "2.1.3", "2.1.4", "2.1.5"),
-    "simplejson": ("3.18.0", "3.18.1", "3.18.2", "3.18.3", "3.18.4", "3.19.1", "3.19.2", "3.19.3"),
-    "wrapt": ("1.14.0", "1.14.1", "1.15.0", "1.16.0"),
-}
+PACKAGES = releases(
+    """
+click 7.1 7.1.1 7.1.2 8.0.0 8.0.1 8.0.2 8.0.3 8.0.4 8.1.0 8.1.1 8.1.2 8.1.3 8.1.4 8.1.5
+    8.1.6 8.1.7
+flask 2.0.0 2.0.1 2.0.2 2.0.3 2.1.0 2.1.1 2.1.2 2.1.3 2.2.0 2.2.1 2.2.2 2.2.3 2.2.4 2.2.5
+    2.3.0 2.3.1 2.3.2 2.3.3 3.0.0 3.0.1 3.0.2 3.0.3
+jinja2 3.0.0 3.0.1 3.0.2 3.0.3 3.1.0 3.1.1 3.1.2 3.1.3 3.1.4 3.1.5 3.1.6
+werkzeug 2.0.0 2.0.1 2.0.2 2.0.3 2.1.0 2.1.1 2.1.2 2.2.0 2.2.1 2.2.2 2.2.3 2.3.0 2.3.1 2.3.2
+    2.3.3 2.3.4 2.3.5 2.3.6 2.3.7 2.3.8 3.0.0 3.0.1 3.0.2 3.0.3 3.0.4 3.0.5 3.0.6
+requests 2.25.0 2.25.1 2.26.0 2.27.0 2.27.1 2.28.0 2.28.1 2.28.2 2.29.0 2.30.0 2.31.0 2.32.0
+    2.32.1 2.32.2 2.32.3
+markupsafe 2.1.0 2.1.1 2.1.2 2.1.3 2.1.4 2.1.5
+simplejson 3.18.0 3.18.1 3.18.2 3.18.3 3.18.4 3.19.1 3.19.2 3.19.3
+wrapt 1.14.0 1.14.1 1.15.0 1.16.0
+"""
+)
 #: Held out: packages whose diffs no rule of propagation was settled on (`--held-out`), the
 #: check that the figures on `PACKAGES` are not tuned to them. The first five gave only 4
 #: same-substitution cases, so the others were added (urllib3 to iniconfig, then pytest to
@@ -207,441 +127,63 @@ PACKAGES: dict[str, tuple[str, ...]] = {
 #: replayed, less the versions whose sdist pip cannot fetch or prepare here
 #: (more-itertools 8.10.0 and 8.12.0 report another version, isort before 5.11.5 fails
 #: with today's poetry-core). Only counts of kinds were read before the rules' figures.
-HELD_OUT: dict[str, tuple[str, ...]] = {
-    "itsdangerous": ("2.0.0", "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.0"),
-    "pluggy": ("1.0.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0", "1.7.0"),
-    "packaging": ("21.0", "21.2", "21.3", "22.0", "23.0", "23.1", "23.2", "24.0", "24.1", "24.2"),
-    "attrs": ("21.2.0", "21.3.0", "21.4.0", "22.1.0", "22.2.0", "23.1.0", "23.2.0", "24.1.0"),
-    "blinker": ("1.4", "1.5", "1.6", "1.6.2", "1.6.3", "1.7.0", "1.8.0", "1.8.2", "1.9.0"),
-    "urllib3": (
-        "1.26.0",
-        "1.26.1",
-        "1.26.2",
-        "1.26.3",
-        "1.26.4",
-        "1.26.5",
-        "1.26.6",
-        "1.26.7",
-        "1.26.8",
-        "1.26.9",
-        "1.26.10",
-        "1.26.11",
-        "1.26.12",
-        "1.26.13",
-        "1.26.14",
-        "1.26.15",
-        "1.26.16",
-        "1.26.17",
-        "1.26.18",
-        "1.26.19",
-        "1.26.20",
-    ),
-    "pyparsing": (
-        "3.0.0",
-        "3.0.1",
-        "3.0.2",
-        "3.0.3",
-        "3.0.4",
-        "3.0.5",
-        "3.0.6",
-        "3.0.7",
-        "3.0.8",
-        "3.0.9",
-        "3.1.0",
-        "3.1.1",
-        "3.1.2",
-        "3.1.3",
-        "3.1.4",
-    ),
-    "more-itertools": (
-        "8.13.0",
-        "8.14.0",
-        "9.0.0",
-        "9.1.0",
-        "10.0.0",
-        "10.1.0",
-        "10.2.0",
-        "10.3.0",
-        "10.4.0",
-        "10.5.0",
-    ),
-    "platformdirs": (
-        "3.0.0",
-        "3.1.0",
-        "3.1.1",
-        "3.2.0",
-        "3.3.0",
-        "3.4.0",
-        "3.5.0",
-        "3.5.1",
-        "3.5.2",
-        "3.5.3",
-        "3.6.0",
-        "3.7.0",
-        "3.8.0",
-        "3.8.1",
-        "3.9.0",
-        "3.9.1",
-        "3.10.0",
-        "3.11.0",
-        "4.0.0",
-        "4.1.0",
-        "4.2.0",
-        "4.2.1",
-        "4.2.2",
-        "4.3.0",
-        "4.3.1",
-        "4.3.2",
-        "4.3.3",
-        "4.3.4",
-        "4.3.5",
-        "4.3.6",
-    ),
-    "filelock": (
-        "3.12.0",
-        "3.12.1",
-        "3.12.2",
-        "3.12.3",
-        "3.12.4",
-        "3.13.0",
-        "3.13.1",
-        "3.13.2",
-        "3.13.3",
-        "3.13.4",
-        "3.14.0",
-        "3.15.1",
-        "3.15.3",
-        "3.15.4",
-        "3.16.0",
-        "3.16.1",
-    ),
-    "typing-extensions": (
-        "4.0.0",
-        "4.0.1",
-        "4.1.0",
-        "4.1.1",
-        "4.2.0",
-        "4.3.0",
-        "4.4.0",
-        "4.5.0",
-        "4.6.0",
-        "4.6.1",
-        "4.6.2",
-        "4.6.3",
-        "4.7.0",
-        "4.7.1",
-        "4.8.0",
-        "4.9.0",
-        "4.10.0",
-        "4.11.0",
-        "4.12.0",
-        "4.12.1",
-        "4.12.2",
-    ),
-    "zipp": (
-        "3.10.0",
-        "3.11.0",
-        "3.12.0",
-        "3.12.1",
-        "3.13.0",
-        "3.14.0",
-        "3.15.0",
-        "3.16.0",
-        "3.16.1",
-        "3.16.2",
-        "3.17.0",
-        "3.18.0",
-        "3.18.1",
-        "3.18.2",
-        "3.19.0",
-        "3.19.1",
-        "3.19.2",
-        "3.19.3",
-        "3.20.0",
-        "3.20.1",
-        "3.20.2",
-    ),
-    "importlib-metadata": (
-        "6.0.0",
-        "6.0.1",
-        "6.1.0",
-        "6.2.0",
-        "6.2.1",
-        "6.3.0",
-        "6.4.0",
-        "6.4.1",
-        "6.5.0",
-        "6.5.1",
-        "6.6.0",
-        "6.7.0",
-        "6.8.0",
-        "6.9.0",
-        "6.10.0",
-        "6.11.0",
-        "7.0.0",
-        "7.0.1",
-        "7.0.2",
-        "7.1.0",
-        "7.2.0",
-        "7.2.1",
-        "8.0.0",
-        "8.1.0",
-        "8.2.0",
-        "8.3.0",
-        "8.4.0",
-        "8.5.0",
-    ),
-    "cachetools": (
-        "5.0.0",
-        "5.1.0",
-        "5.2.0",
-        "5.2.1",
-        "5.3.0",
-        "5.3.1",
-        "5.3.2",
-        "5.3.3",
-        "5.4.0",
-        "5.5.0",
-        "5.5.1",
-        "5.5.2",
-    ),
-    "pathspec": (
-        "0.9.0",
-        "0.10.1",
-        "0.10.2",
-        "0.10.3",
-        "0.11.0",
-        "0.11.1",
-        "0.11.2",
-        "0.12.0",
-        "0.12.1",
-    ),
-    "tomlkit": (
-        "0.11.0",
-        "0.11.1",
-        "0.11.2",
-        "0.11.3",
-        "0.11.4",
-        "0.11.5",
-        "0.11.6",
-        "0.11.7",
-        "0.11.8",
-        "0.12.0",
-        "0.12.1",
-        "0.12.2",
-        "0.12.3",
-        "0.12.4",
-        "0.12.5",
-        "0.13.0",
-        "0.13.1",
-        "0.13.2",
-    ),
-    "sqlparse": ("0.4.0", "0.4.1", "0.4.2", "0.4.3", "0.4.4", "0.5.0", "0.5.1", "0.5.2", "0.5.3"),
-    "pyflakes": ("2.2.0", "2.3.0", "2.3.1", "2.4.0", "2.5.0", "3.0.0", "3.0.1", "3.1.0", "3.2.0"),
-    "pycodestyle": (
-        "2.6.0",
-        "2.7.0",
-        "2.8.0",
-        "2.9.0",
-        "2.9.1",
-        "2.10.0",
-        "2.11.0",
-        "2.11.1",
-        "2.12.0",
-        "2.12.1",
-    ),
-    "marshmallow": (
-        "3.13.0",
-        "3.14.0",
-        "3.14.1",
-        "3.15.0",
-        "3.16.0",
-        "3.17.0",
-        "3.17.1",
-        "3.18.0",
-        "3.19.0",
-        "3.20.0",
-        "3.20.1",
-        "3.20.2",
-        "3.21.0",
-        "3.21.1",
-        "3.21.2",
-        "3.21.3",
-        "3.22.0",
-        "3.23.0",
-        "3.23.1",
-        "3.23.2",
-        "3.23.3",
-    ),
-    "structlog": (
-        "21.1.0",
-        "21.2.0",
-        "21.3.0",
-        "21.4.0",
-        "21.5.0",
-        "22.1.0",
-        "22.2.0",
-        "22.3.0",
-        "23.1.0",
-        "23.2.0",
-        "23.3.0",
-        "24.1.0",
-        "24.2.0",
-        "24.3.0",
-        "24.4.0",
-    ),
-    "tomli": (
-        "1.0.0",
-        "1.0.1",
-        "1.0.2",
-        "1.0.3",
-        "1.0.4",
-        "1.1.0",
-        "1.2.0",
-        "1.2.1",
-        "1.2.2",
-        "1.2.3",
-        "2.0.0",
-        "2.0.1",
-        "2.0.2",
-        "2.1.0",
-        "2.2.1",
-    ),
-    "idna": ("3.0", "3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "3.10"),
-    "six": ("1.10.0", "1.11.0", "1.12.0", "1.13.0", "1.14.0", "1.15.0", "1.16.0", "1.17.0"),
-    "iniconfig": ("1.0.0", "1.0.1", "1.1.0", "1.1.1", "2.0.0"),
-    "pytest": (
-        "7.0.0",
-        "7.0.1",
-        "7.1.0",
-        "7.1.1",
-        "7.1.2",
-        "7.1.3",
-        "7.2.0",
-        "7.2.1",
-        "7.2.2",
-        "7.3.0",
-        "7.3.1",
-        "7.3.2",
-        "7.4.0",
-        "7.4.1",
-        "7.4.2",
-        "7.4.3",
-        "7.4.4",
-        "8.0.0",
-        "8.0.1",
-        "8.0.2",
-        "8.1.1",
-        "8.1.2",
-        "8.2.0",
-        "8.2.1",
-        "8.2.2",
-        "8.3.0",
-        "8.3.1",
-        "8.3.2",
-        "8.3.3",
-        "8.3.4",
-        "8.3.5",
-    ),
-    "httpx": (
-        "0.23.0",
-        "0.23.1",
-        "0.23.2",
-        "0.23.3",
-        "0.24.0",
-        "0.24.1",
-        "0.25.0",
-        "0.25.1",
-        "0.25.2",
-        "0.26.0",
-        "0.27.0",
-        "0.27.1",
-        "0.27.2",
-        "0.28.0",
-        "0.28.1",
-    ),
-    "anyio": (
-        "3.6.0",
-        "3.6.1",
-        "3.6.2",
-        "3.7.0",
-        "3.7.1",
-        "4.0.0",
-        "4.1.0",
-        "4.2.0",
-        "4.3.0",
-        "4.4.0",
-        "4.5.0",
-        "4.5.1",
-        "4.5.2",
-        "4.6.0",
-        "4.6.1",
-    ),
-    "markdown": (
-        "3.3",
-        "3.3.1",
-        "3.3.2",
-        "3.3.3",
-        "3.3.4",
-        "3.3.6",
-        "3.3.7",
-        "3.4",
-        "3.4.1",
-        "3.4.2",
-        "3.4.3",
-        "3.4.4",
-        "3.5",
-        "3.5.1",
-        "3.5.2",
-        "3.6",
-        "3.7",
-    ),
-    "isort": (
-        "5.11.5",
-        "5.12.0",
-        "5.13.0",
-        "5.13.1",
-        "5.13.2",
-    ),
-    "humanize": (
-        "4.0.0",
-        "4.1.0",
-        "4.2.0",
-        "4.2.1",
-        "4.2.2",
-        "4.2.3",
-        "4.3.0",
-        "4.4.0",
-        "4.5.0",
-        "4.6.0",
-        "4.7.0",
-        "4.8.0",
-        "4.9.0",
-        "4.10.0",
-        "4.11.0",
-    ),
-    "h11": ("0.12.0", "0.13.0", "0.14.0"),
-    "jsonschema": (
-        "4.17.0",
-        "4.17.1",
-        "4.17.3",
-        "4.18.0",
-        "4.18.1",
-        "4.18.2",
-        "4.18.3",
-        "4.18.4",
-        "4.18.5",
-        "4.18.6",
-        "4.19.0",
-        "4.19.1",
-        "4.19.2",
-        "4.20.0",
-        "4.21.0",
-        "4.21.1",
-        "4.22.0",
-        "4.23.0",
-    ),
-}
+HELD_OUT = releases(
+    """
+itsdangerous 2.0.0 2.0.1 2.1.0 2.1.1 2.1.2 2.2.0
+pluggy 1.0.0 1.2.0 1.3.0 1.4.0 1.5.0 1.6.0 1.7.0
+packaging 21.0 21.2 21.3 22.0 23.0 23.1 23.2 24.0 24.1 24.2
+attrs 21.2.0 21.3.0 21.4.0 22.1.0 22.2.0 23.1.0 23.2.0 24.1.0
+blinker 1.4 1.5 1.6 1.6.2 1.6.3 1.7.0 1.8.0 1.8.2 1.9.0
+urllib3 1.26.0 1.26.1 1.26.2 1.26.3 1.26.4 1.26.5 1.26.6 1.26.7 1.26.8 1.26.9 1.26.10
+    1.26.11 1.26.12 1.26.13 1.26.14 1.26.15 1.26.16 1.26.17 1.26.18 1.26.19 1.26.20
+pyparsing 3.0.0 3.0.1 3.0.2 3.0.3 3.0.4 3.0.5 3.0.6 3.0.7 3.0.8 3.0.9 3.1.0 3.1.1 3.1.2
+    3.1.3 3.1.4
+more-itertools 8.13.0 8.14.0 9.0.0 9.1.0 10.0.0 10.1.0 10.2.0 10.3.0 10.4.0 10.5.0
+platformdirs 3.0.0 3.1.0 3.1.1 3.2.0 3.3.0 3.4.0 3.5.0 3.5.1 3.5.2 3.5.3 3.6.0 3.7.0 3.8.0
+    3.8.1 3.9.0 3.9.1 3.10.0 3.11.0 4.0.0 4.1.0 4.2.0 4.2.1 4.2.2 4.3.0 4.3.1 4.3.2 4.3.3
+    4.3.4 4.3.5 4.3.6
+filelock 3.12.0 3.12.1 3.12.2 3.12.3 3.12.4 3.13.0 3.13.1 3.13.2 3.13.3 3.13.4 3.14.0 3.15.1
+    3.15.3 3.15.4 3.16.0 3.16.1
+typing-extensions 4.0.0 4.0.1 4.1.0 4.1.1 4.2.0 4.3.0 4.4.0 4.5.0 4.6.0 4.6.1 4.6.2 4.6.3
+    4.7.0 4.7.1 4.8.0 4.9.0 4.10.0 4.11.0 4.12.0 4.12.1 4.12.2
+zipp 3.10.0 3.11.0 3.12.0 3.12.1 3.13.0 3.14.0 3.15.0 3.16.0 3.16.1 3.16.2 3.17.0 3.18.0
+    3.18.1 3.18.2 3.19.0 3.19.1 3.19.2 3.19.3 3.20.0 3.20.1 3.20.2
+importlib-metadata 6.0.0 6.0.1 6.1.0 6.2.0 6.2.1 6.3.0 6.4.0 6.4.1 6.5.0 6.5.1 6.6.0 6.7.0
+    6.8.0 6.9.0 6.10.0 6.11.0 7.0.0 7.0.1 7.0.2 7.1.0 7.2.0 7.2.1 8.0.0 8.1.0 8.2.0 8.3.0
+    8.4.0 8.5.0
+cachetools 5.0.0 5.1.0 5.2.0 5.2.1 5.3.0 5.3.1 5.3.2 5.3.3 5.4.0 5.5.0 5.5.1 5.5.2
+pathspec 0.9.0 0.10.1 0.10.2 0.10.3 0.11.0 0.11.1 0.11.2 0.12.0 0.12.1
+tomlkit 0.11.0 0.11.1 0.11.2 0.11.3 0.11.4 0.11.5 0.11.6 0.11.7 0.11.8 0.12.0 0.12.1 0.12.2
+    0.12.3 0.12.4 0.12.5 0.13.0 0.13.1 0.13.2
+sqlparse 0.4.0 0.4.1 0.4.2 0.4.3 0.4.4 0.5.0 0.5.1 0.5.2 0.5.3
+pyflakes 2.2.0 2.3.0 2.3.1 2.4.0 2.5.0 3.0.0 3.0.1 3.1.0 3.2.0
+pycodestyle 2.6.0 2.7.0 2.8.0 2.9.0 2.9.1 2.10.0 2.11.0 2.11.1 2.12.0 2.12.1
+marshmallow 3.13.0 3.14.0 3.14.1 3.15.0 3.16.0 3.17.0 3.17.1 3.18.0 3.19.0 3.20.0 3.20.1
+    3.20.2 3.21.0 3.21.1 3.21.2 3.21.3 3.22.0 3.23.0 3.23.1 3.23.2 3.23.3
+structlog 21.1.0 21.2.0 21.3.0 21.4.0 21.5.0 22.1.0 22.2.0 22.3.0 23.1.0 23.2.0 23.3.0
+    24.1.0 24.2.0 24.3.0 24.4.0
+tomli 1.0.0 1.0.1 1.0.2 1.0.3 1.0.4 1.1.0 1.2.0 1.2.1 1.2.2 1.2.3 2.0.0 2.0.1 2.0.2 2.1.0
+    2.2.1
+idna 3.0 3.1 3.2 3.3 3.4 3.5 3.6 3.7 3.8 3.9 3.10
+six 1.10.0 1.11.0 1.12.0 1.13.0 1.14.0 1.15.0 1.16.0 1.17.0
+iniconfig 1.0.0 1.0.1 1.1.0 1.1.1 2.0.0
+pytest 7.0.0 7.0.1 7.1.0 7.1.1 7.1.2 7.1.3 7.2.0 7.2.1 7.2.2 7.3.0 7.3.1 7.3.2 7.4.0 7.4.1
+    7.4.2 7.4.3 7.4.4 8.0.0 8.0.1 8.0.2 8.1.1 8.1.2 8.2.0 8.2.1 8.2.2 8.3.0 8.3.1 8.3.2
+    8.3.3 8.3.4 8.3.5
+httpx 0.23.0 0.23.1 0.23.2 0.23.3 0.24.0 0.24.1 0.25.0 0.25.1 0.25.2 0.26.0 0.27.0 0.27.1
+    0.27.2 0.28.0 0.28.1
+anyio 3.6.0 3.6.1 3.6.2 3.7.0 3.7.1 4.0.0 4.1.0 4.2.0 4.3.0 4.4.0 4.5.0 4.5.1 4.5.2 4.6.0
+    4.6.1
+markdown 3.3 3.3.1 3.3.2 3.3.3 3.3.4 3.3.6 3.3.7 3.4 3.4.1 3.4.2 3.4.3 3.4.4 3.5 3.5.1 3.5.2
+    3.6 3.7
+isort 5.11.5 5.12.0 5.13.0 5.13.1 5.13.2
+humanize 4.0.0 4.1.0 4.2.0 4.2.1 4.2.2 4.2.3 4.3.0 4.4.0 4.5.0 4.6.0 4.7.0 4.8.0 4.9.0
+    4.10.0 4.11.0
+h11 0.12.0 0.13.0 0.14.0
+jsonschema 4.17.0 4.17.1 4.17.3 4.18.0 4.18.1 4.18.2 4.18.3 4.18.4 4.18.5 4.18.6 4.19.0
+    4.19.1 4.19.2 4.20.0 4.21.0 4.21.1 4.22.0 4.23.0
+"""
+)
 #: Every package the benchmark knows, and the versions of each.
 RELEASES = {**PACKAGES, **HELD_OUT}
 SOURCE_SUFFIXES = (".py", ".pyi", ".pyx", ".pxd", ".c", ".h", ".cpp", ".js", ".ts", ".go", ".rs")
@@ -853,159 +395,6 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
-TABLE = Table(
-    Column("kind", 17, "<"),
-    Column("predictor", 10, "<"),
-    Column("cases", 5),
-    Column("any hunk", 8, spec=".1f"),
-    Column("hunks", 6, spec=".1f"),
-    Column("reached", 7, spec=".1f"),
-    Column("false", 6, spec=".1f"),
-    Column("suggest", 7, spec=".1f"),
-    Column("med ms", 7, spec=".3f"),
-    Column("p90 ms", 7, spec=".3f"),
-)
-
-
-def print_table(summaries: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """One row per kind and predictor, the predictors of a kind beside each other."""
-    rows = []
-    for kind_name in KINDS:
-        for name, figures in summaries[kind_name].items():
-            rows.append(
-                (
-                    kind_name,
-                    name,
-                    figures["cases"],
-                    figures["any_reproduced_pct"],
-                    figures["hunks_reproduced_pct"],
-                    figures["reached_pct"],
-                    figures["false_edit_cases_pct"],
-                    figures["suggested_pct"],
-                    figures["median_ms"],
-                    figures["p90_ms"],
-                )
-            )
-    TABLE.print(rows)
-    print(
-        "(% of cases: any hunk = at least one remaining hunk reproduced exactly, reached = the "
-        "next version's file exactly, false = an edit outside every remaining hunk, suggest = "
-        "any edit; hunks = mean % of a case's remaining hunks reproduced)"
-    )
-
-
-# --- the self-check -------------------------------------------------------------------------
-
-
-def self_check() -> int:
-    """The scoring on tiny inputs, each check printed as pass or FAIL; 0 when all pass."""
-    before = "old = 1\nx = 2\nprint(old)\ny = 3\nz = old + 1\n"
-    after = "new = 1\nx = 2\nprint(new)\ny = 3\nz = new + 1\n"
-    found = hunks(before, after)
-    first = minimal(before, found[0])
-    text = apply_edits(before, [first])
-    remaining = shifted(found[0], found[1:])
-    rename_all = token_substitution(before, text, first)
-    n = text.index("print(old)") + len("print(")
-    checks: list[tuple[str, bool]] = [
-        (
-            "apply_edits applies edits in any order",
-            apply_edits(
-                "abcd", [Edit(start=3, end=4, new_text="D"), Edit(start=0, end=1, new_text="A")]
-            )
-            == "AbcD",
-        ),
-        (
-            "hunks: three blocks of lines, whole lines",
-            [before[h.start : h.end] for h in found]
-            == ["old = 1\n", "print(old)\n", "z = old + 1\n"],
-        ),
-        ("hunks rebuild the next version", apply_edits(before, found) == after),
-        ("minimal trims what the hunk keeps", first == Edit(start=0, end=3, new_text="new")),
-        (
-            "substitution finds old -> new",
-            (s := substitution(before, found[0])) is not None and (s.old, s.new) == ("old", "new"),
-        ),
-        ("whole tokens only", occurrences("old bold old_x (old)", "old") == [0, 16]),
-        ("a rename everywhere is same-substitution", kind(before, found) == Kind.SAME),
-        (
-            "a different change is other",
-            kind(before, hunks(before, after.replace("z = new + 1", "z = new + 2"))) == Kind.OTHER,
-        ),
-        (
-            "no edits: nothing reproduced, no false edit",
-            score(text, after, remaining, [])
-            == Score(remaining=2, reproduced=0, reached=False, false_edits=0, edits=0, valid=True),
-        ),
-        (
-            "the heuristic reaches the file",
-            score(text, after, remaining, rename_all)
-            == Score(remaining=2, reproduced=2, reached=True, false_edits=0, edits=2, valid=True),
-        ),
-        (
-            "a partial hunk is not reproduced",
-            score(text, after, remaining, rename_all[1:]).reproduced == 1,
-        ),
-        (
-            "an edit away from every hunk is false",
-            score(
-                text,
-                after,
-                remaining,
-                [Edit(start=text.index("x = 2"), end=text.index("x = 2") + 1, new_text="y")],
-            ).false_edits
-            == 1,
-        ),
-        (
-            "the edited first hunk is no remaining hunk",
-            score(text, after, remaining, [Edit(start=0, end=3, new_text="z")]).false_edits == 1,
-        ),
-        (
-            "overlapping edits are invalid",
-            not score(
-                text,
-                after,
-                remaining,
-                [
-                    Edit(start=n, end=n + 3, new_text="a"),
-                    Edit(start=n + 1, end=n + 2, new_text="b"),
-                ],
-            ).valid,
-        ),
-        (
-            "an inserted line may be written at the end of the line above",
-            score(
-                "a\nb\n",
-                "a\nb\nc\n",
-                [Edit(start=4, end=4, new_text="c\n")],
-                [Edit(start=3, end=3, new_text="\nc")],
-            ).reproduced
-            == 1,
-        ),
-        (
-            "the region holds the newline above",
-            region("a\nb\n", Edit(start=2, end=4, new_text="")) == (1, 4),
-        ),
-        (
-            "the heuristic reads whole tokens around a one-letter edit",
-            token_substitution("ab = 1\nab\n", "abc = 1\nab\n", Edit(start=2, end=2, new_text="c"))
-            == [Edit(start=8, end=10, new_text="abc")],
-        ),
-        (
-            "two tokens for one: the heuristic keeps quiet",
-            token_substitution(
-                "f(a)\nf(a)\n", "f(a.b)\nf(a)\n", Edit(start=3, end=3, new_text=".b")
-            )
-            == [],
-        ),
-    ]
-    for label, good in checks:
-        print(f"{'pass' if good else 'FAIL'}  {label}")
-    failed = sum(not good for _, good in checks)
-    print(f"{len(checks) - failed}/{len(checks)} passed")
-    return 1 if failed else 0
-
-
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -1042,8 +431,8 @@ def latency(cases: Sequence[Case]) -> dict[str, Any]:
     return figures
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> record.Outcome:
+    parser = suite_parser("next_edit", __doc__)
     parser.add_argument(
         "--limit", type=int, default=1000, help="cases at most, a seeded sample (1000)"
     )
@@ -1063,16 +452,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="output (bench/results/next_edit.json)",
     )
     parser.add_argument(
-        "--self-check", action="store_true", help="check the scoring on tiny inputs, then stop"
-    )
-    parser.add_argument(
         "--held-out",
         action="store_true",
         help=f"the held-out packages instead ({', '.join(HELD_OUT)})",
     )
     args = parser.parse_args(argv)
-    if args.self_check:
-        return self_check()
     setup_logging(quiet_engine=True)
     packages = [p.strip() for p in args.packages.split(",") if p.strip()]
     if args.held_out:
@@ -1100,16 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             for name in PREDICTORS
         }
-    print_table(summaries)
     timing = latency(cases)
-    print(
-        f"\n{timing['lines']}-line file, {timing['renamed']!r} ({timing['uses']} uses) renamed: "
-        + ", ".join(
-            f"{label} {timing[label]['median_ms']:.2f} ms median "
-            f"({timing[label]['p90_ms']:.2f} p90)"
-            for label in PREDICTORS
-        )
-    )
     pairs = sorted({(c.package, c.old_version, c.new_version) for c in cases})
     write_json(
         args.json,
@@ -1134,9 +509,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
         },
     )
-    log.info("wrote %s", args.json)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    same, every = summaries[Kind.SAME], summaries["all"]
+    metrics = [
+        metric("cases", len(cases)),
+        metric("same-substitution cases", same["propagate"]["cases"]),
+        metric(
+            "same-substitution hunks reproduced, propagation",
+            same["propagate"]["hunks_reproduced_pct"],
+            "%",
+            target=(">=", 50),
+        ),
+        metric(
+            "same-substitution hunks reproduced, token substitution",
+            same["token-sub"]["hunks_reproduced_pct"],
+            "%",
+        ),
+        metric(
+            "same-substitution files reached, propagation", same["propagate"]["reached_pct"], "%"
+        ),
+        metric(
+            "cases with a false edit, propagation",
+            every["propagate"]["false_edit_cases_pct"],
+            "%",
+            target=("<", 5),
+        ),
+        metric(
+            "cases with a false edit, token substitution",
+            every["token-sub"]["false_edit_cases_pct"],
+            "%",
+        ),
+        metric(
+            f"propagation on a {timing['lines']}-line file, median",
+            timing["propagate"]["median_ms"],
+            "ms",
+            target=("<", 20),
+        ),
+    ]
+    parameters = {"packages": packages, "limit": args.limit, "held_out": args.held_out}
+    return record.Outcome(parameters=parameters, metrics=metrics)

@@ -12,19 +12,12 @@ It reports what a user would notice after a long day:
   is counted by the client's warning), with how each ended (items, empty, cancelled, error);
 - the server's health at the end: `infill/status` is `ready` and a fresh request gets items.
 
-    .venv/bin/python bench/soak.py [--ops 5000] [--docs 50] [--seed 7]
+    python -m bench soak [--ops 5000] [--docs 50] [--seed 7]
 
 Not a timed test: it prints a table and writes `bench/results/soak.json`.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# `python bench/soak.py` puts bench/ first on sys.path, where bench/engine.py would shadow the
-# engine package: the repository root goes first.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import asyncio
@@ -35,10 +28,20 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from _common import RESULTS, Column, Table, humaneval_rows, rss_kib, setup_logging, write_json
-from _lsp import Pending, ServerClient
+from bench._common import (
+    RESULTS,
+    humaneval_rows,
+    rss_kib,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
+from bench._compare import model_paths
+from bench._lsp import Pending, ServerClient
+from bench.record import Outcome, metric
 
 log = logging.getLogger("bench.soak")
 
@@ -219,31 +222,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_table(result: dict[str, Any]) -> None:
-    rows = [
-        ("operations", f"{result['ops']} over {result['docs']} documents in {result['seconds']} s"),
-        ("  of which", ", ".join(f"{k} {v}" for k, v in sorted(result["operations"].items()))),
-        ("requests answered / sent", f"{result['requests_answered']} / {result['requests_sent']}"),
-        ("responses to unknown ids", str(result["responses_to_unknown_ids"])),
-        ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items()))),
-        (
-            "resident memory warm -> after",
-            f"{result['rss_kib_warm'] / 1024:.0f} MiB -> {result['rss_kib_after'] / 1024:.0f} MiB"
-            f" ({result['rss_after_over_warm']:.3f}; target <= 1.2)",
-        ),
-        (
-            "health after",
-            f"status {result['status_after']}, a fresh request got "
-            f"{result['final_request_items']} item(s)",
-        ),
-    ]
-    table = Table(Column("", max(len(name) for name, _ in rows), "<"), Column("", 0, "<", gap="  "))
-    for name, value in rows:
-        print(table.row(name, value))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("soak", __doc__)
     parser.add_argument("--ops", type=int, default=5000)
     parser.add_argument("--docs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
@@ -251,10 +231,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging(quiet_engine=False)
     result = asyncio.run(run(args))
-    print_table(result)
     write_json(args.out, result)
-    log.info("wrote %s", args.out)
-
-
-if __name__ == "__main__":
-    main()
+    r = result
+    metrics = [
+        metric("requests answered", r["requests_answered"], target=(">=", r["requests_sent"])),
+        metric("responses to unknown ids", r["responses_to_unknown_ids"], target=("==", 0)),
+        metric("resident memory once warm", r["rss_kib_warm"] / 1024, "MiB"),
+        metric("resident memory after", r["rss_kib_after"] / 1024, "MiB"),
+        metric("resident memory, after / once warm", r["rss_after_over_warm"], target=("<=", 1.2)),
+        metric("status after", r["status_after"]),
+        metric("items for a fresh request after", r["final_request_items"], target=(">=", 1)),
+    ]
+    parameters = {"ops": args.ops, "docs": args.docs, "seed": args.seed}
+    return Outcome(parameters=parameters, metrics=metrics, models=model_paths(None))

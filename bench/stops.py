@@ -1,8 +1,6 @@
-"""The stop processor's cost per token, against one decode step of the model (DESIGN §3, §6).
+"""The stop processor's cost per token, against one decode step of the model.
 
-Run from the repository root:
-
-    .venv/bin/python bench/stops.py [--tokens 2000] [--repeats 20] [--json PATH]
+    python -m bench stops [--tokens 2000] [--repeats 20] [--json PATH]
 
 `engine.stops.StopChecker` is fed a real 2,000-token output (HumanEval programs tokenized by
 the default completion model, each piece decoded by our detokenizer beforehand, so only the
@@ -10,39 +8,30 @@ stop processor is timed) with 0, 1 and 50 stop strings. The time per token is re
 the first and the last quarter of the output (it must not grow with the output's length) and
 as a share of one greedy decode step of the same model, measured in the same run.
 
-Prints a table to stdout and writes JSON to bench/results/stops.json; logs go to stderr.
+Writes every figure to bench/results/stops.json; logs go to stderr.
 Targets: flat in output length, and under 1% of a decode step.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `python bench/stops.py` puts bench/ first on sys.path; the repository root goes in front so
-# that `engine` is this checkout's package (bench/engine.py would otherwise shadow it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
 import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
-    Column,
-    Table,
     humaneval_rows,
     median,
-    ok,
     setup_logging,
+    suite_parser,
     write_json,
 )
-from _raw import RawLlama
-
+from bench._raw import RawLlama
+from bench.record import Outcome, metric
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.models import load_backend, resolve_model_path
 from engine.output import OutputProcessor
@@ -205,8 +194,8 @@ def time_config(
     return per_segment
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("stops", __doc__)
     parser.add_argument("--tokens", type=int, default=2000, help="output length (default 2000)")
     parser.add_argument("--repeats", type=int, default=20, help="passes per config (default 20)")
     parser.add_argument(
@@ -272,57 +261,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
 
-    print(
-        f"stop processor per token: {len(ids)} tokens of HumanEval code "
-        f"({backend.info.name} tokenizer), "
-        f"median of {args.repeats} passes; decode step {decode_s * 1000:.2f} ms"
+    write_json(
+        args.json,
+        {"decode_step_ms": decode_s * 1000, "rows": rows, "stop_strings": list(STOP_STRINGS)},
     )
-    Table(
-        Column("config", 26, "<"),
-        Column(f"first {q}", 10, spec=".2f"),
-        Column(f"last {q}", 10, spec=".2f"),
-        Column("all", 10, spec=".2f"),
-        Column("last/first", 10, spec=".2f"),
-        Column("% decode", 9),
-    ).print(
-        (
-            row["config"],
-            row["first_quarter_us_per_token"],
-            row["last_quarter_us_per_token"],
-            row["all_us_per_token"],
-            row["last_over_first"],
-            f"{row['percent_of_decode_step']:.3f}%",
+    metrics = [metric("decode step", decode_s * 1000, "ms")]
+    for row in rows:
+        name = row["config"]
+        metrics.append(metric(f"{name}, per token", row["all_us_per_token"], "us"))
+        if not row["full_stage"]:
+            metrics.append(
+                metric(
+                    f"{name}, last / first quarter",
+                    row["last_over_first"],
+                    target=("<=", FLAT_TOLERANCE),
+                )
+            )
+    # The headline: the checker with every stop string, as a share of a decode step.
+    fifty = next(row for row in rows if row["stop_strings"] == 50 and not row["full_stage"])
+    metrics.append(
+        metric(
+            "stops per token, 50 strings, share of a decode step",
+            fifty["percent_of_decode_step"],
+            "%",
+            target=("<", TARGET_PERCENT),
         )
-        for row in rows
     )
-    checker_rows = [row for row in rows if not row["full_stage"]]
-    flat = all(row["last_over_first"] <= FLAT_TOLERANCE for row in checker_rows)
-    cheap = all(row["percent_of_decode_step"] < TARGET_PERCENT for row in checker_rows)
-    print(
-        f"times in µs/token. Flat (last/first <= {FLAT_TOLERANCE}): {ok(flat)}; "
-        f"under {TARGET_PERCENT:g}% of a decode step: {ok(cheap)}"
-    )
-
-    result = {
-        "benchmark": "stops",
-        "config": {
-            "model": backend.info.name,
-            "model_path": str(path),
-            "tokens": len(ids),
-            "characters": sum(map(len, texts)),
-            "repeats": args.repeats,
-            "decode_tokens": args.decode_tokens,
-            "stop_strings": list(STOP_STRINGS),
-        },
-        "decode_step_ms": decode_s * 1000,
-        "rows": rows,
-        "flat": flat,
-        "under_target": cheap,
-    }
-    write_json(args.json, result)
-    log.info("wrote %s", args.json)
-    return 0 if flat and cheap else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    parameters = {"tokens": len(ids), "repeats": args.repeats, "decode_tokens": args.decode_tokens}
+    return Outcome(parameters=parameters, metrics=metrics, models=[path])

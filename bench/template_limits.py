@@ -1,50 +1,47 @@
-"""Hostile chat templates against the sandbox's limits (engine/template_sandbox.py, issue 26):
+"""Hostile chat templates against the sandbox's limits (engine/template_sandbox.py):
 the time each takes to be refused, and how much the process grows meanwhile.
 
-Run from the repository root:
-
-    .venv/bin/python bench/template_limits.py [--json PATH]
+    python -m bench template_limits [--json PATH]
 
 The probes are the tests' (tests/engine/test_template_limits.py: one call that would build
 100 MB to 10 GB, and runaway loops), each rendered in a fresh process on a one-message
 conversation with the default limits (2 s, 1,000,012 characters), so that the peak resident
 size it reports is that probe's alone.
 
-Prints a table to stdout and writes JSON to bench/results/template_limits.json; logs go to
+Writes every figure to bench/results/template_limits.json; logs go to
 stderr. Targets: each refused within its deadline plus 0.1 s, the process growing by under
 50 MB.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# The repository root in front (bench/engine.py would otherwise shadow the package), and the
-# tests' folders, where the probes are.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "engine"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import argparse
+import importlib
 import json
 import resource
 import subprocess
+import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from _common import RESULTS, Column, Table, ok, write_json
+from bench._common import RESULTS, ROOT, suite_parser, write_json
+from bench.record import Outcome, metric
 
 TARGET_EXTRA_SECONDS = 0.1
 TARGET_MB = 50.0
 
 
 def probes() -> dict[str, str]:
-    from test_template_limits import BEFORE_BUILDING, RUNAWAYS
+    """The tests' probes (tests/engine/test_template_limits.py), by name."""
+    for folder in (ROOT / "tests", ROOT / "tests" / "engine"):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
+    tests = importlib.import_module("test_template_limits")
+    return {name: source for name, (source, _) in (tests.BEFORE_BUILDING | tests.RUNAWAYS).items()}
 
-    return {name: source for name, (source, _) in (BEFORE_BUILDING | RUNAWAYS).items()}
 
-
-def measure(name: str) -> dict[str, object]:
+def measure(name: str) -> dict[str, Any]:
     """Render one probe in this process: seconds to the refusal, growth of the peak resident
     size, the message."""
     from engine.chat_template import render_chat_template
@@ -76,44 +73,33 @@ def measure(name: str) -> dict[str, object]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("template_limits", __doc__)
     parser.add_argument("--json", type=Path, default=RESULTS / "template_limits.json")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # a probe, in this fresh process
     args = parser.parse_args(argv)
-    if args.one is not None:
-        print(json.dumps(measure(args.one)))
-        return 0
     rows = []
     for name in probes():
+        # Each probe in a fresh process, so that the peak resident size is that probe's.
+        code = f"import json, bench.template_limits as t; print(json.dumps(t.measure({name!r})))"
         done = subprocess.run(
-            [sys.executable, __file__, "--one", name],
+            [sys.executable, "-c", code],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=120,
             check=True,
         )
         rows.append(json.loads(done.stdout.splitlines()[-1]))
-    table = Table(
-        Column("probe", 48, "<"),
-        Column("seconds", 8, spec=".3f"),
-        Column("grown MB", 9, spec=".1f"),
-        Column("ok", 4),
-        Column("outcome", 60, "<", gap="  "),
-    )
-    table.print(
-        [r["probe"], r["seconds"], r["grown_mb"], ok(bool(r["ok"])), str(r["outcome"])[:90]]
-        for r in rows
-    )
-    worst_seconds = max(float(r["seconds"]) for r in rows)  # type: ignore[arg-type]
-    worst_mb = max(float(r["grown_mb"]) for r in rows)  # type: ignore[arg-type]
-    print(
-        f"\nworst: {worst_seconds:.3f} s, {worst_mb:.1f} MB; all within the targets: "
-        f"{ok(all(r['ok'] for r in rows))}"
-    )
-    write_json(args.json, {"probes": rows, "worst_seconds": worst_seconds, "worst_mb": worst_mb})
-    return 0 if all(r["ok"] for r in rows) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    write_json(args.json, {"probes": rows})
+    metrics = [
+        metric(
+            "probes refused in time, growing under 50 MB",
+            sum(bool(r["ok"]) for r in rows),
+            target=(">=", len(rows)),
+        ),
+        metric("slowest refusal", max(float(r["seconds"]) for r in rows), "s"),
+        metric(
+            "largest growth", max(float(r["grown_mb"]) for r in rows), "MB", target=("<", TARGET_MB)
+        ),
+    ]
+    return Outcome(parameters={"probes": len(rows)}, metrics=metrics)

@@ -1,7 +1,7 @@
-"""The editors-at-once benchmark's report (bench/editors.py, bench/_typists.py): on hand-made
-typing records, each typist's median together over its median alone, the worst of a group,
-the table's verdict on the issue's target, and the answers the two servers gave differently
-are the ones worked out by hand, so the README's table rests on checked arithmetic."""
+"""The editors-at-once suite's figures (bench/editors.py): on hand-made typing records, each
+typist's median together over its median alone, the worst of a group, the verdict on the
+target for two at once, and the answers the two servers gave differently are the ones worked
+out by hand, so the record rests on checked arithmetic."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import math
 from typing import Any
 
 import pytest
-from bench_modules import bench_module
 
-# bench/editors.py, under another name: editors/ is a folder of the repository.
-editors = bench_module("editors", as_name="bench_editors")
-typists = bench_module("_typists")
+from bench import editors
 
 
 def _run(
@@ -57,42 +54,42 @@ RUNS = [
 
 
 def test_each_typist_together_over_alone() -> None:
-    two = typists.typing_ratios(RUNS, 2)
+    two = editors.typing_ratios(RUNS, 2)
     assert [(r.typist, r.alone_ms, r.together_ms) for r in two] == [
         ("lsp-1", 110, 200),
         ("lsp-2", 60, 72),
     ]
     assert [r.ratio for r in two] == pytest.approx([200 / 110, 1.2])
-    assert typists.worst_ratio(two) == pytest.approx(200 / 110)
-    four = typists.typing_ratios(RUNS, 4)
+    assert editors.worst_ratio(two) == pytest.approx(200 / 110)
+    four = editors.typing_ratios(RUNS, 4)
     assert [r.ratio for r in four] == pytest.approx([350 / 110, 110 / 60, 1.5, 3.0])
-    assert typists.worst_ratio(four) == pytest.approx(350 / 110)
+    assert editors.worst_ratio(four) == pytest.approx(350 / 110)
 
 
 def test_alone_is_each_typist_against_itself() -> None:
-    alone = typists.typing_ratios(RUNS, 1)
+    alone = editors.typing_ratios(RUNS, 1)
     assert [(r.typist, r.together_ms) for r in alone] == [
         ("lsp-1", 110),
         ("lsp-2", 60),
         ("lsp-3", 100),
         ("lsp-4", 100),
     ]
-    assert typists.worst_ratio(alone) == 1.0
+    assert editors.worst_ratio(alone) == 1.0
 
 
 def test_a_typist_never_alone_makes_the_group_unknown() -> None:
     runs = [r for r in RUNS if not (r["typist"] == "lsp-2" and r["mode"] == "alone")]
-    two = typists.typing_ratios(runs, 2)
+    two = editors.typing_ratios(runs, 2)
     assert math.isnan(two[1].ratio)
-    assert math.isnan(typists.worst_ratio(two))
-    assert math.isnan(typists.worst_ratio([]))
+    assert math.isnan(editors.worst_ratio(two))
+    assert math.isnan(editors.worst_ratio([]))
 
 
 def test_a_typing_answered_from_the_type_ahead_cache_is_left_out() -> None:
     # A fourth round where lsp-2, together with lsp-1, typed along a suggestion: answered in
     # 2 ms without the model server. Counted, its median would be 71 ms (1.18x).
     runs = [*RUNS, _run(3, "lsp-2", 2, 2, engine_jobs=0)]
-    two = typists.typing_ratios(runs, 2)
+    two = editors.typing_ratios(runs, 2)
     assert two[1].together_ms == 72
     assert two[1].ratio == pytest.approx(1.2)
     # The same work on the other side reached the server: named as unequal work.
@@ -102,7 +99,7 @@ def test_a_typing_answered_from_the_type_ahead_cache_is_left_out() -> None:
     ]
 
 
-def test_the_summary_and_the_table_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_summary_and_the_verdict_on_two_at_once() -> None:
     summary = editors.summarize(RUNS, (2, 4))
     assert list(summary) == ["1", "2", "4"]
     assert summary["2"]["worst"] == pytest.approx(200 / 110)
@@ -132,31 +129,17 @@ def test_the_summary_and_the_table_verdict(capsys: pytest.CaptureFixture[str]) -
             "load_average_end": (2.5, 1.0, 1.0),
         },
     }
-    editors.print_table(result)
-    lines = capsys.readouterr().out.splitlines()
-
-    def row(server: str, n: int) -> list[str]:
-        """The table's row of a model server and a group size, cut at its column gaps."""
-        line = next(line for line in lines if line.startswith(f"{server:<20} {n:>2} "))
-        return [cell.strip() for cell in line[24:].split("  ") if cell.strip()]
-
-    assert row("infill-lsp engine", 2) == ["200 (1.82)", "72 (1.20)", "-", "-", "1.82", "NO"]
-    assert row("llama-server -np 4", 2) == ["120 (1.09)", "72 (1.20)", "-", "-", "1.20", "yes"]
-    assert row("infill-lsp engine", 4)[:5] == [
-        "350 (3.18)",
-        "110 (1.83)",
-        "150 (1.50)",
-        "300 (3.00)",
-        "3.18",
-    ]
-    assert row("infill-lsp engine", 1) == [
-        "110 (1.00)",
-        "60 (1.00)",
-        "100 (1.00)",
-        "100 (1.00)",
-        "1.00",
-    ]
-    assert "load average 1.50 at the start, 2.50 at the end" in lines[0]
+    metrics = {m.name: m for m in editors.editors_metrics(result)}
+    engine_two = metrics["infill-lsp engine, 2 at once: worst together / alone"]
+    assert engine_two.value == pytest.approx(200 / 110, rel=1e-5)
+    assert (engine_two.target, engine_two.met) == ("<= 1.3", False)
+    peer_two = metrics["llama-server -np 4, 2 at once: worst together / alone"]
+    assert peer_two.value == pytest.approx(1.2)
+    assert peer_two.met is True
+    engine_four = metrics["infill-lsp engine, 4 at once: worst together / alone"]
+    assert engine_four.value == pytest.approx(350 / 110, rel=1e-5)
+    assert engine_four.target is None
+    assert metrics["answers or prompts unequal between the servers"].value == 0
 
 
 def test_unequal_work_names_each_differing_answer_and_prompt() -> None:

@@ -9,11 +9,9 @@ import math
 from typing import Any
 
 import pytest
-from bench_modules import bench_module
 
+from bench import confidence as gate
 from lsp_server.inline.confidence import BIAS, WEIGHTS, Features, confidence
-
-gate = bench_module("confidence")
 
 
 def _features_scoring(target: float) -> dict[str, Any]:
@@ -103,7 +101,8 @@ def test_nothing_to_hide_is_no_change() -> None:
 
 
 def test_languages_curve_scores_exact_as_right() -> None:
-    languages = bench_module("languages")
+    from bench import languages
+
     original = "fn main() {\n    let x = 1;\n    run(x);\n}\n"
     document = "fn main() {\n    \n    run(x);\n}\n"
     cursor = document.index("\n    \n") + 5

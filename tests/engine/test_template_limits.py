@@ -124,8 +124,8 @@ def test_a_chat_model_whose_template_runs_away_is_refused_when_it_loads(
 # One C call (`str.center`, `json.dumps`, `str.join`) cannot be stopped by the deadline once it
 # runs, so each operation that makes more than its inputs is bounded before it runs
 # (engine/template_bounds.py). Each probe below asks for 100 MB or more; it is refused naming
-# the operation, and what the rendering allocates stays small. bench/template_limits.py times
-# them (each is refused in milliseconds).
+# the operation, and what the rendering allocates stays small. `python -m bench template_limits`
+# times them (each is refused in milliseconds).
 
 BIG = "{% set s = 'x' * 900000 %}"  # under the limit of 1,000,012 characters, alone
 

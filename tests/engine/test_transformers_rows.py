@@ -300,7 +300,7 @@ def test_smollm2_branches_and_scores_together_equal_one_after_another(
 ) -> None:
     """3 HumanEval prompts (to the docstring's end), their 8 most likely first tokens each
     continued to its line's end: together token for token what one after another writes (0
-    of 32 parted in bench/transformers_rows.py), scores within the tolerance, and the live
+    of 32 parted, docs/decisions/rows-together.md), scores within the tolerance, and the live
     cache answering the next generation as before, feeding one token."""
     backend = smollm2
     assert backend.sequences == 1

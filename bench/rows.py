@@ -1,9 +1,7 @@
-"""Requests under way at once, written together or one at a time (issue 25: continuous
-batching in the worker), side by side in one run, on the engine's own worker in this process.
+"""Requests under way at once, written together or one at a time, side by side in one run, on
+the engine's own worker in this process.
 
-Run from the repository root:
-
-    .venv/bin/python bench/together.py [--rounds 3] [--tokens 32] [--threads N]
+    python -m bench rows [--rounds 3] [--tokens 32] [--threads N]
 
 A round: N documents (HumanEval prompts, a different task each) whose states are kept (each
 asked alone once, as an editor's earlier keystroke would), then a keystroke in each: all N
@@ -12,41 +10,35 @@ order turning from round to round:
 
 - together: the worker writes the N requests as one group, a token of each per pass
   (`engine/backends/llama_group.py`), whatever the load-time probe found (`group_from` 2);
-- one at a time: no group (`group_from` 0), so the requests take turns as before.
+- one at a time: no group (`group_from` 0), so the requests take turns.
 
 Prints, for N = 1, 2, 4 and 8, the median seconds until the last of the N answers is out and
-the mean seconds per answer, each way; their ratio to one request alone (the issue's measure
+the mean seconds per answer, each way; their ratio to one request alone (the measure
 for editors sharing an engine: at most 1.3x for two); and how many answers parted from the
 other way's (the cells of a request written together lie elsewhere in the cache, and near
-ties can go the other way). Writes bench/results/together.json.
+ties can go the other way). Writes bench/results/rows.json.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# `python bench/together.py` puts bench/ first on sys.path, where bench/engine.py would shadow
-# the `engine` package; the repository root goes in front of it (bench/ stays, for helpers).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import os
 import statistics
 import threading
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from _common import (
+from bench._common import (
     RESULTS,
-    Column,
-    Table,
     default_llama,
     humaneval_rows,
     setup_logging,
+    suite_parser,
     write_json,
 )
-
+from bench.record import Metric, Outcome, metric
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.types import GenerationRequest, Role, SamplingParams, TextDelta
 from engine.worker import END, Job, Worker
@@ -148,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = summarize(cases)
     return {
         "shipped_group_from": shipped,
+        "model_path": Path(backend.info.path),
         "threads": args.threads,
         "tokens": args.tokens,
         "load": os.getloadavg(),
@@ -183,38 +176,42 @@ def summarize(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def rows_metrics(result: dict[str, Any]) -> list[Metric]:
+    """Per count: together against in turns, and the answers that parted; two at once the way
+    the load-time probe chose, against one alone (editors sharing an engine: at most 1.3x)."""
+    by = {(s["count"], s["way"]): s for s in result["summary"]}
+    shipped = result["shipped_group_from"]
+    out = [metric("requests at once from which rows go together (load-time probe)", shipped)]
+    for count in sorted({s["count"] for s in result["summary"]}):
+        together, turns = by[(count, "together")], by[(count, "one at a time")]
+        if count > 1:
+            ratio = together["last_seconds"] / turns["last_seconds"]
+            out.append(metric(f"{count} at once: last answer, together / in turns", ratio))
+        out.append(metric(f"{count} at once: answers parted", together["parted"]))
+    if (2, "together") in by:
+        probe = by[(2, "together" if 0 < shipped <= 2 else "one at a time")]
+        out.append(
+            metric(
+                "2 at once, the probe's way: last answer / one alone",
+                probe["last_vs_alone"],
+                target=("<=", 1.3),
+            )
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Outcome:
+    parser = suite_parser("rows", __doc__)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--json", type=Path, default=RESULTS / "together.json")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=RESULTS / "rows.json")
+    args = parser.parse_args(argv)
     setup_logging(quiet_engine=True)
     result = run(args)
-    table = Table(
-        Column("requests", 8),
-        Column("way", 14, "<"),
-        Column("last answer s", 14, spec=".2f"),
-        Column("mean answer s", 14, spec=".2f"),
-        Column("last / alone", 13, spec=".2f"),
-        Column("parted", 10),
-    )
-    table.print(
-        [
-            s["count"],
-            s["way"],
-            s["last_seconds"],
-            s["mean_seconds"],
-            s["last_vs_alone"],
-            f"{s['parted']} / {s['answers']}",
-        ]
-        for s in result["summary"]
-    )
-    print(f"written together at load from: {result['shipped_group_from']}; load {result['load']}")
     write_json(args.json, result)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return Outcome(
+        parameters={"rounds": args.rounds, "tokens": args.tokens, "threads": args.threads},
+        metrics=rows_metrics(result),
+        models=[result["model_path"]],
+    )
