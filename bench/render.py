@@ -19,11 +19,11 @@ START = "<!-- bench-summary:start -->"
 END = "<!-- bench-summary:end -->"
 
 #: The five figures the README shows: what a user notices first (how much the server adds to
-#: the model's time, a keystroke answered without the model, how often a line is right, memory
+#: the model's time, a first request against the next keystroke's, how often a line is right, memory
 #: after a long day, next edits found).
 SUMMARY: tuple[tuple[str, str], ...] = (
     ("latency", "warm request, server / raw engine, median position"),
-    ("latency", "typing the suggestion's next character (type-ahead cache)"),
+    ("latency", "warm / cold, server"),
     ("humaneval", "passed, ours through the server"),
     ("soak", "resident memory, after / once warm"),
     ("next_edit", "same-substitution hunks reproduced, propagation"),

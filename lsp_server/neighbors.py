@@ -109,15 +109,17 @@ class PromptContext:
 
 
 class PlainStyle(enum.StrEnum):
-    """How other files are written for a model without file markers (bench/crossfile.py
-    measures both). CODE: a path comment line, then the code as it is. COMMENTS: the code
-    commented out line by line under "Compare this snippet from PATH:" (Copilot's form)."""
+    """How other files are written for a model without file markers
+    (docs/decisions/crossfile-context.md measures both). CODE: a path comment line, then the
+    code as it is. COMMENTS: the code commented out line by line under "Compare this snippet
+    from PATH:" (Copilot's form)."""
 
     CODE = "code"
     COMMENTS = "comments"
 
 
-#: The plain-text form used (the winner of bench/crossfile.py on the default model).
+#: The plain-text form used (the winner in docs/decisions/crossfile-context.md on the default
+#: model).
 PLAIN_STYLE = PlainStyle.CODE
 
 #: Line comments by LSP language id (the ranking's second prompt and its test of a comment

@@ -12,7 +12,8 @@ It can still judge it: a line that fits the code after it makes that code more l
    first tokens of the code after the cursor: the sum of the log-probabilities of the line
    and of that code (one scoring request over the cached prompt; llama.cpp evaluates up to 8
    candidates together).
-3. The most likely first. bench/suffix.py measured the variants (prefix alone, either prompt
+3. The most likely first. docs/decisions/suffix-ranking.md measured the variants (prefix
+   alone, either prompt
    reranked, ranked by the line's or by the following code's probability alone) on HumanEval.
 
 The model's work is several times a plain suggestion's (about ten short lines and a scoring),
@@ -30,7 +31,8 @@ from lsp_server.neighbors import LINE_COMMENTS
 from lsp_server.starts import starts
 
 #: Candidate lines written after each of the two prompts, and tokens of the code after the
-#: cursor scored after each line. Chosen with bench/suffix.py on 100 HumanEval tasks other than
+#: cursor scored after each line. Chosen in docs/decisions/suffix-ranking.md on 100 HumanEval
+#: tasks other than
 #: the ones reported (--offset 5): of 3, 5 or 8 candidates and windows of 8 to 64 tokens, 8
 #: and 64 ranked best (46 passed; 5 and 32: 42; the prefix alone: 35), and the joint score
 #: beat the code's probability alone at every size.

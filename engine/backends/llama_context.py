@@ -35,7 +35,8 @@ _ALL_SEQUENCES = -1
 #: Prompt tokens evaluated between two looks at the cancel event (and at the machine's load):
 #: a newer request waits at most this long for an older prompt (0.3-0.6 s on 2 CPU cores). A
 #: 1,950-token prompt took 4.61 s in batches of 512, 4.78 s in batches of 128 (median of 6).
-#: bench/cold.py (Gemma 3 270M, a 1,500-token cold prompt, medians of 5 interleaved rounds on
+#: docs/decisions/prompt-chunks.md (Gemma 3 270M, a 1,500-token cold prompt, medians of 5
+#: interleaved rounds on
 #: 2 CPU cores shared with other work): batches of 256 / 512 / 1536 took 3.21 / 3.34 /
 #: 3.23 s on 2 threads as the load fell below 1, 13.8 / 14.5 / 12.2 s on 1 thread under load
 #: (4.2): within the noise. Only 2 threads on a loaded machine, which the adaptive thread

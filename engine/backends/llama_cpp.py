@@ -70,7 +70,8 @@ DRAFT_TOKENS = 8
 #: than this share of as many passes of one. Ended branches go on as filler (a pass is whole
 #: groups of 4 rows), so a job's rows are often half filler. On 2 CPU cores a pass of 8 rows
 #: took 4.5-5x one of 1 (67 / 13 ms, Gemma 3 270M; SmolLM2 44 / 8 ms), and ranking all
-#: together was no faster than one at a time (bench/batch.py: 6.8 s / 7.3 s median, scorings
+#: together was no faster than one at a time (docs/decisions/rows-together.md: 6.8 s / 7.3 s
+#: median, scorings
 #: 5.0 / 5.3 s), while its candidates differ (Gemma's kernels: `LlamaContext.exact_batches`):
 #: one at a time there.
 ROWS_PAY = 0.5

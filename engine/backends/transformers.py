@@ -151,7 +151,7 @@ class TransformersBackend(LocalBackend[Any, torch.Tensor, torch.Tensor]):
         #: what one does. One after another on the CPU, as the llama.cpp backend there, though
         #: not for speed alone: on 2 CPU cores a step of 8 rows took 0.16-0.23x as long as 8
         #: steps of one, and ranking's branches together 0.58x (SmolLM2-135M in float32; 1.9x
-        #: in one run under a heavier load; bench/transformers_rows.py). Each row holds
+        #: in one run under a heavier load; docs/decisions/rows-together.md). Each row holds
         #: its own copy of the prompt's keys and values (8 copies of a 4,096-token prompt: 1.5
         #: GB for SmolLM2 in float32), in the RAM that also holds the kept documents.
         self.sequences = SEQUENCES if self._decoder.on_cuda else 1

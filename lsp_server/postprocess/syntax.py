@@ -352,7 +352,8 @@ class Doubt(enum.Enum):
     NEVER = "never"
 
 
-#: The rule `place_at` follows, chosen by bench/cursor_place.py: with the lexer where the tree is
+#: The rule `place_at` follows, chosen in docs/decisions/cursor-place.md: with the lexer where
+#: the tree is
 #: doubted, on cursors whose line is being typed, LINE agreed with the whole file's tree at
 #: 99.5-100% a language, PATH at 94.2-100%, NEVER at 89.7-100%.
 DOUBT = Doubt.LINE
