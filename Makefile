@@ -28,9 +28,10 @@ STAMP  := $(VENV)/.installed-stamp$(if $(filter 1,$(LLAMA_CUDA)),-cuda)
 # The llama-cpp-python that pyproject.toml pins: the CUDA build installs it first, uncached (pip's
 # cache would hand back a CPU build), so that the project's install finds it in place.
 LLAMA_CPP_PIN := $(shell sed -n 's/^ *"\(llama-cpp-python==[^"]*\)",/\1/p' pyproject.toml | head -n 1)
-# The transformers backend and its tests need torch. 2.13.0 is the CPU build these machines
-# keep on disk: pinning it keeps pip from pulling a CUDA build of several GB. TRANSFORMERS=0
-# skips torch and transformers (their tests then skip, saying why).
+# The transformers backend and its tests need torch, pinned to the version the tests run with;
+# where the package index holds a CPU build of it, pip takes that instead of pulling a CUDA
+# build of several GB. TRANSFORMERS=0 skips torch and transformers (their tests then skip,
+# saying why).
 TRANSFORMERS ?= 1
 comma := ,
 EXTRAS := llama,server,dev$(if $(filter 1,$(TRANSFORMERS)),$(comma)transformers)
