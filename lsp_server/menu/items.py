@@ -17,7 +17,8 @@ shows, filters and inserts it whole. What the clients do, read from their source
   adds brackets to a Function).
 - Neovim 0.11's own completion inserts a plain-text edit only up to its first whitespace and
   applies a whole edit only for a snippet, which `vim.snippet` indents by the cursor line's
-  indentation: that client gets a snippet, escaped, its lines 2..n relative to the cursor line.
+  indentation: that client gets every item as a snippet (one line too), escaped, its lines 2..n
+  relative to the cursor line.
 - The list is always incomplete, so that every client asks again as the user types instead of
   filtering an item made for an older word (the stale item then overwrites what was typed).
 """
@@ -158,10 +159,13 @@ def menu_items(
     for rank, fitted in enumerate(suggestions):
         text = word + fitted.text
         snippet = None
-        if client.snippet_edits and "\n" in text:
+        if client.snippet_edits:
+            # Even one line: as plain text, Neovim 0.11 would insert it only up to its first
+            # space ("return a + b" gives "return").
             snippet = snippet_text(text, line_indent)
             if snippet is None:  # a line the snippet cannot indent: its first line alone
                 text = text.split("\n", 1)[0]
+                snippet = snippet_text(text, line_indent)
         new_text = snippet if snippet is not None else text
         edit: types.TextEdit | types.InsertReplaceEdit
         if client.insert_replace:

@@ -116,15 +116,21 @@ def test_an_insert_replace_client_replaces_the_closers_the_suggestion_absorbs() 
     assert edit.new_text == "return f(x)"
 
 
-def test_neovims_own_completion_gets_a_multi_line_suggestion_as_a_snippet() -> None:
+def test_neovims_own_completion_gets_every_suggestion_as_a_snippet() -> None:
     (item,) = _items((Fitted(text="rn a\n    b = $x", replace_chars=0),), NEOVIM_OWN)
     assert item.insert_text_format == types.InsertTextFormat.Snippet
     assert item.text_edit is not None
     assert item.text_edit.new_text == "return a\nb = \\$x"
-    (one,) = _items((Fitted(text="rn $a", replace_chars=0),), NEOVIM_OWN)
-    assert one.insert_text_format == types.InsertTextFormat.PlainText
+    # One line too: Neovim 0.11 inserts a plain-text edit only up to its first space.
+    (one,) = _items((Fitted(text="rn $a + b", replace_chars=0),), NEOVIM_OWN)
+    assert one.insert_text_format == types.InsertTextFormat.Snippet
     assert one.text_edit is not None
-    assert one.text_edit.new_text == "return $a"
+    assert one.text_edit.new_text == "return \\$a + b"
+    # A line left of the cursor line's indentation: the first line alone, still a snippet.
+    (cut,) = _items((Fitted(text="rn a\nb()", replace_chars=0),), NEOVIM_OWN)
+    assert cut.insert_text_format == types.InsertTextFormat.Snippet
+    assert cut.text_edit is not None
+    assert cut.text_edit.new_text == "return a"
 
 
 def test_several_suggestions_keep_their_order_and_sort_first_or_last() -> None:
