@@ -88,12 +88,8 @@ vim.api.nvim_create_autocmd("LspAttach", {
   callback = function(args)
     local client = assert(vim.lsp.get_client_by_id(args.data.client_id))
     if client:supports_method("textDocument/completion") then
-      local chars = {}
-      for i = 32, 126 do
-        local c = string.char(i)
-        if c:match("[%w_]") then table.insert(chars, c) end
-      end
-      client.server_capabilities.completionProvider.triggerCharacters = chars
+      client.server_capabilities.completionProvider.triggerCharacters =
+        vim.split("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_", "")
       vim.lsp.completion.enable(true, client.id, args.buf, { autotrigger = true })
     end
   end,
