@@ -19,6 +19,9 @@ shows, filters and inserts it whole. What the clients do, read from their source
   applies a whole edit only for a snippet, which `vim.snippet` indents by the cursor line's
   indentation: that client gets every item as a snippet (one line too), escaped, its lines 2..n
   relative to the cursor line.
+- The closers after the cursor that a suggestion ends with stay where they are, the item
+  stopping before them: clients insert up to the cursor (an `InsertReplaceEdit`'s insert range
+  by default, and Neovim's own completion always), which would write them twice.
 - The list is always incomplete, so that every client asks again as the user types instead of
   filtering an item made for an older word (the stale item then overwrites what was typed).
 """
@@ -136,6 +139,17 @@ def snippet_text(text: str, indent: str) -> str | None:
         else:
             relative.append("")
     return re.sub(r"([$}\\])", r"\\\1", "\n".join(relative))
+
+
+def keeping_closers(fitted: Fitted, suffix: str) -> Fitted:
+    """`fitted` written to leave the closers after the cursor in place, where its text ends with
+    the ones it absorbs (the same document once accepted): clients insert up to the cursor
+    (nvim-cmp and blink.cmp by default use an `InsertReplaceEdit`'s insert range, Neovim's own
+    completion never removes text after the cursor), which would double them (`f(x))`)."""
+    closers = suffix[: fitted.replace_chars]
+    if closers and fitted.text.endswith(closers) and len(fitted.text) > len(closers):
+        return Fitted(text=fitted.text[: -len(closers)], replace_chars=0)
+    return fitted
 
 
 def menu_items(

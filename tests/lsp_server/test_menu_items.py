@@ -13,6 +13,7 @@ from lsp_server.menu.items import (
     MenuClient,
     MenuMode,
     MenuPlace,
+    keeping_closers,
     label_of,
     menu_items,
     serves_menu,
@@ -114,6 +115,29 @@ def test_an_insert_replace_client_replaces_the_closers_the_suggestion_absorbs() 
     assert edit.insert.end == types.Position(line=3, character=8)
     assert edit.replace.end == types.Position(line=3, character=9)
     assert edit.new_text == "return f(x)"
+
+
+@pytest.mark.parametrize(
+    ("fitted", "suffix", "kept"),
+    [
+        # The closer it absorbs stays where it is: the text stops before it.
+        (Fitted(text="n - 2)", replace_chars=1), ")", Fitted(text="n - 2")),
+        (Fitted(text="x) + f(y)", replace_chars=1), ")\n", Fitted(text="x) + f(y")),
+        (Fitted(text='a")', replace_chars=2), '")', Fitted(text="a")),
+        # Nothing absorbed, or text that does not end with the closers: as it was.
+        (Fitted(text="n - 2", replace_chars=0), ")", Fitted(text="n - 2")),
+        (Fitted(text="x]", replace_chars=1), ")", Fitted(text="x]", replace_chars=1)),
+    ],
+)
+def test_a_menu_item_leaves_the_closers_after_the_cursor_in_place(
+    fitted: Fitted, suffix: str, kept: Fitted
+) -> None:
+    """Clients insert a menu item up to the cursor (nvim-cmp's and blink.cmp's default insert
+    range, Neovim's own completion in any case): absorbed closers would be doubled there."""
+    assert keeping_closers(fitted, suffix) == kept
+    # The document once accepted is the same.
+    after = kept.text + suffix[kept.replace_chars :]
+    assert after == fitted.text + suffix[fitted.replace_chars :]
 
 
 def test_neovims_own_completion_gets_every_suggestion_as_a_snippet() -> None:
