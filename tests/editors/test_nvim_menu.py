@@ -421,6 +421,28 @@ def test_builtin_completion_inserts_every_line_of_a_block(tmp_path: Path) -> Non
         poll(lambda: menu.accepted() == 1, what="the server to count the item accepted")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["builtin", "nvim-cmp", "blink.cmp"])
+def test_a_suggestion_typed_inside_brackets_leaves_one_closer(kind: str, tmp_path: Path) -> None:
+    """Typing the argument of a call whose `)` is already there: the model writes the closing
+    bracket too, and each menu inserts only up to the cursor, so the item stops before the
+    `)` that follows; the line ends with one `)`, balanced."""
+    with menu_session(kind, tmp_path) as menu:
+        line = FIB[-1] + "fibonacci(n - 1) + fibonacci()"
+        menu.nv.nvim.input("<Esc>")
+        poll(lambda: menu.nv.mode() == "n", what="normal mode", timeout=10)
+        menu.buffer[:] = [*FIB[:-1], line]
+        menu.nv.nvim.current.window.cursor = (len(FIB), len(line) - 1)
+        menu.nv.nvim.input("i")
+        poll(lambda: menu.nv.mode() == "i", what="insert mode", timeout=10)
+        menu.type("n")
+        item = menu.wait_item("n")
+        menu.confirm()
+        written = menu.lines()[-1]
+        assert written == line[:-1] + new_text(item) + ")", (written, item)
+        assert written.count("(") == written.count(")"), written
+
+
 # --- nvim-cmp --------------------------------------------------------------------------------
 
 
