@@ -35,6 +35,7 @@ from lsp_server.menu.items import (
     MenuClient,
     MenuMode,
     MenuPlace,
+    keeping_closers,
     menu_items,
     serves_menu,
     typed_word,
@@ -224,7 +225,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
             if document.version == snap.version
             else None
         )
-        items_of = result.suggestions
+        items_of = tuple(keeping_closers(f, snap.suffix) for f in result.suggestions)
         items = menu_items(
             items_of,
             word=word,
@@ -237,7 +238,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
                     character=params.position.character
                     + codec.client_num_units(snap.suffix[: f.replace_chars]),
                 )
-                for f in result.suggestions
+                for f in items_of
             ],
             client=ls.menu_client,
             place=MenuPlace(settings.completion_menu_place),

@@ -17,7 +17,11 @@ shows, filters and inserts it whole. What the clients do, read from their source
   adds brackets to a Function).
 - Neovim 0.11's own completion inserts a plain-text edit only up to its first whitespace and
   applies a whole edit only for a snippet, which `vim.snippet` indents by the cursor line's
-  indentation: that client gets a snippet, escaped, its lines 2..n relative to the cursor line.
+  indentation: that client gets every item as a snippet (one line too), escaped, its lines 2..n
+  relative to the cursor line.
+- The closers after the cursor that a suggestion ends with stay where they are, the item
+  stopping before them: clients insert up to the cursor (an `InsertReplaceEdit`'s insert range
+  by default, and Neovim's own completion always), which would write them twice.
 - The list is always incomplete, so that every client asks again as the user types instead of
   filtering an item made for an older word (the stale item then overwrites what was typed).
 """
@@ -137,6 +141,17 @@ def snippet_text(text: str, indent: str) -> str | None:
     return re.sub(r"([$}\\])", r"\\\1", "\n".join(relative))
 
 
+def keeping_closers(fitted: Fitted, suffix: str) -> Fitted:
+    """`fitted` written to leave the closers after the cursor in place, where its text ends with
+    the ones it absorbs (the same document once accepted): clients insert up to the cursor
+    (nvim-cmp and blink.cmp by default use an `InsertReplaceEdit`'s insert range, Neovim's own
+    completion never removes text after the cursor), which would double them (`f(x))`)."""
+    closers = suffix[: fitted.replace_chars]
+    if closers and fitted.text.endswith(closers) and len(fitted.text) > len(closers):
+        return Fitted(text=fitted.text[: -len(closers)], replace_chars=0)
+    return fitted
+
+
 def menu_items(
     suggestions: tuple[Fitted, ...],
     *,
@@ -158,10 +173,13 @@ def menu_items(
     for rank, fitted in enumerate(suggestions):
         text = word + fitted.text
         snippet = None
-        if client.snippet_edits and "\n" in text:
+        if client.snippet_edits:
+            # Even one line: as plain text, Neovim 0.11 would insert it only up to its first
+            # space ("return a + b" gives "return").
             snippet = snippet_text(text, line_indent)
             if snippet is None:  # a line the snippet cannot indent: its first line alone
                 text = text.split("\n", 1)[0]
+                snippet = snippet_text(text, line_indent)
         new_text = snippet if snippet is not None else text
         edit: types.TextEdit | types.InsertReplaceEdit
         if client.insert_replace:

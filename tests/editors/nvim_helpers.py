@@ -238,10 +238,17 @@ def start_session(
     """Neovim (headless, embedded) with only this plugin, isolated from the user's files.
     `options` is more of setup()'s table, in Lua (`key = value,`); `server_args` follow the
     server's command (`serve --backend scripted ...`, say)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with launch(nvim_bin, folder, write_init(folder, server, options, server_args)) as session:
+        yield session
+
+
+@contextlib.contextmanager
+def launch(nvim_bin: str, folder: Path, init: Path) -> Iterator[Session]:
+    """Neovim (headless, embedded) with `init` as its only configuration, isolated from the
+    user's files, its files in `folder`; stopped with everything it started."""
     import pynvim  # type: ignore[import-untyped]  # pynvim ships no types
 
-    folder.mkdir(parents=True, exist_ok=True)
-    init = write_init(folder, server, options, server_args)
     env = server_env()
     # Neovim's own config, data and state go to the test folder. XDG_CACHE_HOME stays: the
     # server keeps its assembled default model there.

@@ -139,6 +139,23 @@ async def test_an_item_replaces_the_typed_word_with_the_whole_suggestion(tmp_pat
         assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b"
 
 
+async def test_an_item_leaves_the_closer_after_the_cursor_where_it_is(tmp_path: Path) -> None:
+    """The model closes the bracket that follows the cursor: the item stops before it, so that
+    a client inserting up to the cursor (as Neovim's menus do) does not write it twice."""
+    text = "def add(a, b):\n    return max(a, )"
+    cursor = types.Position(line=1, character=len("    return max(a, "))
+    for capabilities in (eglot_capabilities(), client_capabilities("neovim@v0.11.0")):
+        async with scripted(tmp_path, ["b)\n"], capabilities) as (session, _):
+            uri = session.open(text)
+            (item,) = (await menu(session, uri, cursor)).items
+            edit = item.text_edit
+            assert edit is not None
+            assert edit.new_text == "b"
+            end = edit.range.end if isinstance(edit, types.TextEdit) else edit.replace.end
+            assert end == cursor
+            assert apply(session, text, item) == "def add(a, b):\n    return max(a, b)"
+
+
 async def test_the_wait_is_bounded_and_the_generation_goes_on_for_the_next_request(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ from lsp_server.menu.items import (
     MenuClient,
     MenuMode,
     MenuPlace,
+    keeping_closers,
     label_of,
     menu_items,
     serves_menu,
@@ -116,15 +117,44 @@ def test_an_insert_replace_client_replaces_the_closers_the_suggestion_absorbs() 
     assert edit.new_text == "return f(x)"
 
 
-def test_neovims_own_completion_gets_a_multi_line_suggestion_as_a_snippet() -> None:
+@pytest.mark.parametrize(
+    ("fitted", "suffix", "kept"),
+    [
+        # The closer it absorbs stays where it is: the text stops before it.
+        (Fitted(text="n - 2)", replace_chars=1), ")", Fitted(text="n - 2")),
+        (Fitted(text="x) + f(y)", replace_chars=1), ")\n", Fitted(text="x) + f(y")),
+        (Fitted(text='a")', replace_chars=2), '")', Fitted(text="a")),
+        # Nothing absorbed, or text that does not end with the closers: as it was.
+        (Fitted(text="n - 2", replace_chars=0), ")", Fitted(text="n - 2")),
+        (Fitted(text="x]", replace_chars=1), ")", Fitted(text="x]", replace_chars=1)),
+    ],
+)
+def test_a_menu_item_leaves_the_closers_after_the_cursor_in_place(
+    fitted: Fitted, suffix: str, kept: Fitted
+) -> None:
+    """Clients insert a menu item up to the cursor (nvim-cmp's and blink.cmp's default insert
+    range, Neovim's own completion in any case): absorbed closers would be doubled there."""
+    assert keeping_closers(fitted, suffix) == kept
+    # The document once accepted is the same.
+    after = kept.text + suffix[kept.replace_chars :]
+    assert after == fitted.text + suffix[fitted.replace_chars :]
+
+
+def test_neovims_own_completion_gets_every_suggestion_as_a_snippet() -> None:
     (item,) = _items((Fitted(text="rn a\n    b = $x", replace_chars=0),), NEOVIM_OWN)
     assert item.insert_text_format == types.InsertTextFormat.Snippet
     assert item.text_edit is not None
     assert item.text_edit.new_text == "return a\nb = \\$x"
-    (one,) = _items((Fitted(text="rn $a", replace_chars=0),), NEOVIM_OWN)
-    assert one.insert_text_format == types.InsertTextFormat.PlainText
+    # One line too: Neovim 0.11 inserts a plain-text edit only up to its first space.
+    (one,) = _items((Fitted(text="rn $a + b", replace_chars=0),), NEOVIM_OWN)
+    assert one.insert_text_format == types.InsertTextFormat.Snippet
     assert one.text_edit is not None
-    assert one.text_edit.new_text == "return $a"
+    assert one.text_edit.new_text == "return \\$a + b"
+    # A line left of the cursor line's indentation: the first line alone, still a snippet.
+    (cut,) = _items((Fitted(text="rn a\nb()", replace_chars=0),), NEOVIM_OWN)
+    assert cut.insert_text_format == types.InsertTextFormat.Snippet
+    assert cut.text_edit is not None
+    assert cut.text_edit.new_text == "return a"
 
 
 def test_several_suggestions_keep_their_order_and_sort_first_or_last() -> None:
