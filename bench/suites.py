@@ -40,6 +40,11 @@ SUITES: dict[str, Suite] = {
             headline="warm request, server / raw engine, median position",
         ),
         Suite(
+            name="menu",
+            summary="the completion menu against inline completion on the same typing",
+            headline="first suggestion, menu / inline, median of lines with both",
+        ),
+        Suite(
             name="humaneval",
             summary="HumanEval single-line infilling: the raw engine against the real server",
             headline="passed, ours through the server",

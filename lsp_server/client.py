@@ -199,6 +199,21 @@ class InfillClient:
         )
         return future
 
+    def send_completion(
+        self, uri: str, position: types.Position, *, msg_id: str | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Send `textDocument/completion` now, as a menu asks while the user types a word;
+        the future holds the raw result."""
+        params = types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=position,
+            context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.Invoked),
+        )
+        future: concurrent.futures.Future[Any] = self.lsp.protocol.send_request(
+            types.TEXT_DOCUMENT_COMPLETION, params, msg_id=msg_id
+        )
+        return future
+
     async def inline(
         self, uri: str, position: types.Position, *, invoked: bool = False
     ) -> list[types.InlineCompletionItem]:
