@@ -94,16 +94,19 @@ class Run:
         return items
 
 
-def run_scenario(emacs: str, scenario: str, file: Path, folder: Path) -> Run:
+def run_scenario(
+    emacs: str, scenario: str, file: Path, folder: Path, wait_s: float = WAIT_S
+) -> Run:
     """`emacs --batch -Q` running `(infill-test-SCENARIO)` on `file`; `folder` holds Emacs's
-    own files, the findings and the server's state (its usage counts)."""
+    own files, the findings and the server's state (its usage counts); `wait_s` bounds each
+    wait inside Emacs."""
     result = folder / "findings.json"
     env = server_env()
     env |= {
         "INFILL_TEST_SERVER": json.dumps(SERVER),
         "INFILL_TEST_OPTIONS": json.dumps(OPTIONS),
         "INFILL_TEST_RESULT": str(result),
-        "INFILL_TEST_TIMEOUT": str(WAIT_S),
+        "INFILL_TEST_TIMEOUT": str(wait_s),
         "INFILL_TEST_FILE": str(file),
         "INFILL_TEST_EMACS_DIR": str(folder / "emacs.d"),
         "INFILL_STATE_DIR": str(folder / "state"),
