@@ -179,6 +179,22 @@ ORIGINAL is the buffer's text before."
     (infill-test-note 'server_pid (process-id (lsp--workspace-cmd-proc workspace)))
     workspace))
 
+(defun infill-test-lsp-shutdown (workspace)
+  "M-x lsp-workspace-shutdown on WORKSPACE: note how long it took, any error it reported
+\(lsp-mode reports a shutdown request that fails or times out and goes on), and how the
+server ended."
+  (let ((process (lsp--workspace-cmd-proc workspace))
+        (start (float-time))
+        (report (lambda (format-string &rest args)
+                  (infill-test-note 'shutdown_error (apply #'format format-string args)))))
+    (advice-add 'lsp--error :before report)
+    (unwind-protect (lsp-workspace-shutdown workspace)
+      (advice-remove 'lsp--error report))
+    (infill-test-note 'shutdown_seconds (- (float-time) start))
+    (infill-test-wait "the server to exit" (lambda () (not (process-live-p process))) 5)
+    (infill-test-note 'exit (format "%s %s" (process-status process)
+                                    (process-exit-status process)))))
+
 (defun infill-test-lsp-stats ()
   "The server's `infill/stats' report, as a JSON string."
   (json-serialize (lsp-request "infill/stats" (make-hash-table))
@@ -222,29 +238,29 @@ then ask the server its usage counts, then shut it down as M-x lsp-workspace-shu
                             (infill-test-note 'stats stats)
                             (string-match-p "\"accepted\":[1-9]" stats)))
                         10))
-    (let ((process (lsp--workspace-cmd-proc workspace))
-          (start (float-time)))
-      (lsp-workspace-shutdown workspace)
-      (infill-test-note 'shutdown_seconds (- (float-time) start))
-      (infill-test-wait "the server to exit" (lambda () (not (process-live-p process))) 5)
-      (infill-test-note 'exit (format "%s %s" (process-status process)
-                                      (process-exit-status process))))))
+    (infill-test-lsp-shutdown workspace)))
 
 (defun infill-test-eglot-shutdown-at-once ()
   "eglot connects, and M-x eglot-shutdown follows at once, while the model loads."
   (let* ((server (infill-test-eglot-connect (infill-test-file)))
-         (process (jsonrpc--process server))
-         (start (float-time)))
+         (process (jsonrpc--process server)))
     (infill-test-note 'status_before
                       (infill-test-to-json (jsonrpc-request server :infill/status nil)))
-    (setq start (float-time))
-    (condition-case err
-        (eglot-shutdown server)
-      (error (infill-test-note 'shutdown_error (error-message-string err))))
-    (infill-test-note 'shutdown_seconds (- (float-time) start))
+    (let ((start (float-time)))
+      (condition-case err
+          (eglot-shutdown server)
+        (error (infill-test-note 'shutdown_error (error-message-string err))))
+      (infill-test-note 'shutdown_seconds (- (float-time) start)))
     (infill-test-wait "the server to exit" (lambda () (not (process-live-p process))) 5)
     (infill-test-note 'exit (format "%s %s" (process-status process)
                                     (process-exit-status process)))))
+
+(defun infill-test-lsp-shutdown-at-once ()
+  "lsp-mode connects, and M-x lsp-workspace-shutdown follows at once, while the model loads."
+  (let ((workspace (infill-test-lsp-connect (infill-test-file))))
+    (infill-test-note 'status_before
+                      (infill-test-to-json (lsp-request "infill/status" (make-hash-table))))
+    (infill-test-lsp-shutdown workspace)))
 
 (provide 'infill-test)
 ;;; infill-test.el ends here
