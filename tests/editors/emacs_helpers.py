@@ -160,16 +160,20 @@ def utf16_index(line: str, units: int) -> int:
     return len(line)
 
 
-def offset(text: str, position: dict[str, int]) -> int:
-    """The code point offset in `text` of an LSP position (UTF-16, lines split at `\\n`)."""
+def offset(text: str, position: dict[str, int], encoding: str = "utf-16") -> int:
+    """The code point offset in `text` of an LSP position (its columns in `encoding`, UTF-16
+    or UTF-32; lines split at `\\n`)."""
     lines = text.split("\n")
     line = position["line"]
     before = sum(len(each) + 1 for each in lines[:line])
+    if encoding == "utf-32":
+        return before + min(position["character"], len(lines[line]))
     return before + utf16_index(lines[line], position["character"])
 
 
-def apply_edit(text: str, edit: dict[str, Any]) -> str:
+def apply_edit(text: str, edit: dict[str, Any], encoding: str = "utf-16") -> str:
     """`text` with an LSP `TextEdit` applied."""
-    start, end = offset(text, edit["range"]["start"]), offset(text, edit["range"]["end"])
+    start = offset(text, edit["range"]["start"], encoding)
+    end = offset(text, edit["range"]["end"], encoding)
     new_text: str = edit["newText"]
     return text[:start] + new_text + text[end:]

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 #: A word being typed at the end of a function (the suggestion is then a single line).
 TYPED = "def fibonacci(n):\n    if n < 2:\n        return n\n    retu"
 TYPED_WORD = "retu"
+#: A word typed after an emoji: one column in Emacs, two UTF-16 units.
+EMOJI_TYPED = TYPED.replace("    retu", '    s = "😀"; retu')
 #: A blank line in a new function's body: asked for there, the suggestions may be whole blocks.
 BLANK = "def is_even(n):\n    "
 #: Long enough for the model to write three suggestions on a small CPU, several times over.
@@ -72,16 +74,18 @@ def _chosen(run: Run) -> dict[str, Any]:
     return matching[0]
 
 
-def _assert_inserted(run: Run, original: str, item: dict[str, Any]) -> str:
-    """The buffer is exactly `original` with the item's edit applied, point after its text;
-    the text put in."""
+def _assert_inserted(
+    run: Run, original: str, item: dict[str, Any], encoding: str = "utf-16"
+) -> str:
+    """The buffer is exactly `original` with the item's edit applied (its columns in
+    `encoding`), point after its text; the text put in."""
     edit = _edit(item)
-    expected = apply_edit(original, edit)
+    expected = apply_edit(original, edit, encoding)
     buffer = run.found["buffer"]
     assert run.found["original"] == original, run.why()
     assert buffer == expected, f"buffer {buffer!r}, expected {expected!r}" + run.why()
     new_text: str = edit["newText"]
-    end_of_insert = offset(original, edit["range"]["start"]) + len(new_text)
+    end_of_insert = offset(original, edit["range"]["start"], encoding) + len(new_text)
     assert run.found["point"] == end_of_insert, run.why()
     return new_text
 
@@ -160,6 +164,16 @@ def test_lsp_mode_company_replaces_the_typed_word(lsp_run: Callable[[str], Run])
     assert run.found["buffer"] == TYPED[: -len(TYPED_WORD)] + new_text, run.why()
     assert new_text.startswith(TYPED_WORD), run.why()
     assert len(new_text) > len(TYPED_WORD), run.why()
+
+
+def test_lsp_mode_columns_after_an_emoji(lsp_run: Callable[[str], Run]) -> None:
+    """lsp-mode 8 counts columns in code points without declaring it: the server takes them
+    so, and the word after an emoji is replaced where it is."""
+    run = lsp_run(EMOJI_TYPED).completed()
+    item = _chosen(run)
+    new_text = _assert_inserted(run, EMOJI_TYPED, item, "utf-32")
+    assert run.found["buffer"] == EMOJI_TYPED[: -len(TYPED_WORD)] + new_text, run.why()
+    assert new_text.startswith(TYPED_WORD), run.why()
 
 
 def test_lsp_mode_company_keeps_a_multi_line_suggestion_as_sent(
