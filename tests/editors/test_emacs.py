@@ -93,20 +93,24 @@ def _assert_inserted(
 # --- eglot ----------------------------------------------------------------------------------
 
 
-def test_eglot_completion_at_point_replaces_the_typed_word(tmp_path: Path) -> None:
-    """C-M-i after a typed word, with eglot: the word becomes the item's whole text, once."""
-    run = run_scenario(_emacs(), "eglot-completion-at-point", _file(tmp_path, TYPED), tmp_path)
+@pytest.mark.parametrize("text", [TYPED, EMOJI_TYPED], ids=["ascii", "emoji"])
+def test_eglot_completion_at_point_replaces_the_typed_word(tmp_path: Path, text: str) -> None:
+    """C-M-i after a typed word, with eglot: the word becomes the item's whole text, once
+    (after an emoji too: eglot counts UTF-16 columns, as the server does)."""
+    run = run_scenario(_emacs(), "eglot-completion-at-point", _file(tmp_path, text), tmp_path)
     run.completed()
     item = _chosen(run)
-    new_text = _assert_inserted(run, TYPED, item)
-    before = TYPED[: -len(TYPED_WORD)]
+    new_text = _assert_inserted(run, text, item)
+    before = text[: -len(TYPED_WORD)]
     assert run.found["buffer"] == before + new_text, run.why()
     assert new_text.startswith(TYPED_WORD), run.why()
     assert len(new_text) > len(TYPED_WORD), run.why()
     assert "returetu" not in run.found["buffer"], run.why()
+    last_line = before.split("\n")[-1]
+    word_start = len(last_line.encode("utf-16-le")) // 2
     assert item["textEdit"]["range"] == {
-        "start": {"line": 3, "character": 4},
-        "end": {"line": 3, "character": 8},
+        "start": {"line": 3, "character": word_start},
+        "end": {"line": 3, "character": word_start + len(TYPED_WORD)},
     }, run.why()
 
 
