@@ -9,9 +9,11 @@ backtrace of an error) goes into every failure's message.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,23 +43,24 @@ def find_emacs() -> tuple[str | None, str]:
             "no emacs on PATH: apt-get install emacs-nox elpa-eglot elpa-lsp-mode elpa-company"
         )
     requires = " ".join(f"(require '{name})" for name in PACKAGES)
-    check = (
-        '(progn (setq package-directory-list \'("/usr/share/emacs/site-lisp/elpa"))'
-        f" (package-initialize) {requires})"
-    )
     try:
-        done = subprocess.run(
-            [emacs, "--batch", "-Q", "--eval", check],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        # Loading them as the tests do (the driver), Emacs's own files in a folder of its own.
+        with tempfile.TemporaryDirectory(prefix="infill-emacs-") as folder:
+            done = subprocess.run(
+                [emacs, "--batch", "-Q", "-l", str(DRIVER), "--eval", f"(progn {requires})"],
+                env={**os.environ, "INFILL_TEST_EMACS_DIR": folder},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
     except (OSError, subprocess.SubprocessError) as error:
         return None, f"{emacs} does not run: {error}"
     if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+        first = next((line for line in lines if "error" in line.lower()), lines[-1])
         return None, (
-            f"Emacs lacks eglot, lsp-mode or company ({done.stderr.strip()[-200:]}): "
+            f"Emacs lacks eglot, lsp-mode or company ({first.strip()}): "
             "apt-get install elpa-eglot elpa-lsp-mode elpa-company"
         )
     return emacs, emacs

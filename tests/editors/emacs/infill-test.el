@@ -13,6 +13,10 @@
 (setq debug-on-error t)
 ;; Emacs's own files (lsp-mode's session, package state) go to the test's folder.
 (setq user-emacs-directory (file-name-as-directory (getenv "INFILL_TEST_EMACS_DIR")))
+(when (boundp 'native-comp-eln-load-path)  ; the trampolines a backtrace compiles
+  (setq native-comp-eln-load-path
+        (cons (expand-file-name "eln-cache/" user-emacs-directory)
+              (last native-comp-eln-load-path))))
 ;; The Debian packages (elpa-eglot, elpa-lsp-mode, elpa-company) as `package-initialize'
 ;; finds them: -Q leaves Debian's own `package-directory-list' unset.
 (require 'package)
@@ -28,7 +32,8 @@
       make-backup-files nil
       create-lockfiles nil)
 
-(defvar infill-test-server (append (json-parse-string (getenv "INFILL_TEST_SERVER")) nil))
+(defvar infill-test-server
+  (append (json-parse-string (or (getenv "INFILL_TEST_SERVER") "[]")) nil))
 (defvar infill-test-options-json (getenv "INFILL_TEST_OPTIONS"))
 (defvar infill-test-timeout (string-to-number (or (getenv "INFILL_TEST_TIMEOUT") "300")))
 (defvar infill-test-findings nil "The findings so far, an alist written as a JSON object.")
