@@ -77,9 +77,13 @@ class Run:
 
     def why(self) -> str:
         """For an assertion's message: the findings and Emacs's whole output."""
+        found = dict(self.found)
+        answers = found.get("completions", [])
+        if len(answers) > 4:  # one per poll: the count, and the last ones
+            found["completions"] = [f"... {len(answers) - 3} more answers before", *answers[-3:]]
         return (
             f"\n--- emacs exited {self.returncode} after {self.seconds:.1f} s; findings:\n"
-            f"{json.dumps(self.found, indent=1, ensure_ascii=False)}\n"
+            f"{json.dumps(found, indent=1, ensure_ascii=False)}\n"
             f"--- emacs output:\n{self.output}"
         )
 

@@ -145,12 +145,12 @@ def test_eglot_company_complete_on_a_blank_line_shows_the_suggestion(tmp_path: P
 
 # --- lsp-mode with company --------------------------------------------------------------------
 
-_runs: dict[str, Run] = {}
-
 
 @pytest.fixture(scope="module")
 def lsp_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Run]:
-    """The lsp-mode scenario on TYPED or BLANK, run once per text for the module."""
+    """The lsp-mode scenario (complete, usage counts, shutdown) on a text, run once per text
+    for the module."""
+    _runs: dict[str, Run] = {}
 
     def run(text: str) -> Run:
         if text not in _runs:

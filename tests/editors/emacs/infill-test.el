@@ -56,6 +56,10 @@ Fails naming WHAT after TIMEOUT (default INFILL_TEST_TIMEOUT) seconds."
       (accept-process-output nil 0.1))
     value))
 
+(defun infill-test-file () (getenv "INFILL_TEST_FILE"))
+
+(defun infill-test-buffer-text () (buffer-substring-no-properties (point-min) (point-max)))
+
 (defun infill-test-open (file)
   "Visit FILE with point at its end, in python-mode."
   (find-file file)
@@ -66,7 +70,7 @@ Fails naming WHAT after TIMEOUT (default INFILL_TEST_TIMEOUT) seconds."
 (defun infill-test-finish (original)
   "Note the buffer (text and point) after a completion in a buffer that held ORIGINAL."
   (infill-test-note 'original original)
-  (infill-test-note 'buffer (buffer-substring-no-properties (point-min) (point-max)))
+  (infill-test-note 'buffer (infill-test-buffer-text))
   (infill-test-note 'point (1- (point))))
 
 (defun infill-test-to-json (value)
@@ -114,7 +118,7 @@ there (`choose-completion'). Either way the capf's exit function puts in the ite
   (let ((window (get-buffer-window "*Completions*")))
     (when window
       (with-selected-window window
-        (infill-test-note 'candidates_shown (buffer-substring-no-properties (point-min) (point-max)))
+        (infill-test-note 'candidates_shown (infill-test-buffer-text))
         ;; The first candidate (the list is sorted as the capf says: by sortText).
         (goto-char (or (text-property-not-all (point-min) (point-max) 'mouse-face nil)
                        (error "*Completions* lists no candidate")))
@@ -136,7 +140,7 @@ ORIGINAL is the buffer's text before."
   (infill-test-note 'candidates (vconcat (mapcar #'substring-no-properties company-candidates)))
   (infill-test-note 'company_selection company-selection)
   (company-complete-selection)
-  (when (equal (buffer-substring-no-properties (point-min) (point-max)) original)
+  (when (equal (infill-test-buffer-text) original)
     (error "company-complete-selection left the buffer as it was")))
 
 ;;; lsp-mode
@@ -206,10 +210,6 @@ server ended."
                   :null-object nil :false-object :json-false))
 
 ;;; The scenarios, one per Emacs run
-
-(defun infill-test-file () (getenv "INFILL_TEST_FILE"))
-
-(defun infill-test-buffer-text () (buffer-substring-no-properties (point-min) (point-max)))
 
 (defun infill-test-eglot-completion-at-point ()
   "eglot, and C-M-i at the end of the file until it completes."
