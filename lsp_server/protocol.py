@@ -53,6 +53,21 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0"
 
 
+#: lsp-mode's name for itself in `clientInfo`.
+LSP_MODE = "emacs"
+
+
+def counts_code_points(params: types.InitializeParams) -> bool:
+    """Whether the client counts columns in code points without saying so: lsp-mode 8 (Emacs's
+    own columns) declares no position encodings, which would mean UTF-16, so a line with a
+    character beyond the BMP (an emoji) would put every position after it off by one (its
+    edits applied to the wrong text, the word before the cursor misread). Newer lsp-mode
+    declares UTF-32 first, as it counts."""
+    general = params.capabilities.general
+    declared = general is not None and general.position_encodings is not None
+    return not declared and params.client_info is not None and params.client_info.name == LSP_MODE
+
+
 #: What `structure_message` returns for a request it has already answered with an error.
 _ANSWERED = object()
 
@@ -89,6 +104,10 @@ class InfillProtocol(LanguageServerProtocol):
     def lsp_initialize(self, params: types.InitializeParams) -> Generator[Any, Any, Any]:
         # pygls builds the capabilities from the registered features; next edits are not an
         # LSP feature, so a client learns of them from this `experimental` entry.
+        if counts_code_points(params):  # UTF-32 chosen, and said in the capabilities
+            general = params.capabilities.general or types.GeneralClientCapabilities()
+            general.position_encodings = [types.PositionEncodingKind.Utf32]
+            params.capabilities.general = general
         result = yield from super().lsp_initialize(params)
         result.capabilities.experimental = {CAPABILITY: {"request": INLINE_EDIT_REQUEST}}
         return result

@@ -339,10 +339,11 @@ async def lsp_session(
     initialization_options: Any = None,
     server_command: Sequence[str] = SERVER_COMMAND,
     env: Mapping[str, str] | None = None,
+    client_name: str = "infill-lsp tests",
 ) -> AsyncIterator[Session]:
     """Start the real server (`infill-lsp serve`, stdio; or `server_command`; `env` added to
-    its environment), initialize it as the client with `capabilities` would, and shut it down
-    cleanly afterwards (unless the test did)."""
+    its environment), initialize it as the client with `capabilities` (and `clientInfo.name`
+    `client_name`) would, and shut it down cleanly afterwards (unless the test did)."""
     initialization_options = ungated(without_work_ahead(initialization_options))
     config = ClientServerConfig(
         server_command=list(server_command), server_env={**server_env(), **(env or {})}
@@ -356,7 +357,7 @@ async def lsp_session(
             types.InitializeParams(
                 capabilities=capabilities,
                 initialization_options=initialization_options,
-                client_info=types.ClientInfo(name="infill-lsp tests"),
+                client_info=types.ClientInfo(name=client_name),
             )
         )
         yield Session(client=client, initialize_result=result)

@@ -61,6 +61,21 @@ def eglot_capabilities() -> types.ClientCapabilities:
     )
 
 
+def lsp_mode_capabilities() -> types.ClientCapabilities:
+    """What lsp-mode 8 declares for completion: insert-replace edits and insertTextMode, no
+    inline completion, no position encodings (though it counts columns in code points)."""
+    return types.ClientCapabilities(
+        text_document=types.TextDocumentClientCapabilities(
+            completion=types.CompletionClientCapabilities(
+                completion_item=types.ClientCompletionItemOptions(
+                    snippet_support=False, insert_replace_support=True
+                ),
+                context_support=True,
+            )
+        )
+    )
+
+
 def utf8_capabilities() -> types.ClientCapabilities:
     """A menu client that offers UTF-8 positions (as Neovim and Helix do)."""
     capabilities = eglot_capabilities()
@@ -113,12 +128,16 @@ async def scripted(
     tmp_path: Path,
     entries: list[Any],
     capabilities: types.ClientCapabilities | None = None,
+    client_name: str = "infill-lsp tests",
     **options: Any,
 ) -> AsyncIterator[tuple[Session, ScriptedModel]]:
     model = write_script(tmp_path, "coder", entries)
     settings = {"debounceMs": 0, "completionMenuWaitMs": 10_000, **options}
     async with lsp_session(
-        capabilities or eglot_capabilities(), {"infill": settings}, scripted_command(model)
+        capabilities or eglot_capabilities(),
+        {"infill": settings},
+        scripted_command(model),
+        client_name=client_name,
     ) as session:
         yield session, model
 
@@ -305,6 +324,38 @@ async def test_columns_after_an_emoji_in_each_encoding_and_any_document_name(
         assert isinstance(edit, types.TextEdit)
         assert edit.range.start == session.position(text, 1, len(line) - len("retu"))
         assert apply(session, text, item) == 'def add(a, b):\n    s = "😀é"; return a + b'
+
+
+async def test_lsp_mode_8_gets_code_point_columns_as_it_counts_them(tmp_path: Path) -> None:
+    """lsp-mode 8 (`clientInfo` "emacs", no position encodings) counts columns in code points:
+    the server takes them so (UTF-32, said in its capabilities), so an emoji before the typed
+    word shifts nothing; its changes on that line land where it meant them."""
+    text = 'def add(a, b):\n    s = "😀é"; retu'
+    async with scripted(tmp_path, ["rn a + b\n"], lsp_mode_capabilities(), client_name="emacs") as (
+        session,
+        _,
+    ):
+        assert session.encoding == types.PositionEncodingKind.Utf32
+        uri = session.open(text)
+        line = text.split("\n")[1]
+        cursor = types.Position(line=1, character=len(line))  # code points, as Emacs counts
+        (item,) = (await menu(session, uri, cursor)).items
+        edit = item.text_edit
+        assert isinstance(edit, types.InsertReplaceEdit)
+        assert edit.insert.start == types.Position(line=1, character=len(line) - len("retu"))
+        assert apply(session, text, item) == 'def add(a, b):\n    s = "😀é"; return a + b'
+    # Another client naming itself so, or lsp-mode declaring encodings, is taken at its word.
+    capabilities = lsp_mode_capabilities()
+    capabilities.general = types.GeneralClientCapabilities(
+        position_encodings=[types.PositionEncodingKind.Utf16]
+    )
+    async with scripted(tmp_path / "declared", [], capabilities, client_name="emacs") as (
+        session,
+        _,
+    ):
+        assert session.encoding == types.PositionEncodingKind.Utf16
+    async with scripted(tmp_path / "other", [], lsp_mode_capabilities()) as (session, _):
+        assert session.encoding == types.PositionEncodingKind.Utf16
 
 
 # --- the real default model --------------------------------------------------------------------
