@@ -31,7 +31,6 @@ EMOJI_TYPED = TYPED.replace("    retu", '    s = "😀"; retu')
 #: A blank line in a new function's body: asked for there, the suggestions may be whole blocks.
 BLANK = "def is_even(n):\n    "
 #: Long enough for the model to write three suggestions on a small CPU, several times over.
-COMPANY_WAIT_S = 20
 
 
 def _emacs() -> str:
@@ -123,24 +122,6 @@ def test_eglot_completion_at_point_on_a_blank_line_inserts_the_suggestion(tmp_pa
     new_text = _assert_inserted(run, BLANK, item)
     assert run.found["buffer"] == BLANK + new_text, run.why()
     assert new_text.strip(), run.why()
-
-
-@pytest.mark.xfail(
-    reason="company keeps a capf's answer while point and text stay put, and eglot 1.9 keeps "
-    "the items of its one request: the empty answer given while the model writes stays, and "
-    "asking again at the same place never reaches the server",
-    raises=AssertionError,
-    strict=False,
-)
-def test_eglot_company_complete_on_a_blank_line_shows_the_suggestion(tmp_path: Path) -> None:
-    """M-x company-complete where no word is typed, with eglot, as often as the user likes:
-    the suggestion shows once the model has written it (it does where the model answers
-    within completionMenuWaitMs)."""
-    file = _file(tmp_path, BLANK)
-    run = run_scenario(_emacs(), "eglot-company", file, tmp_path, wait_s=COMPANY_WAIT_S)
-    run.completed()
-    new_text = _assert_inserted(run, BLANK, _chosen(run))
-    assert run.found["buffer"] == BLANK + new_text, run.why()
 
 
 # --- lsp-mode with company --------------------------------------------------------------------
