@@ -291,7 +291,7 @@ class Settings:
         "the default model); it is nvim-cmp's own wait for a source, under blink.cmp's 2 s, "
         "and eglot and lsp-mode give it up at the user's next key. Lower it where other "
         "servers' items must not wait (Helix up to 25.01 and Sublime show the menu once every "
-        "server answered).",
+        "server answered). A request where no word is typed (the user asked) waits up to 8 s.",
     )
     completion_menu_place: str = _setting(
         "first",

@@ -28,6 +28,20 @@ from lsp_server.settings import Settings
 log = logging.getLogger(__name__)
 
 
+#: How long an explicit request (where no word is typed) waits for its suggestions: the user
+#: asked and looks at the menu, and some clients ask nothing more at that place (eglot with
+#: company keeps the first answer there, so an empty one stays). Several suggestions took
+#: 5-7 s with the default model on 2 busy CPU cores; eglot gives a request 10 s, and Emacs
+#: stops waiting at the user's next key.
+INVOKED_WAIT_S = 8.0
+
+
+def menu_wait_s(settings: Settings, *, invoked: bool) -> float:
+    """How long a menu request waits for its suggestions."""
+    wait = settings.completion_menu_wait_ms / 1000
+    return max(wait, INVOKED_WAIT_S) if invoked else wait
+
+
 @dataclass(frozen=True, slots=True)
 class _Running:
     """A generation started by a menu request: for `snap`, as invoked or not."""
@@ -58,14 +72,14 @@ class MenuCompleter:
         others: Mapping[str, OtherDocument] | None = None,
         roots: Sequence[str] = (),
     ) -> InlineResult | None:
-        """The suggestions for `snap` ready within the menu's wait; None when none is ready
-        yet (the generation goes on) or the request was superseded."""
+        """The suggestions for `snap` ready within the menu's wait (`menu_wait_s`); None when
+        none is ready yet (the generation goes on) or the request was superseded."""
         # 1. Typed along the last suggestion: its rest, at once.
         ready = self._inline.ready(snap, invoked)
         if ready is not None:
             return ready
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.completion_menu_wait_ms / 1000
+        deadline = loop.time() + menu_wait_s(settings, invoked=invoked)
         # 2. The generation under way, if the user only typed on at its cursor; else a new one.
         running = self._running.get(snap.uri)
         if running is None or not self._keeps(running, snap, invoked):

@@ -31,6 +31,7 @@ EMOJI_TYPED = TYPED.replace("    retu", '    s = "😀"; retu')
 #: A blank line in a new function's body: asked for there, the suggestions may be whole blocks.
 BLANK = "def is_even(n):\n    "
 #: Long enough for the model to write three suggestions on a small CPU, several times over.
+COMPANY_WAIT_S = 20
 
 
 def _emacs() -> str:
@@ -122,6 +123,17 @@ def test_eglot_completion_at_point_on_a_blank_line_inserts_the_suggestion(tmp_pa
     new_text = _assert_inserted(run, BLANK, item)
     assert run.found["buffer"] == BLANK + new_text, run.why()
     assert new_text.strip(), run.why()
+
+
+def test_eglot_company_complete_on_a_blank_line_shows_the_suggestion(tmp_path: Path) -> None:
+    """M-x company-complete where no word is typed, with eglot: company keeps its first answer
+    at that place and eglot 1.9 asks nothing more there, so the server waits for the
+    suggestions of an explicit request (`INVOKED_WAIT_S`), and they show."""
+    file = _file(tmp_path, BLANK)
+    run = run_scenario(_emacs(), "eglot-company", file, tmp_path, wait_s=COMPANY_WAIT_S)
+    run.completed()
+    new_text = _assert_inserted(run, BLANK, _chosen(run))
+    assert run.found["buffer"] == BLANK + new_text, run.why()
 
 
 # --- lsp-mode with company --------------------------------------------------------------------

@@ -218,6 +218,14 @@ server ended."
     (infill-test-eglot-capf original)
     (infill-test-finish original)))
 
+(defun infill-test-eglot-company ()
+  "eglot with company: M-x company-complete at the end of the file until it lists candidates,
+then RET."
+  (infill-test-eglot-connect (infill-test-file))
+  (let ((original (infill-test-buffer-text)))
+    (infill-test-company-complete original)
+    (infill-test-finish original)))
+
 (defun infill-test-lsp-company ()
   "lsp-mode with company (as lsp-mode sets it up): complete at the end of the file and RET,
 then ask the server its usage counts, then shut it down as M-x lsp-workspace-shutdown does."
