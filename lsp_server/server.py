@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from lsprotocol import types
@@ -29,7 +30,13 @@ from lsp_server.commands import (
     ExplainArguments,
     RewriteArguments,
 )
-from lsp_server.documents import exceeds_bytes, position_at, snapshot, use_lsp_lines
+from lsp_server.documents import (
+    DocumentSnapshot,
+    exceeds_bytes,
+    position_at,
+    snapshot,
+    use_lsp_lines,
+)
 from lsp_server.host import STATUS_REQUEST, ModelUnavailableError
 from lsp_server.menu.items import (
     MenuClient,
@@ -56,6 +63,7 @@ from lsp_server.next_edit.requests import (
     parse_inline_edit,
     partial_accept,
 )
+from lsp_server.postprocess import Fitted
 from lsp_server.protocol import InfillServer, end_process, engine_failures
 from lsp_server.settings import Settings, parse_settings
 from lsp_server.stats import STATS_REQUEST, stats_report
@@ -134,17 +142,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         # counted, each carries the accept command with its id, if the document is still the
         # snapshot's (else its place could not be followed).
         codec = document.position_codec
-        ids = (
-            ls.usage.offer(
-                snap.uri,
-                snap.language_id,
-                snap.text,
-                snap.offset,
-                [Offered(text=f.text, absorbed=f.replace_chars) for f in result.suggestions],
-            )
-            if document.version == snap.version
-            else None
-        )
+        ids = offer(ls, document, snap, result.suggestions)
         items = []
         for i, fitted in enumerate(result.suggestions):
             absorbed = snap.suffix[: fitted.replace_chars]
@@ -214,17 +212,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
             line=params.position.line,
             character=params.position.character - codec.client_num_units(word),
         )
-        ids = (
-            ls.usage.offer(
-                snap.uri,
-                snap.language_id,
-                snap.text,
-                snap.offset,
-                [Offered(text=f.text, absorbed=f.replace_chars) for f in result.suggestions],
-            )
-            if document.version == snap.version
-            else None
-        )
+        ids = offer(ls, document, snap, result.suggestions)
         items_of = tuple(keeping_closers(f, snap.suffix) for f in result.suggestions)
         items = menu_items(
             items_of,
@@ -403,6 +391,22 @@ def build_server(base: Settings | None = None) -> InfillServer:
         return await action_handlers.rewrite(ls, arguments)
 
     return server
+
+
+def offer(
+    ls: InfillServer, document: TextDocument, snap: DocumentSnapshot, suggestions: Sequence[Fitted]
+) -> list[str] | None:
+    """The usage counts' id of each suggestion offered for `snap`; None when the document has
+    changed since the snapshot (its suggestions' places could not be followed)."""
+    if document.version != snap.version:
+        return None
+    return ls.usage.offer(
+        snap.uri,
+        snap.language_id,
+        snap.text,
+        snap.offset,
+        [Offered(text=f.text, absorbed=f.replace_chars) for f in suggestions],
+    )
 
 
 def accept_command(suggestion_id: str) -> types.Command:
