@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--remote-chat-model", metavar="NAME", help="with --backend openai: the chat model"
     )
     serve.add_argument(
+        "--completion-menu",
+        choices=("auto", "on", "off"),
+        help="suggestions as completion-menu items: auto (clients without inline completion), "
+        "on, off; unless the client's settings say",
+    )
+    serve.add_argument(
         "-v", "--verbose", action="store_true", help="log at DEBUG (sizes and times, no code)"
     )
     serve.add_argument(
@@ -248,6 +254,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     if args.backend is not None:
         base = replace(base, backend=args.backend)
+    if args.completion_menu is not None:
+        base = replace(base, completion_menu=args.completion_menu)
     tcp = (args.host, args.port) if args.tcp else None
     return run_serve(
         base,

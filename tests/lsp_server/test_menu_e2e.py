@@ -8,7 +8,7 @@ tests apply it the same way (`apply`), in the encoding the session negotiated.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -129,6 +129,7 @@ async def scripted(
     entries: list[Any],
     capabilities: types.ClientCapabilities | None = None,
     client_name: str = "infill-lsp tests",
+    flags: Sequence[str] = (),
     **options: Any,
 ) -> AsyncIterator[tuple[Session, ScriptedModel]]:
     model = write_script(tmp_path, "coder", entries)
@@ -136,7 +137,7 @@ async def scripted(
     async with lsp_session(
         capabilities or eglot_capabilities(),
         {"infill": settings},
-        scripted_command(model),
+        [*scripted_command(model), *flags],
         client_name=client_name,
     ) as session:
         yield session, model
@@ -300,6 +301,15 @@ async def test_auto_gives_a_client_with_inline_completion_no_menu_items(tmp_path
         uri = session.open(TYPED)
         (item,) = (await menu(session, uri, AT_WORD_END)).items
         assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b"
+    # The command line's flag, where the client's settings say nothing.
+    flags = ["--completion-menu", "on"]
+    async with scripted(tmp_path / "flag", ["rn a + b\n"], vscode_capabilities(), flags=flags) as (
+        session,
+        _,
+    ):
+        uri = session.open(TYPED)
+        (item,) = (await menu(session, uri, AT_WORD_END)).items
+        assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b"
 
 
 @pytest.mark.parametrize("capabilities", [eglot_capabilities, utf8_capabilities])
@@ -395,3 +405,42 @@ async def test_the_default_model_gives_several_items_when_asked_where_no_word_is
         assert 1 <= len(texts) <= 3
         assert len(set(texts)) == len(texts)
         assert all(t.startswith(text) and len(t) > len(text) for t in texts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capabilities", [eglot_capabilities, utf8_capabilities])
+async def test_the_default_model_after_an_emoji_within_a_zero_wait_and_a_cancel(
+    capabilities: Any,
+) -> None:
+    """With no wait at all, the first request is answered at once, empty and incomplete, while
+    the generation runs; a request cancelled meanwhile is answered once; a later request at the
+    same place gets the finished suggestion, its edit starting at the typed word in the
+    session's encoding (an emoji before it counts 2 UTF-16 units, 4 UTF-8 bytes)."""
+    options = {"infill": {"debounceMs": 0, "completionMenuWaitMs": 0}}
+    async with ready_session(capabilities(), options) as session:
+        text = 'def label(n):\n    if n < 0:\n        return "neg"\n    s = "😀"; retu'
+        uri = session.open(text)
+        line = text.split("\n")[-1]
+        cursor = session.position(text, 3, len(line))
+        first = await menu(session, uri, cursor)
+        assert first.is_incomplete
+        msg_id, pending = session.send(COMPLETION, completion_params(uri, cursor))
+        session.cancel(msg_id)
+        try:
+            cancelled: Any = await answer(pending)
+        except JsonRpcException as e:
+            cancelled = e
+        if isinstance(cancelled, JsonRpcException):
+            assert cancelled.code == REQUEST_CANCELLED, cancelled
+        else:  # answered before the cancel arrived
+            assert isinstance(cancelled, types.CompletionList), cancelled
+        result = await poll_until(
+            lambda: menu(session, uri, cursor), lambda r: bool(r.items), "the suggestion"
+        )
+        for item in result.items:
+            edit = item.text_edit
+            assert isinstance(edit, types.TextEdit)
+            assert edit.range.start == session.position(text, 3, len(line) - len("retu"))
+            applied = apply(session, text, item)
+            assert applied.startswith(text), applied
+            assert len(applied) > len(text)
