@@ -387,9 +387,9 @@ def confirm_a_block(menu: Menu, ask: Callable[[], None]) -> list[str]:
     menu.edit(PRIME)
     ask()
     item = menu.wait_item("")
-    text = new_text(item)
-    if "\n" not in text:
-        pytest.skip(f"the model suggested a single line here: {text!r}")
+    # Most often a block here; whatever the model wrote (its greedy answer can change with the
+    # threads the machine's load leaves it), the buffer must hold exactly that.
+    print(f"the item on a blank line: {new_text(item)!r}")
     menu.confirm()
     lines = menu.lines()
     expected = PRIME[:-1] + written(PRIME[-1], item)
@@ -450,13 +450,20 @@ def test_a_suggestion_typed_inside_brackets_leaves_one_closer(kind: str, tmp_pat
 @pytest.mark.slow
 def test_nvim_cmp_shows_and_inserts_a_whole_suggestion(tmp_path: Path) -> None:
     """nvim-cmp + cmp-nvim-lsp: typing `fibo` brings the AI item; confirming writes the whole
-    suggestion over the word and runs its command (counted accepted once); then, asked by hand
-    on a blank line, a block goes in whole, every line as written."""
+    suggestion over the word and runs its command (counted accepted once)."""
     with menu_session("nvim-cmp", tmp_path) as menu:
         type_word_and_confirm(menu)
         poll(lambda: menu.accepted() == 1, what="the server to count the item accepted")
+
+
+@pytest.mark.slow
+def test_nvim_cmp_inserts_every_line_of_a_block(tmp_path: Path) -> None:
+    """nvim-cmp, asked by hand on a blank line: a block goes in whole, every line as written
+    (a session of its own: the buffer is set through the API, which the menus do not see as
+    typing)."""
+    with menu_session("nvim-cmp", tmp_path) as menu:
         confirm_a_block(menu, menu.ask)
-        poll(lambda: menu.accepted() == 2, what="the server to count the block accepted")
+        poll(lambda: menu.accepted() == 1, what="the server to count the block accepted")
 
 
 @pytest.mark.slow
@@ -515,10 +522,13 @@ def test_nvim_cmp_typing_on_never_lands_text_made_for_an_older_word(tmp_path: Pa
         word = TYPED_ON + fuzzy[0]
         time.sleep(1.0)
         print(f"{word!r} after {old!r}: the menu shows {[new_text(i) for i in menu.items()]}")
-        assert [new_text(i) for i in menu.items()] in ([old], []), menu.state()
-        if menu.items():
+        texts = [new_text(i) for i in menu.items()]
+        # The old item (kept by nvim-cmp), or one made for the new word (the model may finish
+        # within the menu's wait), never anything else.
+        assert all(t == old or t.startswith(word) for t in texts), menu.state()
+        if texts:
             menu.confirm()
-            assert menu.lines()[-1] == FIB[-1] + old
+            assert menu.lines()[-1] == FIB[-1] + texts[0]
         else:
             fresh = menu.wait_item(word)
             menu.confirm()
@@ -551,10 +561,17 @@ def cmp_matches(menu: Menu, typed: str, text: str) -> bool:
 @pytest.mark.slow
 def test_blink_cmp_shows_and_inserts_a_whole_suggestion(tmp_path: Path) -> None:
     """blink.cmp (Lua matcher): typing `fibo` brings the AI item; `<C-y>` writes the whole
-    suggestion over the word and runs its command (counted accepted); asked again on a blank
-    line, a block goes in whole, every line as written."""
+    suggestion over the word and runs its command (counted accepted)."""
     with menu_session("blink.cmp", tmp_path) as menu:
         type_word_and_confirm(menu)
         poll(lambda: menu.accepted() == 1, what="the server to count the item accepted")
+
+
+@pytest.mark.slow
+def test_blink_cmp_inserts_every_line_of_a_block(tmp_path: Path) -> None:
+    """blink.cmp, asked on a blank line: a block goes in whole, every line as written (a
+    session of its own: blink.cmp keeps an answer for a cursor place it saw, and the buffer
+    set through the API is no typing it sees)."""
+    with menu_session("blink.cmp", tmp_path) as menu:
         confirm_a_block(menu, menu.ask)
-        poll(lambda: menu.accepted() == 2, what="the server to count the block accepted")
+        poll(lambda: menu.accepted() == 1, what="the server to count the block accepted")
