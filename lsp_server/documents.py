@@ -193,6 +193,12 @@ class DocumentSnapshot:
     def suffix(self) -> str:
         return self.text[self.offset :]
 
+    def typed_on_from(self, old: DocumentSnapshot) -> bool:
+        """Whether this is `old` with text typed at its cursor, and nothing else changed."""
+        return (
+            self.uri == old.uri and self.suffix == old.suffix and self.prefix.startswith(old.prefix)
+        )
+
 
 def snapshot(document: TextDocument, position: types.Position) -> DocumentSnapshot:
     """Freeze `document` with the cursor at `position` (client units). Raises InvalidPosition.

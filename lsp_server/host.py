@@ -349,6 +349,11 @@ class ModelHost:
             self.start(self._settings)
         return await asyncio.shield(self._completion)
 
+    def completion_name(self) -> str | None:
+        """The loaded completion model's name; None while none is loaded."""
+        model = _loaded(self._completion)
+        return None if model is None else model.engine.info.name
+
     def status(self) -> dict[str, Any]:
         """Health and model information (the `infill/status` request, `doctor` in the shell)."""
         result: dict[str, Any] = {

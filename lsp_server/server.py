@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lsprotocol import types
-from pygls.workspace import TextDocument
+from pygls.workspace import PositionCodec, TextDocument
 
 from lsp_server import action_handlers
 from lsp_server.commands import (
@@ -145,11 +145,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         ids = offer(ls, document, snap, result.suggestions)
         items = []
         for i, fitted in enumerate(result.suggestions):
-            absorbed = snap.suffix[: fitted.replace_chars]
-            end = types.Position(
-                line=params.position.line,
-                character=params.position.character + codec.client_num_units(absorbed),
-            )
+            end = absorbed_end(params.position, snap, fitted, codec)
             command = None if ids is None else accept_command(ids[i])
             items.append(
                 types.InlineCompletionItem(
@@ -220,17 +216,10 @@ def build_server(base: Settings | None = None) -> InfillServer:
             line_indent=line_before[: len(line_before) - len(line_before.lstrip())],
             start=start,
             cursor=params.position,
-            replace_end=[
-                types.Position(
-                    line=params.position.line,
-                    character=params.position.character
-                    + codec.client_num_units(snap.suffix[: f.replace_chars]),
-                )
-                for f in items_of
-            ],
+            replace_end=[absorbed_end(params.position, snap, f, codec) for f in items_of],
             client=ls.menu_client,
             place=MenuPlace(settings.completion_menu_place),
-            model=ls.host.status()["model"],
+            model=ls.host.completion_name() or "",
             commands=(
                 [accept_command(i) for i in ids] if ids is not None else [None] * len(items_of)
             ),
@@ -406,6 +395,17 @@ def offer(
         snap.text,
         snap.offset,
         [Offered(text=f.text, absorbed=f.replace_chars) for f in suggestions],
+    )
+
+
+def absorbed_end(
+    cursor: types.Position, snap: DocumentSnapshot, fitted: Fitted, codec: PositionCodec
+) -> types.Position:
+    """Where a suggestion's range ends: past the closers after the cursor that it absorbs,
+    counted in the client's units."""
+    absorbed = snap.suffix[: fitted.replace_chars]
+    return types.Position(
+        line=cursor.line, character=cursor.character + codec.client_num_units(absorbed)
     )
 
 

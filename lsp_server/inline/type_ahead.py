@@ -42,10 +42,9 @@ class TypeAheadCache:
         old, old_invoked, result = entry
         if invoked and not old_invoked:  # the user asks for several: make them
             return None
-        prefix = snap.prefix
-        if old.suffix != snap.suffix or not prefix.startswith(old.prefix):
+        if not snap.typed_on_from(old):
             return None
-        typed = prefix[len(old.prefix) :]
+        typed = snap.prefix[len(old.prefix) :]
         rest = tuple(
             Fitted(text=s.text[len(typed) :], replace_chars=s.replace_chars)
             for s in result.suggestions

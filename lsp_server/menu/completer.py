@@ -51,11 +51,6 @@ class _Running:
     task: asyncio.Task[InlineResult | None]
 
 
-def typed_on(old: DocumentSnapshot, new: DocumentSnapshot) -> bool:
-    """Whether `new` is `old` with text typed at its cursor (and nothing else changed)."""
-    return new.uri == old.uri and new.suffix == old.suffix and new.prefix.startswith(old.prefix)
-
-
 class MenuCompleter:
     """The menu's requests over the inline completer (`complete`), per document."""
 
@@ -78,18 +73,16 @@ class MenuCompleter:
         ready = self._inline.ready(snap, invoked)
         if ready is not None:
             return ready
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + menu_wait_s(settings, invoked=invoked)
+        deadline = asyncio.get_running_loop().time() + menu_wait_s(settings, invoked=invoked)
         # 2. The generation under way, if the user only typed on at its cursor; else a new one.
         running = self._running.get(snap.uri)
         if running is None or not self._keeps(running, snap, invoked):
             running = self._start(snap, settings, invoked, others, roots)
         # 3. What it gives within the wait. Waiting never cancels it: a request cancelled by
         # its client leaves it to the next one.
-        await asyncio.wait({running.task}, timeout=max(0.0, deadline - loop.time()))
-        if not running.task.done():
+        if not await _ends_by(running.task, deadline):
             return None
-        result = running.task.result() if not running.task.cancelled() else None
+        result = _result(running.task)
         if running.snap == snap:
             return result
         # 4. Made for an earlier cursor: what the user typed since, taken from it.
@@ -98,10 +91,9 @@ class MenuCompleter:
             return ready
         # The typing left the suggestion: a generation for this place, within what is left.
         running = self._start(snap, settings, invoked, others, roots)
-        await asyncio.wait({running.task}, timeout=max(0.0, deadline - loop.time()))
-        if not running.task.done() or running.task.cancelled():
+        if not await _ends_by(running.task, deadline):
             return None
-        return running.task.result()
+        return _result(running.task)
 
     def forget(self, uri: str) -> None:
         """The document was closed: its generation is dropped (the inline completer stops
@@ -116,7 +108,7 @@ class MenuCompleter:
     def _keeps(self, running: _Running, snap: DocumentSnapshot, invoked: bool) -> bool:
         if running.task.done():
             return False
-        return typed_on(running.snap, snap) and (running.invoked or not invoked)
+        return snap.typed_on_from(running.snap) and (running.invoked or not invoked)
 
     def _start(
         self,
@@ -140,6 +132,18 @@ class MenuCompleter:
         # in the type-ahead cache.
         if self._running.get(running.snap.uri) is running:
             del self._running[running.snap.uri]
+
+
+async def _ends_by(task: asyncio.Task[InlineResult | None], deadline: float) -> bool:
+    """Whether `task` has ended by `deadline` (the event loop's time), waited for meanwhile."""
+    left = deadline - asyncio.get_running_loop().time()
+    await asyncio.wait({task}, timeout=max(0.0, left))
+    return task.done()
+
+
+def _result(task: asyncio.Task[InlineResult | None]) -> InlineResult | None:
+    """An ended generation's suggestions; None for one cancelled (or superseded)."""
+    return None if task.cancelled() else task.result()
 
 
 def _retrieve(task: asyncio.Task[InlineResult | None]) -> None:
