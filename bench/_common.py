@@ -74,6 +74,14 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values`, nearest rank; NaN when there are none."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 def shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     """How many items two sequences (token ids) share from their start."""
     n = 0

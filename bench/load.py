@@ -47,6 +47,7 @@ from urllib.parse import urlsplit
 from bench._common import (
     RESULTS,
     median,
+    percentile,
     setup_logging,
     suite_parser,
     write_json,
@@ -74,14 +75,6 @@ BUSY_OVER_IDLE_TARGET = 2.0
 HEAD_TARGET = 15.0
 DEADLINE_SLACK = 1.0
 BODY_LENGTH = 100_000
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The `q` quantile (0..1) of `values`, nearest rank; NaN when there are none."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._common import RESULTS, ROOT, median, setup_logging, suite_parser, write_json
+from bench._common import (
+    RESULTS,
+    ROOT,
+    median,
+    percentile,
+    setup_logging,
+    suite_parser,
+    write_json,
+)
 from bench._lsp import ServerClient, position_of
 from bench.record import Metric, Outcome, metric
 
@@ -128,11 +136,6 @@ def first_item_s(answers: Sequence[Answer]) -> float | None:
     """From the first keystroke to the first answer that carried a suggestion."""
     times = [a.sent_s + a.took_s for a in answers if a.items]
     return min(times) if times else None
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
 
 
 async def run(args: Any) -> tuple[dict[str, Any], list[Metric]]:

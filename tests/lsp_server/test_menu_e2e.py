@@ -292,24 +292,18 @@ async def test_auto_gives_a_client_with_inline_completion_no_menu_items(tmp_path
         assert not result.items
         assert not result.is_incomplete
         assert model.starts() == []
-    async with scripted(
-        tmp_path / "on", ["rn a + b\n"], vscode_capabilities(), completionMenu="on"
-    ) as (
-        session,
-        _,
-    ):
-        uri = session.open(TYPED)
-        (item,) = (await menu(session, uri, AT_WORD_END)).items
-        assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b"
-    # The command line's flag, where the client's settings say nothing.
-    flags = ["--completion-menu", "on"]
-    async with scripted(tmp_path / "flag", ["rn a + b\n"], vscode_capabilities(), flags=flags) as (
-        session,
-        _,
-    ):
-        uri = session.open(TYPED)
-        (item,) = (await menu(session, uri, AT_WORD_END)).items
-        assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b"
+    # Asked for by the client's setting, or by the command line's flag where it says nothing.
+    ways: list[tuple[str, dict[str, Any], list[str]]] = [
+        ("setting", {"completionMenu": "on"}, []),
+        ("flag", {}, ["--completion-menu", "on"]),
+    ]
+    for name, options, flags in ways:
+        async with scripted(
+            tmp_path / name, ["rn a + b\n"], vscode_capabilities(), flags=flags, **options
+        ) as (session, _):
+            uri = session.open(TYPED)
+            (item,) = (await menu(session, uri, AT_WORD_END)).items
+            assert apply(session, TYPED, item) == "def add(a, b):\n    return a + b", name
 
 
 @pytest.mark.parametrize("capabilities", [eglot_capabilities, utf8_capabilities])
