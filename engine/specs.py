@@ -9,6 +9,7 @@ nothing here loads anything. `engine.models.model_spec` is the one place a spec 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -212,6 +213,12 @@ class RemoteSpec:
     model: str | None = None  # None: the one the server lists for the role (or first)
     context_size: int = DEFAULT_CONTEXT_SIZE  # unless the server says
     fim_family: str | None = None
+    #: A Unix domain socket the server is reached through (the user's shared engine,
+    #: engine/shared.py); None: the endpoint's host and port.
+    socket: str | None = None
+    #: Called (on the event loop, returning at once) when a request could not reach the
+    #: server: the shared engine's link then looks at once whether it must start another.
+    on_unreachable: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
 
 def remote_base_url(endpoint: str) -> str:

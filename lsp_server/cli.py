@@ -28,6 +28,7 @@ from engine.errors import EngineError
 from engine.generate import GenerateArgs, UsageError, stream_json_lines
 from engine.hub import DownloadProgress, Phase
 from engine.specs import API_KEY_ENV, check_fim_family
+from lsp_server.engine_place import ENGINE_ENV
 from lsp_server.model_flags import (
     model_flags,
     model_name,
@@ -36,7 +37,7 @@ from lsp_server.model_flags import (
     remote_flags,
 )
 from lsp_server.serve import LOG_FORMAT, run_serve
-from lsp_server.settings import Settings
+from lsp_server.settings import Settings, check_engine
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         "on, off; unless the client's settings say",
     )
     serve.add_argument(
+        "--engine",
+        type=_engine_choice,
+        metavar="auto|here|URL",
+        help="where a local model runs: the user's shared engine (auto), this process (here) or "
+        "an engine server's URL; a client's `engine` setting other than auto wins",
+    )
+    serve.add_argument(
         "-v", "--verbose", action="store_true", help="log at DEBUG (sizes and times, no code)"
     )
     serve.add_argument(
@@ -204,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _engine_choice(value: str) -> str:
+    try:
+        return check_engine(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def _generate_args(args: argparse.Namespace) -> GenerateArgs:
     """The `generate` flags, a field each."""
     return GenerateArgs(**{f.name: getattr(args, f.name) for f in fields(GenerateArgs)})
@@ -256,6 +271,10 @@ def _serve(args: argparse.Namespace) -> int:
         base = replace(base, backend=args.backend)
     if args.completion_menu is not None:
         base = replace(base, completion_menu=args.completion_menu)
+    if args.engine is not None:
+        # What `auto` defers to, as the environment's choice: editors send the setting's
+        # default `auto` with every configuration, which must not undo the flag.
+        os.environ[ENGINE_ENV] = args.engine
     tcp = (args.host, args.port) if args.tcp else None
     return run_serve(
         base,

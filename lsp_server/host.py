@@ -20,8 +20,10 @@ from engine.hub import DownloadProgress, Phase
 from engine.models import ModelSet, model_spec
 from engine.next_edit_model import NextEditModel
 from engine.prefix_cache import CacheStatus
-from engine.specs import REMOTE_BACKEND, ModelOptions, ModelSpec, RemoteSpec
+from engine.shared import SharedEngineError, SharedEngineLink
+from engine.specs import ModelSpec, RemoteSpec
 from engine.types import LoadState, Role
+from lsp_server.engine_place import EngineMode, Placement, place, placed_specs
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -160,9 +162,15 @@ async def run_load(
 
 
 def model_specs(settings: Settings) -> dict[Role, ModelSpec | RemoteSpec]:
-    """The model of each role, from the settings (then environment, then defaults)."""
+    """The model of each role, from the settings (then environment, then defaults), as this
+    process would load it (`engine_place` says where it runs instead)."""
     options = settings.model_options()
     return {role: model_spec(role, options) for role in Role}
+
+
+def _models_key(settings: Settings) -> tuple[object, ...]:
+    """What decides the loaded models and where they run: a change reloads them."""
+    return (settings.model_options(), settings.engine, settings.engine_idle_exit)
 
 
 #: Seconds between two attempts to reach a remote server that could not be reached: the next
@@ -178,7 +186,10 @@ class ModelHost:
         self.last_error: str | None = None
         self._settings = Settings()
         self._models: ModelSet | None = None
-        self._models_for: ModelOptions | None = None
+        self._models_for: tuple[object, ...] | None = None
+        #: Where the models run, and this server's hold on the shared engine when they run there.
+        self.placement: Placement | None = None
+        self._link: SharedEngineLink | None = None
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
@@ -224,13 +235,47 @@ class ModelHost:
         """The ModelSet for `settings` (call with the lock held): models load on first use."""
         if self._closed:
             raise EngineClosedError("the server is shutting down")
-        if self._models is None or self._models_for != settings.model_options():
-            old = self._models
-            self._models = ModelSet(model_specs(settings), on_download=self._downloading)
-            self._models_for = settings.model_options()
+        if self._models is None or self._models_for != _models_key(settings):
+            old, old_link = self._models, self._link
+            placement = place(settings)
+            if placement.why_here and settings.engine == "auto":
+                log.info("the models run in this process: %s", placement.why_here)
+            link = None
+            if placement.shared is not None:
+                link = SharedEngineLink(
+                    placement.shared,
+                    idle_exit=float(settings.engine_idle_exit),
+                    timeout=load_timeout(),
+                )
+            specs = placed_specs(settings, placement, link)
+            self._models = ModelSet(specs, on_download=self._downloading)
+            self._models_for = _models_key(settings)
+            self.placement, self._link = placement, link
             if old is not None:
                 old.close()
+            if old_link is not None:
+                old_link.close()
         return self._models
+
+    def _linked(self, models: ModelSet) -> ModelSet:
+        """The shared engine found or started, and ready (on a loading thread, with the lock
+        held). Where it cannot be started, the models load in this process instead, and
+        `infill/status` says why: a user is never left without suggestions for want of it."""
+        link = self._link
+        if link is None:
+            return models
+        try:
+            link.ensure()
+        except SharedEngineError as e:
+            log.warning("the shared engine cannot serve (%s): the models load in this process", e)
+            link.close()
+            self._link = None
+            self.placement = Placement(mode=EngineMode.HERE, why_here=str(e))
+            specs = placed_specs(self._settings, self.placement, None)
+            self._models = ModelSet(specs, on_download=self._downloading)
+            models.close()
+            return self._models
+        return models
 
     def _last_progress(self) -> float:
         return self._progress_at
@@ -253,7 +298,8 @@ class ModelHost:
 
     def _load(self) -> CompletionModel:
         with self._lock:  # the latest settings: an older load must not bring old models back
-            engine = self._model_set(self._settings).engine(Role.COMPLETION)
+            models = self._linked(self._model_set(self._settings))
+            engine = models.engine(Role.COMPLETION)
         model = CompletionModel.of(engine, self._settings.fim_family)
         info = engine.info
         log.info(
@@ -267,7 +313,7 @@ class ModelHost:
 
     def _load_chat(self) -> BaseEngine:
         with self._lock:  # the latest settings, as in `_load`
-            models = self._model_set(self._settings)
+            models = self._linked(self._model_set(self._settings))
             engine = models.engine(Role.CHAT)
         if not engine.info.has_chat_template:
             raise ModelLoadError(
@@ -283,7 +329,7 @@ class ModelHost:
 
     def _load_next_edit(self) -> NextEditModel | None:
         with self._lock:  # the latest settings, as in `_load`
-            models = self._model_set(self._settings)
+            models = self._linked(self._model_set(self._settings))
             engine = models.engine(Role.NEXT_EDIT)
         try:
             model = NextEditModel.of(engine, self._settings.next_edit_format)
@@ -340,9 +386,10 @@ class ModelHost:
         """The completion model, once loaded. Raises ModelUnavailableError after a failed load."""
         if self._completion is None:
             raise ModelUnavailableError("completion", "the server is not initialized yet")
+        remote = self.placement is not None and self.placement.mode is not EngineMode.HERE
         if (
             self.state is LoadState.ERROR
-            and self._settings.backend == REMOTE_BACKEND
+            and remote
             and time.monotonic() - self._failed_at >= REMOTE_RETRY_SECONDS
         ):
             log.info("trying the remote server again")
@@ -360,6 +407,7 @@ class ModelHost:
             "status": self.state.value,
             "last_error": self.last_error,
             "download": _download_json(self.download),
+            "engine": self._engine_json(),
         }
         future = self._completion
         if (
@@ -397,6 +445,19 @@ class ModelHost:
             )
         return result
 
+    def _engine_json(self) -> dict[str, Any] | None:
+        """Where the models run: `mode` (shared, here, server, remote), why here where `auto`
+        could not share, and the shared engine's socket, process, clients and memory."""
+        placement = self.placement
+        if placement is None:
+            return None
+        result: dict[str, Any] = {"mode": placement.mode.value, "why_here": placement.why_here}
+        if placement.url is not None:
+            result["url"] = placement.url
+        if self._link is not None:
+            result.update(self._link.view().as_json())
+        return result
+
     def loaded_engines(self) -> dict[Role, BaseEngine]:
         """The engine of each role whose model is loaded (one engine may serve both)."""
         engines: dict[Role, BaseEngine] = {}
@@ -421,6 +482,11 @@ class ModelHost:
         an error, new ones are refused) and no model loads after this. Instant."""
         self._closed = True
         self._stop_engines("the server is shutting down")
+        link = self._link
+        if link is not None:
+            # The engine hears at once that this window left (its idle time starts now), on a
+            # thread: the process may end before the models are freed.
+            threading.Thread(target=link.close, name="infill-engine-leave", daemon=True).start()
 
     async def aclose(self) -> None:
         """Shut down: 1. `begin_close`; 2. on a thread, wait for the workers and only then
@@ -440,6 +506,9 @@ class ModelHost:
             if self._models is not None:
                 self._models.close()
                 self._models = None
+            if self._link is not None:
+                self._link.close()
+                self._link = None
         finally:
             self._lock.release()
 

@@ -103,6 +103,15 @@ def _choice(*options: str) -> Check[str]:
     return check
 
 
+def check_engine(value: Any) -> str:
+    """`auto`, `here`, or an http(s) URL."""
+    if value in ("auto", "here"):
+        return str(value)
+    if isinstance(value, str) and value.strip().lower().startswith(("http://", "https://")):
+        return value.strip()
+    raise ValueError("auto, here, or an engine server's http:// or https:// URL")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Everything the user can set. Defaults suit the default models on a laptop CPU."""
@@ -209,6 +218,22 @@ class Settings:
         _text(),
         "With `backend` `openai`: the next-edit model to ask for (a remote server's tokens are "
         "not known here: name its `nextEditFormat`). Null: `remoteModel`.",
+    )
+    # Where the models run (lsp_server/engine_place.py).
+    engine: str = _setting(
+        "auto",
+        check_engine,
+        "Where a local model runs: `auto`, the user's shared engine (found or started on a Unix "
+        "socket: one copy of the models for every editor window, exiting `engineIdleExit` "
+        "seconds after the last one closed; `$INFILL_ENGINE` may say `here` or a URL instead); "
+        "`here`, in this language server's process; or an engine server's URL "
+        "(`http://127.0.0.1:8012`).",
+    )
+    engine_idle_exit: int = _setting(
+        300,
+        _int(1, 604_800),
+        "Seconds the shared engine stays after its last editor window closed: a window opened "
+        "again within them finds its models loaded.",
     )
 
     max_tokens_single_line: int = _setting(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from scripted_servers import make_server, serve  # noqa: F401
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
+from engine.shared import ping
 from engine.types import Role
 
 #: Test data written by others, kept in the repository with its licences (third_party/README.md).
@@ -27,6 +30,12 @@ THIRD_PARTY_DATA = Path(__file__).resolve().parents[1] / "third_party" / "data"
 # Every server a test starts (and the servers they start: the variable is inherited) keeps its
 # usage counts here, never in the user's own state folder (lsp_server/usage_file.py).
 os.environ.setdefault("INFILL_STATE_DIR", tempfile.mkdtemp(prefix="infill-test-state-"))
+# Each server a test starts holds its own models (`INFILL_ENGINE=auto pytest ...` runs them all
+# through one shared engine instead); the shared engine's own tests ask for it. Engines they
+# start listen in a runtime folder of the session's, never the user's, and are stopped at its
+# end (`pytest_sessionfinish`).
+os.environ.setdefault("INFILL_ENGINE", "here")
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="infill-rt-", dir="/tmp")
 
 #: The order the tests run in, to show they pass in any order (none needs another's leftovers):
 #: `INFILL_TEST_ORDER=reverse`, or `shuffle` / `shuffle:SEED` (modules in a random order, and
@@ -109,3 +118,15 @@ def chat_engine(chat_backend: LlamaCppBackend) -> Iterator[Engine]:
     engine = Engine(chat_backend, name="chat")
     yield engine
     engine.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the shared engines the session's servers started (they would stay for their idle
+    time after the last server left)."""
+    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "infill-lsp"
+    for sock in folder.glob("engine-*.sock"):
+        health = ping(sock, timeout=2.0)
+        pid = (health or {}).get("engine", {}).get("pid")
+        if isinstance(pid, int):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.api.clients import Clients, RequestCount
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
 from engine.api.routes import RETRY_AFTER_SECONDS, Routes
@@ -62,6 +63,7 @@ def build_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     max_jobs: int = DEFAULT_MAX_JOBS,
+    clients: Clients | None = None,
 ) -> Starlette:
     """The ASGI app serving `models`.
 
@@ -70,11 +72,17 @@ def build_app(
     on `loopback`. `loopback`: the server listens on loopback only, so requests must name it
     as their Host (a web page cannot reach it by DNS rebinding). `cors_origins`: the only web
     origins allowed to call it (none by default). `token_budget`: tokens one request may ask
-    for, all choices together. `max_jobs`: generation requests at once."""
+    for, all choices together. `max_jobs`: generation requests at once. `clients`: the leases
+    of the language servers sharing the engine, and the requests under way (engine/shared.py)."""
+    clients = Clients() if clients is None else clients
     api = Routes(
-        models, max_body_bytes=max_body_bytes, token_budget=token_budget, started=int(time.time())
+        models,
+        max_body_bytes=max_body_bytes,
+        token_budget=token_budget,
+        started=int(time.time()),
+        clients=clients,
     )
-    middleware = []
+    middleware = [Middleware(RequestCount, clients=clients)]
     if loopback:
         middleware.append(Middleware(LoopbackHostCheck))
     if cors_origins:
@@ -96,6 +104,8 @@ def build_app(
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route("/v1/infill/clients/{name}", api.lease, methods=["POST"]),
+        Route("/v1/infill/clients/{name}", api.leave, methods=["DELETE"]),
     ]
     return Starlette(
         routes=routes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import CLIENT_NAME, Clients
 from engine.api.generate import Call, answer, chat_request, completion_request
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS
@@ -31,9 +32,16 @@ class Routes:
     """The route handlers, over one `ModelLoader`."""
 
     def __init__(
-        self, models: ModelLoader, *, max_body_bytes: int, token_budget: int, started: int
+        self,
+        models: ModelLoader,
+        *,
+        max_body_bytes: int,
+        token_budget: int,
+        started: int,
+        clients: Clients | None = None,
     ) -> None:
         self.models = models
+        self.clients = Clients() if clients is None else clients
         self.max_body_bytes = max_body_bytes
         self.token_budget = token_budget
         self.started = started
@@ -55,8 +63,20 @@ class Routes:
                 "backend": first["backend"] if first else None,
                 "device": first["device"] if first else None,
                 "models": models,
+                "engine": self.clients.describe(),
             }
         )
+
+    async def lease(self, request: Request) -> Response:
+        """POST /v1/infill/clients/{name}: the client (a language server sharing this engine)
+        holds a lease for `LEASE_SECONDS` more; the answer is what /health's `engine` says."""
+        self.clients.renew(_client_name(request))
+        return JSONResponse(self.clients.describe())
+
+    async def leave(self, request: Request) -> Response:
+        """DELETE /v1/infill/clients/{name}: the client has left."""
+        self.clients.leave(_client_name(request))
+        return JSONResponse(self.clients.describe())
 
     async def model_info(self, request: Request) -> Response:
         """Each role's model path, backend, device and context: which model answers which role."""
@@ -157,6 +177,18 @@ class Routes:
                 code="model_load_failed",
             )
         return status.model_id, status.loaded
+
+
+def _client_name(request: Request) -> str:
+    name = str(request.path_params["name"])
+    if not CLIENT_NAME.fullmatch(name):
+        raise ApiError(
+            400,
+            "a client's name is 1 to 64 letters, digits or . _ : -",
+            param="name",
+            code="invalid_client",
+        )
+    return name
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 import uvicorn
 
 from engine.api.app import DEFAULT_MAX_JOBS, build_app
+from engine.api.clients import Clients
 from engine.api.connections import Deadlines, protocol_with
 from engine.api.loader import ModelLoader
 from engine.api.schema import DEFAULT_TOKEN_BUDGET
@@ -118,6 +120,26 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_unix(path: Path) -> socket.socket:
+    """A listening Unix domain socket at `path`, which only this user may connect to (made
+    0600 before it listens; its folder is the user's own too: engine/shared.py). A file left
+    there by an engine that died is replaced: whoever calls this holds the engine's lock."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
 def uvicorn_config(
     app: Any,
     *,
@@ -149,9 +171,19 @@ class _Server(uvicorn.Server):
     The models are freed here rather than after `serve` returns: uvicorn re-raises a captured
     SIGTERM once it is done, which ends the process at once."""
 
-    def __init__(self, config: uvicorn.Config, models: ModelLoader) -> None:
+    def __init__(
+        self, config: uvicorn.Config, models: ModelLoader, clients: Clients | None = None
+    ) -> None:
         super().__init__(config)
         self._models = models
+        self._clients = clients
+
+    async def on_tick(self, counter: int) -> bool:
+        # uvicorn calls this every 0.1 s; once a second is enough to notice an idle engine.
+        if counter % 10 == 0 and self._clients is not None and self._clients.should_exit():
+            log.info("no client for %.0f s: the engine exits", self._clients.idle_exit or 0)
+            return True
+        return await super().on_tick(counter)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -185,8 +217,12 @@ def run_server(
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     max_jobs: int = DEFAULT_MAX_JOBS,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    socket_path: Path | None = None,
+    idle_exit: float | None = None,
 ) -> int:
-    """Serve both roles' models until SIGINT or SIGTERM; the exit status."""
+    """Serve both roles' models until SIGINT or SIGTERM (or, with `idle_exit`, that many
+    seconds after the last client left); the exit status. `socket_path`: listen on that Unix
+    domain socket instead of `host`:`port` (a shared engine, engine/shared.py)."""
     if options.backend == REMOTE_BACKEND:
         print(
             "infill-lsp engine: error: the engine server serves local models (llama.cpp or "
@@ -204,6 +240,7 @@ def run_server(
     # Resolving the paths first: a default model that is not installed fails here, clearly.
     specs = {role: model_spec(role, options) for role in (Role.COMPLETION, Role.CHAT)}
     models = ModelLoader.for_model_set(ModelSet(specs))
+    clients = Clients(idle_exit=idle_exit)
     app = build_app(
         models,
         api_key=api_key,
@@ -211,17 +248,32 @@ def run_server(
         loopback=is_loopback(host),
         token_budget=token_budget,
         max_jobs=max_jobs,
+        clients=clients,
     )
+    where = f"{host}:{port}" if socket_path is None else str(socket_path)
     try:
-        sock = bind(host, port)
+        sock = bind(host, port) if socket_path is None else bind_unix(socket_path)
     except OSError as e:
-        print(f"infill-lsp engine: error: cannot listen on {host}:{port}: {e}", file=sys.stderr)
+        print(f"infill-lsp engine: error: cannot listen on {where}: {e}", file=sys.stderr)
         return 1
-    print(f"infill-lsp engine: listening on {url_of(sock)}", file=sys.stderr, flush=True)
+    # The socket file's own inode: at the end, the file is removed only if it is still ours.
+    bound = None if socket_path is None else os.stat(socket_path).st_ino
+    url = url_of(sock) if socket_path is None else f"unix:{socket_path}"
+    print(f"infill-lsp engine: listening on {url}", file=sys.stderr, flush=True)
     models.start()
     config = uvicorn_config(app, max_connections=max_connections)
     try:
-        _Server(config, models).run(sockets=[sock])
+        _Server(config, models, clients).run(sockets=[sock])
     finally:
         sock.close()
+        if socket_path is not None and bound is not None:
+            _remove_own(socket_path, bound)
     return 0
+
+
+def _remove_own(path: Path, inode: int) -> None:
+    """Remove the socket file at `path` if it is still this server's (`inode`): a newer
+    engine may have replaced it after this one stopped answering."""
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == inode:
+            path.unlink()

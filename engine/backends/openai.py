@@ -229,6 +229,8 @@ class RemoteEngine(BaseEngine):
             self._note_success()
             return processor.finish(index, item.reason, stop_reason=item.stop_reason)
         assert isinstance(item, Failed)
+        if self.spec.on_unreachable is not None:
+            self.spec.on_unreachable()  # a shared engine that died is started again
         if not self._failing:
             log.warning("%s", item.message)  # it names the endpoint
         self._failing = True
@@ -289,7 +291,7 @@ class RemoteEngine(BaseEngine):
         """The connection pool of the running event loop (a client belongs to one loop)."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
-            self._client = new_client(self.spec.endpoint)
+            self._client = new_client(self.spec.endpoint, self.spec.socket)
             self._client_loop = loop
         return self._client
 

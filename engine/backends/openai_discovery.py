@@ -59,7 +59,10 @@ def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discove
     owned = client is None
     if client is None:
         client = httpx.Client(
-            timeout=DISCOVERY_TIMEOUT, verify=verifies_tls(spec.endpoint), headers=IDENTITY
+            transport=None if spec.socket is None else httpx.HTTPTransport(uds=spec.socket),
+            timeout=DISCOVERY_TIMEOUT,
+            verify=verifies_tls(spec.endpoint),
+            headers=IDENTITY,
         )
     deadline = time.monotonic() + DISCOVERY_TIMEOUT
     try:

@@ -68,9 +68,11 @@ def verifies_tls(endpoint: str) -> bool:
 IDENTITY = {"Accept-Encoding": "identity"}
 
 
-def new_client(endpoint: str) -> httpx.AsyncClient:
-    """A connection pool for `endpoint`, with our timeouts."""
+def new_client(endpoint: str, socket: str | None = None) -> httpx.AsyncClient:
+    """A connection pool for `endpoint` (through the Unix domain `socket` where one is
+    given), with our timeouts."""
     return httpx.AsyncClient(
+        transport=None if socket is None else httpx.AsyncHTTPTransport(uds=socket),
         timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT),
         # Loading the CA certificates takes 25-55 ms, for nothing on plain http (and on the
         # first keystroke): only an https endpoint gets them.

@@ -51,6 +51,8 @@ GOOD: list[tuple[str, Any, str]] = [
     ("nextEditFormat", "zeta2", "next_edit_format"),
     ("remoteNextEditModel", "zeta", "remote_next_edit_model"),
     ("usageCounts", False, "usage_counts"),
+    ("engine", "here", "engine"),
+    ("engineIdleExit", 60, "engine_idle_exit"),
 ]
 
 #: Values each key must refuse: wrong type, out of range, or not one of the choices.
@@ -98,6 +100,10 @@ BAD = [
     ("typeAheadDocuments", 0),
     ("nextEditModel", 1),
     ("nextEditFormat", "sweep"),
+    ("engine", "ftp://gpu-box:8012"),
+    ("engine", "shared"),
+    ("engine", 8012),
+    ("engineIdleExit", 0),
     ("remoteNextEditModel", {"name": "zeta"}),
     ("usageCounts", "off"),
     ("usageCounts", 0),
