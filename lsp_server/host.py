@@ -173,6 +173,10 @@ def _models_key(settings: Settings) -> tuple[object, ...]:
     return (settings.model_options(), settings.engine, settings.engine_idle_exit)
 
 
+#: Seconds `exit` waits for the shared engine to hear that this window left: the engine answers
+#: on its socket in a few milliseconds; one that does not sees the lease end after 30 s.
+LEAVE_SECONDS = 0.3
+
 #: Seconds between two attempts to reach a remote server that could not be reached: the next
 #: request after that tries again, so a server that comes back is used without a reload.
 REMOTE_RETRY_SECONDS = 2.0
@@ -190,6 +194,7 @@ class ModelHost:
         #: Where the models run, and this server's hold on the shared engine when they run there.
         self.placement: Placement | None = None
         self._link: SharedEngineLink | None = None
+        self._leaving: threading.Thread | None = None
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
@@ -485,8 +490,16 @@ class ModelHost:
         link = self._link
         if link is not None:
             # The engine hears at once that this window left (its idle time starts now), on a
-            # thread: the process may end before the models are freed.
-            threading.Thread(target=link.close, name="infill-engine-leave", daemon=True).start()
+            # thread: `exit` waits for it briefly (`left`), not for the models to be freed.
+            self._leaving = threading.Thread(
+                target=link.close, name="infill-engine-leave", daemon=True
+            )
+            self._leaving.start()
+
+    def left(self, timeout: float = LEAVE_SECONDS) -> None:
+        """Wait (at most `timeout`) until the shared engine was told this window left."""
+        if self._leaving is not None:
+            self._leaving.join(timeout)
 
     async def aclose(self) -> None:
         """Shut down: 1. `begin_close`; 2. on a thread, wait for the workers and only then

@@ -7,9 +7,12 @@ from typing import Any
 
 
 def plain(value: Any) -> Any:
-    """`value` with every named tuple a dict and every tuple a list, recursively."""
+    """`value` with every named tuple a dict and every tuple a list, recursively (within dicts
+too)."""
     if isinstance(value, tuple) and hasattr(value, "_asdict"):
         return {k: plain(v) for k, v in value._asdict().items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     return value

@@ -354,6 +354,7 @@ def build_server(base: Settings | None = None) -> InfillServer:
         # thread that frees the models: 6-15 s when `exit` follows `shutdown` at once (a load
         # finishes first). The counts are written and the engines stopped, so nothing is lost
         # by ending now: the process's end frees the models.
+        ls.host.left()
         if ls.closing is not None and not ls.closing.done():
             end_process(0 if ls.protocol.shut_down else 1)
 

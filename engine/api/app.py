@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.api.clients import Clients, RequestCount
+from engine.api.leases import Leases, RequestCount
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
 from engine.api.routes import RETRY_AFTER_SECONDS, Routes
@@ -63,7 +63,7 @@ def build_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     token_budget: int = DEFAULT_TOKEN_BUDGET,
     max_jobs: int = DEFAULT_MAX_JOBS,
-    clients: Clients | None = None,
+    leases: Leases | None = None,
 ) -> Starlette:
     """The ASGI app serving `models`.
 
@@ -72,17 +72,17 @@ def build_app(
     on `loopback`. `loopback`: the server listens on loopback only, so requests must name it
     as their Host (a web page cannot reach it by DNS rebinding). `cors_origins`: the only web
     origins allowed to call it (none by default). `token_budget`: tokens one request may ask
-    for, all choices together. `max_jobs`: generation requests at once. `clients`: the leases
+    for, all choices together. `max_jobs`: generation requests at once. `leases`: the leases
     of the language servers sharing the engine, and the requests under way (engine/shared.py)."""
-    clients = Clients() if clients is None else clients
+    leases = Leases() if leases is None else leases
     api = Routes(
         models,
         max_body_bytes=max_body_bytes,
         token_budget=token_budget,
         started=int(time.time()),
-        clients=clients,
+        leases=leases,
     )
-    middleware = [Middleware(RequestCount, clients=clients)]
+    middleware = [Middleware(RequestCount, leases=leases)]
     if loopback:
         middleware.append(Middleware(LoopbackHostCheck))
     if cors_origins:

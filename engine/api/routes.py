@@ -10,8 +10,8 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from engine.api.clients import CLIENT_NAME, Clients
 from engine.api.generate import Call, answer, chat_request, completion_request
+from engine.api.leases import CLIENT_NAME, Leases
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS
 from engine.api.schema import ApiError, ChatBody, CompletionBody, parse_body
@@ -38,10 +38,10 @@ class Routes:
         max_body_bytes: int,
         token_budget: int,
         started: int,
-        clients: Clients | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.models = models
-        self.clients = Clients() if clients is None else clients
+        self.leases = Leases() if leases is None else leases
         self.max_body_bytes = max_body_bytes
         self.token_budget = token_budget
         self.started = started
@@ -63,20 +63,20 @@ class Routes:
                 "backend": first["backend"] if first else None,
                 "device": first["device"] if first else None,
                 "models": models,
-                "engine": self.clients.describe(),
+                "engine": self.leases.describe(),
             }
         )
 
     async def lease(self, request: Request) -> Response:
         """POST /v1/infill/clients/{name}: the client (a language server sharing this engine)
         holds a lease for `LEASE_SECONDS` more; the answer is what /health's `engine` says."""
-        self.clients.renew(_client_name(request))
-        return JSONResponse(self.clients.describe())
+        self.leases.renew(_client_name(request))
+        return JSONResponse(self.leases.describe())
 
     async def leave(self, request: Request) -> Response:
         """DELETE /v1/infill/clients/{name}: the client has left."""
-        self.clients.leave(_client_name(request))
-        return JSONResponse(self.clients.describe())
+        self.leases.leave(_client_name(request))
+        return JSONResponse(self.leases.describe())
 
     async def model_info(self, request: Request) -> Response:
         """Each role's model path, backend, device and context: which model answers which role."""

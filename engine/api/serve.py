@@ -29,8 +29,8 @@ from typing import Any
 import uvicorn
 
 from engine.api.app import DEFAULT_MAX_JOBS, build_app
-from engine.api.clients import Clients
 from engine.api.connections import Deadlines, protocol_with
+from engine.api.leases import Leases
 from engine.api.loader import ModelLoader
 from engine.api.schema import DEFAULT_TOKEN_BUDGET
 from engine.models import ModelSet, model_spec
@@ -172,16 +172,16 @@ class _Server(uvicorn.Server):
     SIGTERM once it is done, which ends the process at once."""
 
     def __init__(
-        self, config: uvicorn.Config, models: ModelLoader, clients: Clients | None = None
+        self, config: uvicorn.Config, models: ModelLoader, leases: Leases | None = None
     ) -> None:
         super().__init__(config)
         self._models = models
-        self._clients = clients
+        self._leases = leases
 
     async def on_tick(self, counter: int) -> bool:
         # uvicorn calls this every 0.1 s; once a second is enough to notice an idle engine.
-        if counter % 10 == 0 and self._clients is not None and self._clients.should_exit():
-            log.info("no client for %.0f s: the engine exits", self._clients.idle_exit or 0)
+        if counter % 10 == 0 and self._leases is not None and self._leases.should_exit():
+            log.info("no client for %.0f s: the engine exits", self._leases.idle_exit or 0)
             return True
         return await super().on_tick(counter)
 
@@ -240,7 +240,7 @@ def run_server(
     # Resolving the paths first: a default model that is not installed fails here, clearly.
     specs = {role: model_spec(role, options) for role in (Role.COMPLETION, Role.CHAT)}
     models = ModelLoader.for_model_set(ModelSet(specs))
-    clients = Clients(idle_exit=idle_exit)
+    leases = Leases(idle_exit=idle_exit)
     app = build_app(
         models,
         api_key=api_key,
@@ -248,7 +248,7 @@ def run_server(
         loopback=is_loopback(host),
         token_budget=token_budget,
         max_jobs=max_jobs,
-        clients=clients,
+        leases=leases,
     )
     where = f"{host}:{port}" if socket_path is None else str(socket_path)
     try:
@@ -263,7 +263,7 @@ def run_server(
     models.start()
     config = uvicorn_config(app, max_connections=max_connections)
     try:
-        _Server(config, models, clients).run(sockets=[sock])
+        _Server(config, models, leases).run(sockets=[sock])
     finally:
         sock.close()
         if socket_path is not None and bound is not None:

@@ -30,6 +30,8 @@ describe("the server's settings section", () => {
       remoteModel: null,
       remoteChatModel: null,
       remoteNextEditModel: null,
+      engine: "auto",
+      engineIdleExit: 300,
       maxTokensSingleLine: 48,
       maxTokensMultiLine: 96,
       debounceMs: 20,

@@ -43,7 +43,7 @@ def resident_bytes() -> int | None:
 
 
 @dataclass(slots=True)
-class Clients:
+class Leases:
     """The leases of the engine's clients and the requests under way; whether the engine has
     been idle for `idle_exit` seconds (None: it never exits on its own). Used on the event
     loop only."""
@@ -109,19 +109,19 @@ class Clients:
 
 
 class RequestCount:
-    """Counts the requests under way (a stream until its end) into `Clients`, so that an
+    """Counts the requests under way (a stream until its end) into `Leases`, so that an
     engine never exits in the middle of an answer."""
 
-    def __init__(self, app: ASGIApp, clients: Clients) -> None:
+    def __init__(self, app: ASGIApp, leases: Leases) -> None:
         self.app = app
-        self._clients = clients
+        self._leases = leases
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        self._clients.request_started()
+        self._leases.request_started()
         try:
             await self.app(scope, receive, send)
         finally:
-            self._clients.request_ended()
+            self._leases.request_ended()
