@@ -6,7 +6,9 @@ nesting as deep as Python's JSON parser goes), validates it as `CompletionBody` 
 (a 400 naming the field: `ApiError`), and turns it into the engine's types with `params`. The
 same models make the OpenAPI document (`openapi.py`). Field names and defaults follow OpenAI's
 API, with vLLM's extensions (`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`,
-`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice).
+`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice). The plain REST
+routes' bodies (`GenerateBody`, `RestChatBody`, `ExtractCodeBody`) are here too, with the code
+servers' own names and defaults, and become the same params.
 
 Every bound is here, so that one request cannot make the server allocate without limit nor
 hold the model for hours: stop strings (16, of 256 characters), stop ids (64), choices (128),
