@@ -12,7 +12,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.text import LINE_BREAK, TAB_WIDTH, indent_width, split_lines, strip_ending
+from engine.markdown import fenced_code
+from engine.text import TAB_WIDTH, indent_width, split_lines, strip_ending
 from engine.types import ChatMessage
 from lsp_server.postprocess import line_opens_block
 from lsp_server.postprocess.syntax import enclosing_function
@@ -44,9 +45,6 @@ PRESET_INSTRUCTIONS = (
     "Make it iterative instead of recursive.",
     "Make it faster.",
 )
-
-_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
-
 
 # --- what the action is about ---------------------------------------------------------------
 
@@ -222,40 +220,12 @@ def fix_instruction(diagnostics: Sequence[str]) -> str:
 
 def extract_code(answer: str, language_id: str = "") -> str:
     """The code in a markdown answer (chat models wrap code in fences and prose): the first
-    fenced block tagged with the document's language, else the first fenced block, else the
-    whole answer.
-
-    A fence is a line of three or more backticks or tildes (with an optional language tag);
-    it closes on a line of the same character, at least as long, and nothing else. So a
-    fence written inside a string on a line with other code neither opens nor closes a block.
-    An unterminated fence runs to the end of the answer.
-    """
+    fenced block tagged with the document's language, else the first fenced block
+    (`engine.markdown.fenced_code` reads the fences), else the whole answer without its
+    blank lines around."""
     names = FENCE_NAMES.get(language_id, (language_id,)) if language_id else ()
-    blocks: list[tuple[str, str]] = []  # (tag, code)
-    lines = split_lines(answer)
-    i = 0
-    while i < len(lines):
-        opening = _FENCE.match(strip_ending(lines[i]))
-        if opening is None:
-            i += 1
-            continue
-        fence, tag = opening["fence"], opening["info"].lower()
-        body: list[str] = []
-        i += 1
-        while i < len(lines):
-            stripped = strip_ending(lines[i]).strip()
-            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
-                break
-            body.append(lines[i])
-            i += 1
-        blocks.append((tag, LINE_BREAK.sub("\n", "".join(body)).rstrip("\n")))
-        i += 1
-    if not blocks:
-        return answer.strip("\n")
-    for tag, code in blocks:
-        if tag in names:
-            return code
-    return blocks[0][1]
+    code = fenced_code(answer, names)
+    return answer.strip("\n") if code is None else code
 
 
 class UnusableAnswer(ValueError):

@@ -1,4 +1,5 @@
-"""The engine server's Starlette app: OpenAI-compatible routes over the loaded engines.
+"""The engine server's Starlette app: OpenAI-compatible routes over the loaded engines, and
+the plain REST routes code-model servers offer (/generate, /chat, /extract-code).
 
 Here the app is put together: the route table, the guards in front of it (the loopback Host
 check, CORS, the API key and what a caller without it may see, the bound on generation
@@ -49,7 +50,9 @@ PUBLIC_PATHS = frozenset({"/health", "/openapi.json"})
 #: Routes that tell what others do (document URIs, model paths): never without the key, nor
 #: on a server others can reach without one (`--allow-no-key`).
 PRIVATE_PATHS = frozenset({"/stats", "/model-info"})
-GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+#: The plain REST routes that generate, beside OpenAI's (/extract-code runs no model).
+REST_GENERATION_PATHS = frozenset({"/generate", "/generate/raw", "/chat"})
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"}) | REST_GENERATION_PATHS
 #: Where the guards leave their verdict for the routes (`request.state.trusted`).
 TRUSTED = "trusted"
 
@@ -106,6 +109,7 @@ def build_app(
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
         Route("/v1/infill/clients/{name}", api.lease, methods=["POST"]),
         Route("/v1/infill/clients/{name}", api.leave, methods=["DELETE"]),
+        *rest_routes(api),
     ]
     return Starlette(
         routes=routes,
@@ -117,6 +121,16 @@ def build_app(
             Exception: _server_error,
         },
     )
+
+
+def rest_routes(api: Routes) -> list[Route]:
+    """The plain REST routes code-model servers offer, for clients written against them."""
+    return [
+        Route("/generate", api.generate, methods=["POST"]),
+        Route("/generate/raw", api.generate_raw, methods=["POST"]),
+        Route("/chat", api.chat, methods=["POST"]),
+        Route("/extract-code", api.extract_code, methods=["POST"]),
+    ]
 
 
 async def openapi(request: Request) -> Response:

@@ -1,5 +1,6 @@
 """From a parsed body to its answer: the engine request, the generation, and the answer whole
-or as a server-sent event stream, for either route (its `Endpoint` says what differs).
+or as a server-sent event stream, for every generation route (its `Endpoint` says what
+differs; the plain REST routes write their whole answer their own way, a `Writer`).
 
 A client that goes away cancels its generation (`streaming`). An engine failure becomes an
 OpenAI error: the status code when it comes before the first delta, an error event after.
@@ -18,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.api.loader import Loaded
-from engine.api.responses import Choice, Endpoint, Header, Usage, sse
+from engine.api.responses import Choice, Endpoint, Header, Usage, Writer, sse
 from engine.api.schema import ApiError, ChatParams, Common, CompletionParams
 from engine.api.streaming import ClientGone, EventStream, until_disconnect
 from engine.engine import Engine
@@ -150,8 +151,11 @@ class Call:
         return cls(engine=engine, endpoint=endpoint, header=endpoint.header(model), common=common)
 
 
-async def answer(request: Request, call: Call, generation: GenerationRequest) -> Response:
-    """Generate, and answer whole or as a stream."""
+async def answer(
+    request: Request, call: Call, generation: GenerationRequest, *, write: Writer | None = None
+) -> Response:
+    """Generate, and answer whole or as a stream. `write`: how a whole answer is written
+    (a REST route's own shape); the route's `Endpoint` by default."""
     engine, endpoint = call.engine, call.endpoint
     try:
         if call.common.stream:
@@ -172,13 +176,14 @@ async def answer(request: Request, call: Call, generation: GenerationRequest) ->
                 text=result.text,
                 finish_reason=result.finish_reason,
                 stop_reason=result.stop_reason,
+                completion_tokens=len(result.token_ids),
             )
         )
     usage = Usage(
         prompt_tokens=prompt_tokens(engine, generation.request_id),
         completion_tokens=sum(len(r.token_ids) for r in results),
     )
-    return JSONResponse(endpoint.response(call.header, choices, usage))
+    return JSONResponse((write or endpoint.response)(call.header, choices, usage))
 
 
 async def _stream(request: Request, call: Call, generation: GenerationRequest) -> Response:

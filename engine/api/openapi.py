@@ -17,6 +17,9 @@ from engine.api.schema import (
     MAX_BODY_BYTES,
     ChatBody,
     CompletionBody,
+    ExtractCodeBody,
+    GenerateBody,
+    RestChatBody,
 )
 
 VERSION = "1"
@@ -120,6 +123,91 @@ class Health(_Answer):
     models: list[dict[str, Any]] | None = None
 
 
+# --- the plain REST routes' answers -----------------------------------------------------------
+
+
+class GeneratedSequence(_Answer):
+    generated_text: str
+    num_tokens: int = Field(description="tokens the sequence generated")
+    finish_reason: FinishName
+
+
+class GenerateResponse(GeneratedSequence):
+    """A /generate or /generate/raw answer: the first sequence's fields at the top,
+    every sequence (the first included) in `sequences`."""
+
+    prompt: str
+    model: str
+    sequences: list[GeneratedSequence]
+
+
+class ChatSequence(_Answer):
+    message: str = Field(description="the assistant's text")
+    num_tokens: int = Field(description="tokens the sequence generated")
+    finish_reason: FinishName
+
+
+class RestChatResponse(ChatSequence):
+    """A /chat answer: the first sequence's fields at the top, every sequence (the first
+    included) in `sequences`."""
+
+    model: str
+    sequences: list[ChatSequence]
+
+
+class ExtractCodeResponse(_Answer):
+    code: str = Field(description="the first fenced block's code, or the text when none")
+
+
+_REST_MODELS: list[type[BaseModel]] = [
+    GenerateBody,
+    RestChatBody,
+    ExtractCodeBody,
+    GenerateResponse,
+    RestChatResponse,
+    ExtractCodeResponse,
+]
+
+
+def _rest(body: str, answer: str, summary: str, *errors: int) -> dict[str, Any]:
+    """A plain REST route: a JSON body, a JSON answer (never streamed)."""
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(body)}},
+            },
+            "responses": {"200": _json(answer, "the answer"), **_errors(*errors)},
+        }
+    }
+
+
+def _rest_paths() -> dict[str, Any]:
+    generation = (400, 401, 404, 413, 415, 500, 503)
+    return {
+        "/generate": _rest(
+            "GenerateBody",
+            "GenerateResponse",
+            "the prompt continued; the code of a fenced block where the model wrote one",
+            *generation,
+        ),
+        "/generate/raw": _rest(
+            "GenerateBody", "GenerateResponse", "the prompt continued, untouched", *generation
+        ),
+        "/chat": _rest("RestChatBody", "RestChatResponse", "the assistant's answer", *generation),
+        "/extract-code": _rest(
+            "ExtractCodeBody",
+            "ExtractCodeResponse",
+            "the code of the first fenced markdown block (no model)",
+            400,
+            401,
+            413,
+            415,
+        ),
+    }
+
+
 _MODELS: list[type[BaseModel]] = [
     CompletionBody,
     ChatBody,
@@ -128,6 +216,7 @@ _MODELS: list[type[BaseModel]] = [
     ModelList,
     Health,
     ErrorResponse,
+    *_REST_MODELS,
 ]
 
 
@@ -219,6 +308,7 @@ def openapi_document() -> dict[str, Any]:
             "/model-info": _get(free, "each role's model", 401, 403),
             "/stats": _get(free, "recent jobs of each model", 401, 403),
             "/openapi.json": _get(free, "this document"),
+            **_rest_paths(),
         },
         "components": {
             "schemas": schemas.get("$defs", {}),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.markdown import code_or_text
 from engine.types import FinishReason, TextDelta
 
 
@@ -49,6 +50,8 @@ class Choice:
     text: str
     finish_reason: FinishReason | None
     stop_reason: str | int | None
+    #: Tokens the choice generated (the REST routes' `num_tokens`).
+    completion_tokens: int = 0
 
 
 def finish_name(reason: FinishReason | None) -> str | None:
@@ -194,6 +197,34 @@ CHAT = Endpoint(
     pieces=_message_pieces,
     opening={"role": "assistant", "content": ""},
 )
+
+
+#: How an answer is written whole from its choices (`Endpoint.response`, or a REST route's).
+Writer = Callable[[Header, Sequence[Choice], Usage], dict[str, Any]]
+
+
+def sequences_writer(key: str, *, extract: bool = False, prompt: str | None = None) -> Writer:
+    """The answer of a REST route (/generate, /generate/raw, /chat): the first sequence's
+    text under `key`, `num_tokens` and `finish_reason` at the top, as a client that asks for
+    one sequence reads them, and `sequences` listing every sequence (the first included) with
+    the same three keys. `extract`: each text is the code of its first fenced markdown block
+    where it has one. `prompt`: echoed as `prompt`."""
+
+    def write(header: Header, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
+        sequences = [
+            {
+                key: code_or_text(c.text) if extract else c.text,
+                "num_tokens": c.completion_tokens,
+                "finish_reason": finish_name(c.finish_reason),
+            }
+            for c in choices
+        ]
+        top = {**sequences[0], "model": header.model}
+        if prompt is not None:
+            top["prompt"] = prompt
+        return {**top, "sequences": sequences}
+
+    return write
 
 
 def sse(data: Mapping[str, Any] | str) -> bytes:

@@ -6,7 +6,9 @@ nesting as deep as Python's JSON parser goes), validates it as `CompletionBody` 
 (a 400 naming the field: `ApiError`), and turns it into the engine's types with `params`. The
 same models make the OpenAPI document (`openapi.py`). Field names and defaults follow OpenAI's
 API, with vLLM's extensions (`top_k`, `min_tokens`, `repetition_penalty`, `stop_token_ids`,
-`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice).
+`include_stop_str_in_output`, `ignore_eos`, and a `stop_reason` per choice). The plain REST
+routes' bodies (`GenerateBody`, `RestChatBody`, `ExtractCodeBody`) are here too, with the code
+servers' own names and defaults, and become the same params.
 
 Every bound is here, so that one request cannot make the server allocate without limit nor
 hold the model for hours: stop strings (16, of 256 characters), stop ids (64), choices (128),
@@ -279,7 +281,7 @@ Number = Annotated[float, Field(allow_inf_nan=False)]
 WHOLE = BeforeValidator(_whole)
 MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT), WHOLE]
 
-_M = TypeVar("_M", bound="_Body")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class StreamOptions(BaseModel):
@@ -306,6 +308,14 @@ class Message(BaseModel):
 
     role: Literal["system", "user", "assistant"]
     content: Annotated[str | list[TextPart], BeforeValidator(_check_content)]
+
+
+def chat_messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
+    """Checked messages as the engine takes them (text parts are joined by the check)."""
+    return tuple(
+        ChatMessage(role=m.role, content=m.content if isinstance(m.content, str) else "")
+        for m in messages
+    )
 
 
 class _Body(BaseModel):
@@ -461,6 +471,17 @@ class CompletionBody(_Body):
         str | list[Annotated[int, Field(ge=0), WHOLE]],
         BeforeValidator(_check_prompt),
         Field(description="a string, a list of one string, or a list of token ids"),
+        # What the check takes, a list of one string included (taken as the string).
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+                    {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1},
+                ],
+                "description": "a string, a list of one string, or a list of token ids",
+            }
+        ),
     ]
     suffix: str | None = Field(
         None, description="the text after the cursor: a fill-in-the-middle prompt"
@@ -500,11 +521,108 @@ class ChatBody(_Body):
     def params(self, *, context_size: int, budget: int = DEFAULT_TOKEN_BUDGET) -> ChatParams:
         """`context_size`: what an unset max_tokens means (within the budget)."""
         common = self.common(default_max_tokens=context_size, budget=budget)
-        messages = tuple(
-            ChatMessage(role=m.role, content=m.content if isinstance(m.content, str) else "")
-            for m in self.messages
+        return ChatParams(common=common, messages=chat_messages(self.messages))
+
+
+# --- the plain REST routes: /generate, /generate/raw, /chat, /extract-code -------------------
+
+#: The REST routes' bounds and defaults: the code servers' own (a short answer, a little
+#: randomness, a mild repetition penalty), not OpenAI's.
+REST_MAX_TOKENS = 4096
+REST_DEFAULT_MAX_TOKENS = 512
+REST_DEFAULT_TEMPERATURE = 0.2
+REST_MAX_TEMPERATURE = 2.0
+REST_DEFAULT_TOP_P = 0.95
+REST_DEFAULT_REPETITION_PENALTY = 1.1
+REST_MAX_REPETITION_PENALTY = 2.0
+REST_MAX_SEQUENCES = 10
+LAST_MESSAGE_NOT_USER = "Last message must be from user"
+
+
+class _RestBody(BaseModel):
+    """The sampling fields /generate, /generate/raw and /chat share. Unknown fields are
+    ignored, as on the OpenAI routes."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    max_tokens: Annotated[int, Field(ge=1, le=REST_MAX_TOKENS), WHOLE] = Field(
+        REST_DEFAULT_MAX_TOKENS, description="tokens each sequence may have"
+    )
+    temperature: Annotated[Number, Field(ge=0, le=REST_MAX_TEMPERATURE)] = Field(
+        REST_DEFAULT_TEMPERATURE, description="0: greedy"
+    )
+    top_p: Annotated[Number, Field(gt=0, le=1)] = REST_DEFAULT_TOP_P
+    do_sample: bool = Field(True, description="false: greedy, whatever the temperature")
+    repetition_penalty: Annotated[Number, Field(ge=1, le=REST_MAX_REPETITION_PENALTY)] = Field(
+        REST_DEFAULT_REPETITION_PENALTY, description="1.0: none"
+    )
+    num_return_sequences: Annotated[int, Field(ge=1, le=REST_MAX_SEQUENCES), WHOLE] = Field(
+        1, description="sequences generated from the one prompt"
+    )
+
+    @model_validator(mode="after")
+    def _within_budget(self, info: ValidationInfo) -> _RestBody:
+        """`num_return_sequences` x `max_tokens` within the server's budget."""
+        budget = _budget(info)
+        n, tokens = self.num_return_sequences, self.max_tokens
+        if n * tokens > budget:
+            raise _refuse(
+                f"num_return_sequences x max_tokens must be at most {budget} tokens (this "
+                f"server's budget for one request), got {n} x {tokens}",
+                "max_tokens",
+            )
+        return self
+
+    def common(self) -> Common:
+        """Our types: greedy where `do_sample` is false, no stops of the user's, not streamed."""
+        sampling = SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature if self.do_sample else 0.0,
+            top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+            n=self.num_return_sequences,
         )
-        return ChatParams(common=common, messages=messages)
+        return Common(
+            model=None,
+            sampling=sampling,
+            stops=StopConditions(),
+            stream=False,
+            include_usage=False,
+            cache_key=None,
+        )
+
+
+class GenerateBody(_RestBody):
+    """A /generate or /generate/raw body: the completion model continues `prompt`."""
+
+    prompt: str = Field(description="plain text the model continues (no fill-in-the-middle)")
+
+    def params(self) -> CompletionParams:
+        return CompletionParams(common=self.common(), prompt=self.prompt, suffix=None)
+
+
+class RestChatBody(_RestBody):
+    """A /chat body: the chat model answers the last (the user's) message."""
+
+    messages: Annotated[
+        list[Message],
+        BeforeValidator(_check_messages),
+        Field(min_length=1, max_length=MAX_MESSAGES, description="the last is the user's"),
+    ]
+
+    def params(self) -> ChatParams:
+        """A 400 naming `messages` when the last message is not the user's."""
+        if self.messages[-1].role != "user":
+            raise invalid("messages", LAST_MESSAGE_NOT_USER)
+        return ChatParams(common=self.common(), messages=chat_messages(self.messages))
+
+
+class ExtractCodeBody(BaseModel):
+    """An /extract-code body: markdown text, no model."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    prompt: str = Field(description="text that may hold fenced markdown blocks")
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -592,4 +710,6 @@ _FIELD_NAMES = frozenset(
     name
     for model in (CompletionBody, ChatBody, Message, StreamOptions, TextPart)
     for name in model.model_fields
+) | frozenset(
+    name for model in (GenerateBody, RestChatBody, ExtractCodeBody) for name in model.model_fields
 )

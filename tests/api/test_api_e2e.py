@@ -17,6 +17,7 @@ from local_models import load_llama
 from written_together import ROUNDING, parts_at_a_near_tie
 
 from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
+from engine.markdown import code_or_text
 from engine.specs import ModelOptions
 from engine.types import Role
 
@@ -91,6 +92,53 @@ def test_chat_streamed_equals_the_whole_answer(engine: EngineProcess) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == content
     assert whole.model == SMOLLM2_FILE.removesuffix(".gguf")
+
+
+def rest(engine: EngineProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A plain REST route's answer (200 asserted)."""
+    response = httpx.post(f"{engine.url}{path}", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def test_generate_greedy_is_the_greedy_completion_and_its_code(engine: EngineProcess) -> None:
+    """/generate and /v1/completions are one path to the model: a greedy answer without a
+    repetition penalty is the same text and token count either way."""
+    greedy = {"prompt": PROMPT, "max_tokens": 24, "do_sample": False, "repetition_penalty": 1.0}
+    whole = complete(engine)
+    raw = rest(engine, "/generate/raw", greedy)
+    assert raw["generated_text"] == whole.choices[0].text
+    assert raw["num_tokens"] == whole.usage.completion_tokens
+    assert raw["finish_reason"] == whole.choices[0].finish_reason
+    assert (raw["prompt"], raw["model"]) == (PROMPT, whole.model)
+    extracted = rest(engine, "/generate", greedy)
+    assert extracted["generated_text"] == code_or_text(raw["generated_text"])
+    sampled = rest(
+        engine, "/generate", {"prompt": PROMPT, "max_tokens": 8, "num_return_sequences": 2}
+    )
+    assert len(sampled["sequences"]) == 2
+    assert all(s["num_tokens"] <= 8 for s in sampled["sequences"])
+
+
+def test_chat_route_is_the_greedy_chat_completion(engine: EngineProcess) -> None:
+    messages: list[Any] = [{"role": "user", "content": "What does a Python list comprehension do?"}]
+    whole = engine.client().chat.completions.create(
+        model="chat",
+        messages=messages,
+        max_tokens=24,
+        temperature=0,
+    )
+    answer = rest(
+        engine,
+        "/chat",
+        {"messages": messages, "max_tokens": 24, "do_sample": False, "repetition_penalty": 1.0},
+    )
+    assert answer["message"] == whole.choices[0].message.content
+    assert answer["message"].strip(), "the model answers"
+    assert answer["model"] == whole.model == SMOLLM2_FILE.removesuffix(".gguf")
+    assert whole.usage is not None
+    assert answer["num_tokens"] == whole.usage.completion_tokens
 
 
 def test_models_lists_both_default_models(engine: EngineProcess) -> None:
