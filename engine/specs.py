@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from engine.errors import ModelLoadError
 from engine.fim import FIM_FAMILIES
 from engine.next_edit import NEXT_EDIT_FORMAT_SETTINGS
-from engine.types import Role
+from engine.types import Role, check_client
 
 #: What the settings and the command line offer. "openai": no local model; a remote
 #: OpenAI-compatible server (engine/backends/openai.py). A test may offer one more local
@@ -212,6 +212,16 @@ class RemoteSpec:
     model: str | None = None  # None: the one the server lists for the role (or first)
     context_size: int = DEFAULT_CONTEXT_SIZE  # unless the server says
     fim_family: str | None = None
+    #: The name every request gives the server as `X-Infill-Client` (engine/types.py
+    #: `CLIENT_HEADER`): an engine server shared by several editor windows takes turns among
+    #: them and reports each one's jobs. None: the header is not sent.
+    client: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            check_client(self.client)
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from None
 
 
 def remote_base_url(endpoint: str) -> str:
