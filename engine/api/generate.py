@@ -17,6 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import for_client
 from engine.api.loader import Loaded
 from engine.api.responses import Choice, Endpoint, Header, Usage, sse
 from engine.api.schema import ApiError, ChatParams, Common, CompletionParams
@@ -151,8 +152,9 @@ class Call:
 
 
 async def answer(request: Request, call: Call, generation: GenerationRequest) -> Response:
-    """Generate, and answer whole or as a stream."""
+    """Generate for the client `request` names, and answer whole or as a stream."""
     engine, endpoint = call.engine, call.endpoint
+    generation = for_client(request, generation)
     try:
         if call.common.stream:
             return await _stream(request, call, generation)

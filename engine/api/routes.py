@@ -10,6 +10,7 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import stats_client
 from engine.api.generate import Call, answer, chat_request, completion_request
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS
@@ -93,12 +94,14 @@ class Routes:
 
     async def stats(self, request: Request) -> Response:
         """The recent finished jobs of each loaded model, oldest first, and the jobs under way
-        (queued or generating): a client waits on these for a job to be at work."""
+        (queued or generating): a client waits on these for a job to be at work. With
+        `?client=NAME`, that client's jobs only."""
+        client = stats_client(request)
         out = [
             {
                 "id": ident,
                 "roles": [r.value for r in roles],
-                **record_json(loaded.engine.job_record, STATS_WORDS),
+                **record_json(loaded.engine.job_record, STATS_WORDS, client=client),
             }
             for ident, roles, loaded in self.models.loaded_models()
         ]
