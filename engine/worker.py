@@ -297,9 +297,10 @@ class Worker:
 
     def _waits_before(self, run: _Run, held: float, now: float) -> bool:
         """Whether a job of `run`'s priority waits that goes before it (`run` has held the
-        model `held` seconds, this turn included): one cancelled, one of its own client (an
-        anonymous job is its own) that has held the model `TURN_SECONDS` less, or one of
-        another client whose client has held it `TURN_SECONDS` less."""
+        model `held` seconds, this turn included): one cancelled, one of `run`'s own named
+        client that has held the model `TURN_SECONDS` less, or any other whose client (an
+        anonymous job being a client of its own) has held it `TURN_SECONDS` less than
+        `run`'s."""
         client = run.job.request.client
         mine = held if client is None else self._held.at(client, now) + now - run.turn_started
         for item in self._queue_of(run.job):
