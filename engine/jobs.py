@@ -46,6 +46,8 @@ class JobStats:
     #: The document the prompt came from (the request's `cache_key`), so that a reader can
     #: pick out the jobs of one document.
     cache_key: str | None = None
+    #: Who asked (the request's `client`), so that a reader can pick out one client's jobs.
+    client: str | None = None
 
 
 class JobPhase(enum.StrEnum):
@@ -65,12 +67,18 @@ class JobEvent:
     phase: JobPhase
     request_id: str
     cache_key: str | None
+    client: str | None = None  # who asked (the request's `client`)
     #: The job's figures, for ENDED; None before, and for a job that ended without running
     #: (refused, cancelled while queued, or failed before its first step).
     stats: JobStats | None = None
 
 
 JobListener = Callable[[JobEvent], None]
+
+#: How many clients' counts of finished jobs a record keeps, the most recently finishing
+#: ones: a count is for a client that compares it between two calls, and a record must not
+#: grow with every name a caller makes up.
+COUNTED_CLIENTS = 1024
 
 
 class JobRecord:
@@ -86,6 +94,7 @@ class JobRecord:
     def __init__(self, size: int = 256) -> None:
         self._jobs: collections.deque[JobStats] = collections.deque(maxlen=size)
         self._total = 0
+        self._finished_by: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._running: dict[str, JobEvent] = {}
         self._listeners: list[JobListener] = []
         self._lock = threading.Lock()
@@ -95,11 +104,14 @@ class JobRecord:
         with self._lock:
             self._jobs.append(stats)
             self._total += 1
+            if stats.client is not None:
+                self._count_client(stats.client)
         self.note(
             JobEvent(
                 phase=JobPhase.ENDED,
                 request_id=stats.request_id,
                 cache_key=stats.cache_key,
+                client=stats.client,
                 stats=stats,
             )
         )
@@ -156,6 +168,25 @@ class JobRecord:
         with self._lock:
             return self._total, tuple(self._jobs)
 
+    def _count_client(self, client: str) -> None:
+        """One more finished job of `client` (under the lock)."""
+        self._finished_by[client] = self._finished_by.pop(client, 0) + 1
+        if len(self._finished_by) > COUNTED_CLIENTS:
+            self._finished_by.popitem(last=False)
+
+    def client_snapshot(
+        self, client: str
+    ) -> tuple[int, tuple[JobStats, ...], tuple[JobEvent, ...]]:
+        """`client`'s share of the record: (its jobs finished, of those its most recent ones
+        still in the record, its jobs under way). Its count restarts from 0 once
+        `COUNTED_CLIENTS` other clients have finished jobs since its last one."""
+        with self._lock:
+            return (
+                self._finished_by.get(client, 0),
+                tuple(j for j in self._jobs if j.client == client),
+                tuple(e for e in self._running.values() if e.client == client),
+            )
+
 
 # --- the record as JSON -----------------------------------------------------------------------
 
@@ -193,25 +224,34 @@ def job_json(stats: JobStats, words: ReportWords) -> dict[str, Any]:
         "tokens_after_cancel": stats.tokens_after_cancel,
         "written_beside": stats.written_beside,
         words.document: stats.cache_key,
+        "client": stats.client,
     }
 
 
 def running_json(event: JobEvent, words: ReportWords) -> dict[str, Any]:
-    """A job under way: its id, its document, and whether it is queued or generating."""
+    """A job under way: its id, its document, who asked, and whether it is queued or
+    generating."""
     return {
         "request_id": event.request_id,
         words.document: event.cache_key,
+        "client": event.client,
         "phase": str(event.phase),
     }
 
 
-def record_json(record: JobRecord, words: ReportWords) -> dict[str, Any]:
+def record_json(
+    record: JobRecord, words: ReportWords, *, client: str | None = None
+) -> dict[str, Any]:
     """How many jobs finished, the most recent ones (oldest first), and the jobs under way: a
     client counts new jobs by comparing the first between calls, and waits for a job to be
-    generating by reading `running`."""
-    total, jobs = record.snapshot()
+    generating by reading `running`. With `client`, that client's jobs only (its own count)."""
+    if client is None:
+        total, jobs = record.snapshot()
+        running = record.running()
+    else:
+        total, jobs, running = record.client_snapshot(client)
     return {
         words.finished: total,
         words.recent: [job_json(job, words) for job in jobs],
-        "running": [running_json(event, words) for event in record.running()],
+        "running": [running_json(event, words) for event in running],
     }

@@ -85,6 +85,30 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 _BLOCK = 64
 
 
+#: Between a client's name and its document's key in the key a state is kept under: no
+#: client's name has it (engine/types.py `CLIENT_NAME`).
+_CLIENT_SEPARATOR = "|"
+
+
+def kept_key(client: str | None, cache_key: str | None) -> str | None:
+    """The key a document's KV state is kept under: the document's (`cache_key`), within its
+    client's (editor window's) where the request names one.
+
+    Two windows may send one key at two versions (one file open in both, one with unsaved
+    edits). Under one key each would take the other's kept state as its document's: the
+    live cache would not be set aside when the other window asks (the same key is no other
+    document), and `keep` would drop one window's state for the other's newest. Every switch
+    between the windows would evaluate the document again from where the versions part.
+    Scoped, each window's state is kept and restored on its own; a state is still found for
+    another client's prompt by the tokens it shares (`PrefixCache._best` ranks by shared
+    tokens first), so one version open in two windows is evaluated once. The budget stays one
+    for all clients: a window's states are evicted as anyone's, least recently used first.
+    """
+    if client is None or cache_key is None:
+        return cache_key
+    return f"{client}{_CLIENT_SEPARATOR}{cache_key}"
+
+
 def physical_memory() -> int | None:
     """The machine's memory in bytes, where the system says."""
     try:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from engine.errors import ModelLoadError
 from engine.fim import FIM_FAMILIES
 from engine.next_edit import NEXT_EDIT_FORMAT_SETTINGS
-from engine.types import Role
+from engine.types import Role, check_client
 
 #: What the settings and the command line offer. "openai": no local model; a remote
 #: OpenAI-compatible server (engine/backends/openai.py). A test may offer one more local
@@ -219,6 +219,16 @@ class RemoteSpec:
     #: Called (on the event loop, returning at once) when a request could not reach the
     #: server: the shared engine's link then looks at once whether it must start another.
     on_unreachable: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    #: The name every request gives the server as `X-Infill-Client` (engine/types.py
+    #: `CLIENT_HEADER`): an engine server shared by several editor windows takes turns among
+    #: them and reports each one's jobs. None: the header is not sent.
+    client: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            check_client(self.client)
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from None
 
 
 def remote_base_url(endpoint: str) -> str:

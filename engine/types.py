@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -130,6 +131,23 @@ class ChatMessage:
     content: str
 
 
+#: The request header that names the client (an editor window's language server) sharing an
+#: engine server: the worker takes turns by it, /stats picks its jobs by it.
+CLIENT_HEADER = "X-Infill-Client"
+#: What a client's name may be: opaque to the engine, short, and safe to log and to join to a
+#: document's key (`engine.prefix_cache.kept_key`: no character of it is its separator).
+CLIENT_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def check_client(client: str | None) -> None:
+    """ValueError unless `client` is None (anonymous) or a name `CLIENT_NAME` takes."""
+    if client is not None and CLIENT_NAME.fullmatch(client) is None:
+        raise ValueError(
+            "a client's name is 1 to 64 characters of letters, digits and . _ : -, "
+            f"got {client[:80]!r}"
+        )
+
+
 _request_ids = itertools.count(1)
 
 
@@ -156,11 +174,16 @@ class GenerationRequest:
     #: that coming back to the document reuses it (engine/prefix_cache.py). None: matched by
     #: the prompt's tokens alone.
     cache_key: str | None = None
+    #: Who asks (the `CLIENT_HEADER` of the engine server's request): the worker takes turns
+    #: among clients, and never lets one client's jobs decide another's. None: anonymous, a
+    #: client of its own (what a language server's own in-process engine sends).
+    client: str | None = None
 
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.prompt, self.prompt_token_ids, self.messages)]
         if sum(given) != 1:
             raise ValueError("give exactly one of prompt, prompt_token_ids or messages")
+        check_client(self.client)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,8 +221,10 @@ class ScoreRequest:
     role: Role = Role.COMPLETION
     request_id: str = field(default_factory=next_request_id)
     cache_key: str | None = None  # as in GenerationRequest
+    client: str | None = None  # as in GenerationRequest
 
     def __post_init__(self) -> None:
+        check_client(self.client)
         if not self.prompt_token_ids:
             raise ValueError("the prompt has no tokens")
         if self.top < 0:
@@ -234,6 +259,7 @@ class BranchRequest:
     role: Role = Role.COMPLETION
     request_id: str = field(default_factory=next_request_id)
     cache_key: str | None = None  # as in GenerationRequest
+    client: str | None = None  # as in GenerationRequest
     #: Where set, a branch also ends (finish STOP) after a token that grew its text once
     #: `ends(index, its text so far)` holds: the caller's own sign of a whole answer (inline
     #: completion's: a multi-line answer's code has left the cursor's block), which a stream
@@ -241,6 +267,7 @@ class BranchRequest:
     ends: Callable[[int, str], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        check_client(self.client)
         if not self.prompt_token_ids:
             raise ValueError("the prompt has no tokens")
         if not self.sampling.greedy or self.sampling.n != 1:

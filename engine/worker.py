@@ -2,13 +2,14 @@
 
 Jobs queue up and run one at a time, completion jobs first; a chat job yields to a waiting
 completion job between two tokens and resumes afterwards, and among jobs of one priority the
-one that has held the model least goes first (see `Worker`). Where the backend writes several
-requests per pass (`Backend.group_size`), greedy completion jobs under way at once are written
-together instead, a token of each per pass, joining and leaving between passes
-(`Worker._serve_group`: continuous batching). Each job has a cancel
-event that the backend checks before every token, and hands its results to the caller's event
-loop through a thread-safe `emit` callback. Prompt preparation (chat rendering, tokenizing)
-happens here too, so nothing touches the model from another thread. What it records of each
+client that has held the model least lately goes first, and within a client the job that has
+held it least (see `Worker`; a client's seconds fade, engine/turns.py). Where the backend
+writes several requests per pass (`Backend.group_size`), greedy completion jobs under way at
+once are written together instead, a token of each per pass, joining and leaving between
+passes (`Worker._serve_group`: continuous batching). Each job has a cancel event that the
+backend checks before every token, and hands its results to the caller's event loop through
+a thread-safe `emit` callback. Prompt preparation (chat rendering, tokenizing) happens here
+too, so nothing touches the model from another thread. What it records of each
 job (its phases, its figures) is `engine.jobs`.
 """
 
@@ -28,6 +29,8 @@ from engine.chat_template import render_chat
 from engine.errors import EngineClosedError, EngineError, PromptTooLongError
 from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats
 from engine.output import OutputProcessor
+from engine.prefix_cache import kept_key
+from engine.turns import HeldSeconds
 from engine.types import (
     Branches,
     BranchRequest,
@@ -150,12 +153,14 @@ def _alone(item: tuple[Job, float] | _Run) -> bool:
     return isinstance(item, _Run) and item.alone
 
 
-def _claim(item: tuple[Job, float] | _Run) -> float:
-    """A waiting job's rank for the next turn, lowest first: a cancelled job at once (it only
-    ends), then by the seconds it has held the model (a new job none)."""
-    if _job_of(item).cancelled.is_set():
-        return -math.inf
+def _own_held(item: tuple[Job, float] | _Run) -> float:
+    """The seconds a waiting job has held the model in its earlier turns (a new job none)."""
     return item.held if isinstance(item, _Run) else 0.0
+
+
+def _kv_key(request: GenerationRequest | ScoreRequest | BranchRequest) -> str | None:
+    """The key the backend keeps the request's KV state under: its document's, per client."""
+    return kept_key(request.client, request.cache_key)
 
 
 class Worker:
@@ -167,11 +172,17 @@ class Worker:
     prompt and the tokens so far; llama.cpp reuses whatever of it is still in the KV cache).
     So a long explanation never makes a suggestion wait, and a suggestion never cancels it.
 
-    Among jobs of one priority, the one that has held the model least goes next: a job steps
-    aside in the same way for a waiting one that has held it `TURN_SECONDS` less (a new job
-    has held it for none). So a client asking for thousands of tokens shares the model in
-    turns with another that does the same, and one asking for a few gets them at once. A job
-    cancelled while it waits ends at once, without its turn.
+    Among jobs of one priority, the client that has held the model least lately goes next
+    (`HeldSeconds`: its jobs' seconds, fading), and within one client the job that has held
+    it least: a job steps aside in the same way for a waiting one whose client has held it
+    `TURN_SECONDS` less (for one of its own client's jobs: that has held it `TURN_SECONDS`
+    less; a new job has held it for none). So a window asking for thousands of tokens, or for
+    one completion after another, shares the model in turns with another window, and one
+    asking for a few gets them after at most one turn. A job without a client is a client of
+    its own, ranked by its own seconds (which do not fade): the turns among anonymous jobs
+    are those among jobs. No job is ever cancelled for another: a window's newer request
+    replaces its older one only where that window cancels it. A job cancelled while it waits
+    ends at once, without its turn.
     """
 
     def __init__(self, backend: Backend, name: str) -> None:
@@ -182,6 +193,8 @@ class Worker:
         self._urgent: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._background: collections.deque[tuple[Job, float] | _Run] = collections.deque()
         self._closing = False
+        #: The seconds each named client has held the model lately (this thread's only).
+        self._held = HeldSeconds()
         self._failed_before = False  # a generation has failed (its traceback was logged)
         self._thread = threading.Thread(target=self._loop, name=f"engine-{name}", daemon=True)
         self._thread.start()
@@ -192,7 +205,10 @@ class Worker:
         listener that lets something go on knows the worker will find it)."""
         request = job.request
         event = JobEvent(
-            phase=JobPhase.SUBMITTED, request_id=request.request_id, cache_key=request.cache_key
+            phase=JobPhase.SUBMITTED,
+            request_id=request.request_id,
+            cache_key=request.cache_key,
+            client=request.client,
         )
         self.record.enter(event)
         self._inbox.put((job, time.perf_counter()))
@@ -257,30 +273,70 @@ class Worker:
 
     def _next(self) -> tuple[Job, float] | _Run:
         """The next job: a completion job before the others; within a queue, a cancelled one
-        (it ends at once), then the one that has held the model least, the earliest first."""
+        (it ends at once), then the one whose client has held the model least lately, of its
+        jobs the one that has held it least, the earliest first."""
         pending = self._urgent or self._background
-        index = min(range(len(pending)), key=lambda i: _claim(pending[i]))
+        now = time.perf_counter()
+        index = min(range(len(pending)), key=lambda i: self._rank(pending[i], now))
         item = pending[index]
         del pending[index]
         if isinstance(item, _Run):
-            item.turn_started = time.perf_counter()
+            item.turn_started = now
         return item
+
+    def _rank(self, item: tuple[Job, float] | _Run, now: float) -> tuple[float, float]:
+        """A waiting job's rank for the next turn, lowest first: a cancelled job at once (it
+        only ends), then by (its client's held seconds at `now`, its own); a job without a
+        client is its own client."""
+        job = _job_of(item)
+        if job.cancelled.is_set():
+            return (-math.inf, -math.inf)
+        own = _own_held(item)
+        client = job.request.client
+        return (own if client is None else self._held.at(client, now), own)
+
+    def _waits_before(self, run: _Run, held: float, now: float) -> bool:
+        """Whether a job of `run`'s priority waits that goes before it (`run` has held the
+        model `held` seconds, this turn included): one cancelled, one of `run`'s own named
+        client that has held the model `TURN_SECONDS` less, or any other whose client (an
+        anonymous job being a client of its own) has held it `TURN_SECONDS` less than
+        `run`'s."""
+        client = run.job.request.client
+        mine = held if client is None else self._held.at(client, now) + now - run.turn_started
+        for item in self._queue_of(run.job):
+            job = _job_of(item)
+            if job.cancelled.is_set():
+                return True
+            if client is not None and job.request.client == client:
+                if _own_held(item) < held - TURN_SECONDS:
+                    return True
+            elif self._rank(item, now)[0] < mine - TURN_SECONDS:
+                return True
+        return False
+
+    def _charge(
+        self, request: GenerationRequest | ScoreRequest | BranchRequest, since: float, now: float
+    ) -> None:
+        """A turn of `request`'s job ended at `now`: its client held the model since `since`."""
+        if request.client is not None:
+            self._held.charge(request.client, max(0.0, now - since), now)
 
     def _should_yield(self, run: _Run) -> bool:
         """Whether `run` steps aside now (between two tokens): for a completion job when it is
         not one, for a job of its own priority that has held the model `TURN_SECONDS` less,
         or for a job cancelled while it waits (it ends, and `run` goes on first)."""
         self._drain(block=False)
-        held = run.held + time.perf_counter() - run.turn_started
+        now = time.perf_counter()
+        held = run.held + now - run.turn_started
         if run.job.request.role is not Role.COMPLETION and self._urgent:
             step_aside = True
         elif self._groupable(run) and self._group_waits(others=1):
             step_aside = True  # to be written together with them (`_serve_group`)
         else:
-            waiting = self._queue_of(run.job)
-            step_aside = bool(waiting) and min(map(_claim, waiting)) < held - TURN_SECONDS
+            step_aside = self._waits_before(run, held, now)
         if step_aside:
             run.held = held  # this turn counts when it comes back
+            self._charge(run.request, run.turn_started, now)
         return step_aside
 
     # --- one job ------------------------------------------------------------------------------
@@ -336,7 +392,7 @@ class Worker:
                 request.continuations,
                 request.top,
                 job.cancelled,
-                cache_key=request.cache_key,
+                cache_key=_kv_key(request),
             )
         except EngineError as e:
             job.emit(e)
@@ -414,7 +470,7 @@ class Worker:
                 max_tokens,
                 ended,
                 job.cancelled,
-                cache_key=request.cache_key,
+                cache_key=_kv_key(request),
             )
         except EngineError as e:
             job.emit(e)
@@ -457,7 +513,9 @@ class Worker:
         started: float,
     ) -> JobStats:
         """Record the figures of a job that ran to its end at once (a scoring, a branching):
-        no first token, no finish reasons of its own."""
+        no first token, no finish reasons of its own. Its client is charged its time."""
+        done = time.perf_counter()
+        self._charge(request, started, done)
         stats = JobStats(
             request_id=request.request_id,
             prompt_tokens=prompt_tokens,
@@ -465,9 +523,10 @@ class Worker:
             generated_tokens=generated_tokens,
             queued_seconds=started - submitted,
             first_token_seconds=None,
-            total_seconds=time.perf_counter() - started,
+            total_seconds=done - started,
             finish_reasons=(),
             cache_key=request.cache_key,
+            client=request.client,
         )
         self.record.add(stats)
         return stats
@@ -526,7 +585,7 @@ class Worker:
                 [*run.prompt_ids, *run.generated],
                 choice,
                 job.cancelled,
-                cache_key=job.request.cache_key,
+                cache_key=_kv_key(job.request),
             )
             try:
                 for token_id in tokens:
@@ -567,6 +626,7 @@ class Worker:
                     phase=JobPhase.GENERATING,
                     request_id=job.request.request_id,
                     cache_key=job.request.cache_key,
+                    client=job.request.client,
                 )
             )
         run.generated.append(token_id)
@@ -656,6 +716,7 @@ class Worker:
             now = time.perf_counter()
             for run in members.values():  # set aside: they go on in turns
                 run.held += now - run.turn_started
+                self._charge(run.request, run.turn_started, now)
                 self._urgent.append(run)
             try:
                 group.close()
@@ -677,7 +738,7 @@ class Worker:
         key = id(run)
         try:
             joined, evaluated = group.join(
-                key, history, ahead, run.job.cancelled, cache_key=run.request.cache_key
+                key, history, ahead, run.job.cancelled, cache_key=_kv_key(run.request)
             )
         except Exception as e:
             self._failed([run], run.request.request_id, e)
@@ -710,6 +771,7 @@ class Worker:
                 job.emit(delta)
         n = request.sampling.n
         done = time.perf_counter()
+        self._charge(request, run.turn_started, done)
         stats = JobStats(
             request_id=request.request_id,
             prompt_tokens=len(run.prompt_ids),
@@ -724,6 +786,7 @@ class Worker:
             ),
             written_beside=run.beside,
             cache_key=request.cache_key,
+            client=request.client,
         )
         self.record.add(stats)
         first = stats.first_token_seconds

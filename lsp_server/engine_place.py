@@ -100,9 +100,13 @@ def _cannot_share(settings: Settings) -> str | None:
 
 
 def placed_specs(
-    settings: Settings, placement: Placement, link: SharedEngineLink | None
+    settings: Settings,
+    placement: Placement,
+    link: SharedEngineLink | None,
+    client: str | None = None,
 ) -> dict[Role, ModelSpec | RemoteSpec]:
-    """The model of each role where `placement` runs it."""
+    """The model of each role where `placement` runs it; `client`: the name this window's
+    requests give an engine server (its turns and figures are per window)."""
     options = settings.model_options()
     local = {role: model_spec(role, options) for role in Role}
     if placement.mode in (EngineMode.HERE, EngineMode.REMOTE):
@@ -125,6 +129,7 @@ def placed_specs(
             fim_family=settings.fim_family,
             socket=sock,
             on_unreachable=revive,
+            client=client,
         )
 
     specs: dict[Role, ModelSpec | RemoteSpec] = {

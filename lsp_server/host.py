@@ -20,7 +20,7 @@ from engine.hub import DownloadProgress, Phase
 from engine.models import ModelSet, model_spec
 from engine.next_edit_model import NextEditModel
 from engine.prefix_cache import CacheStatus
-from engine.shared import SharedEngineError, SharedEngineLink
+from engine.shared import SharedEngineError, SharedEngineLink, client_name
 from engine.specs import ModelSpec, RemoteSpec
 from engine.types import LoadState, Role
 from lsp_server.engine_place import EngineMode, Placement, place, placed_specs
@@ -195,6 +195,8 @@ class ModelHost:
         self.placement: Placement | None = None
         self._link: SharedEngineLink | None = None
         self._leaving: threading.Thread | None = None
+        #: This window's name in an engine server's turns, figures and leases.
+        self.client = client_name()
         # Loads run on threads; the ModelSet is shared by both roles' loads.
         self._lock = threading.Lock()
         self._completion: asyncio.Future[CompletionModel] | None = None
@@ -251,8 +253,9 @@ class ModelHost:
                     placement.shared,
                     idle_exit=float(settings.engine_idle_exit),
                     timeout=load_timeout(),
+                    client=self.client,
                 )
-            specs = placed_specs(settings, placement, link)
+            specs = placed_specs(settings, placement, link, self.client)
             self._models = ModelSet(specs, on_download=self._downloading)
             self._models_for = _models_key(settings)
             self.placement, self._link = placement, link

@@ -2,9 +2,9 @@
 the plain REST routes code-model servers offer (/generate, /chat, /extract-code).
 
 Here the app is put together: the route table, the guards in front of it (the loopback Host
-check, CORS, the API key and what a caller without it may see, the bound on generation
-requests at once), and the error handlers that turn every failure into an OpenAI error body,
-so that the server keeps serving after each one. Where the rest lives:
+check, CORS, the API key and what a caller without it may see, the client's name, the bound
+on generation requests at once), and the error handlers that turn every failure into an
+OpenAI error body, so that the server keeps serving after each one. Where the rest lives:
 
 - `routes`: the handlers, thin: read the body, parse it, pick the role's engine.
 - `schema`: request bodies as pydantic models, every bound on them; `ApiError`.
@@ -13,6 +13,7 @@ so that the server keeps serving after each one. Where the rest lives:
   failures as HTTP errors.
 - `responses`: the answers' JSON, and what each route writes its own way (`Endpoint`).
 - `streaming`: a client that goes away cancels its generation within one token.
+- `clients`: which client (editor window) a request comes from, checked; what /stats picks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.api.clients import ClientCheck
 from engine.api.leases import Leases, RequestCount
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
@@ -39,6 +41,7 @@ from engine.api.routes import RETRY_AFTER_SECONDS, Routes
 from engine.api.schema import DEFAULT_TOKEN_BUDGET, MAX_BODY_BYTES, ApiError
 from engine.api.streaming import ClientGone
 from engine.net import is_loopback
+from engine.types import CLIENT_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +97,11 @@ def build_app(
                 CORSMiddleware,
                 allow_origins=list(cors_origins),
                 allow_methods=["GET", "POST"],
-                allow_headers=["Authorization", "Content-Type"],
+                allow_headers=["Authorization", "Content-Type", CLIENT_HEADER],
             )
         )
     middleware.append(Middleware(KeyCheck, key=api_key, trusted_without_key=loopback))
+    middleware.append(Middleware(ClientCheck))
     middleware.append(Middleware(JobLimit, limit=max_jobs))
     routes = [
         Route("/health", api.health, methods=["GET"]),

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import for_client
 from engine.api.loader import Loaded
 from engine.api.responses import Choice, Endpoint, Header, Usage, Writer, sse
 from engine.api.schema import ApiError, ChatParams, Common, CompletionParams
@@ -154,9 +155,10 @@ class Call:
 async def answer(
     request: Request, call: Call, generation: GenerationRequest, *, write: Writer | None = None
 ) -> Response:
-    """Generate, and answer whole or as a stream. `write`: how a whole answer is written
-    (a REST route's own shape); the route's `Endpoint` by default."""
+    """Generate for the client `request` names, and answer whole or as a stream. `write`: how
+    a whole answer is written (a REST route's own shape); the route's `Endpoint` by default."""
     engine, endpoint = call.engine, call.endpoint
+    generation = for_client(request, generation)
     try:
         if call.common.stream:
             return await _stream(request, call, generation)

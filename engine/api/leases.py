@@ -11,7 +11,6 @@ whose editors are all closed gets its memory back.
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +20,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 #: Seconds a lease lasts without being renewed: three renewals missed (a language server whose
 #: event loop is busy for a few seconds keeps its lease).
 LEASE_SECONDS = 30.0
-#: What a client's name may be: the language server picks it (its process id and a random
-#: part); it appears in /health and the log.
-CLIENT_NAME = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 def resident_bytes() -> int | None:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from engine.api.clients import STATS_CLIENT_PARAM
 from engine.api.schema import (
     MAX_BODY_BYTES,
     ChatBody,
@@ -21,6 +22,7 @@ from engine.api.schema import (
     GenerateBody,
     RestChatBody,
 )
+from engine.types import CLIENT_HEADER, CLIENT_NAME
 
 VERSION = "1"
 
@@ -240,6 +242,19 @@ def _errors(*statuses: int) -> dict[str, Any]:
     }
 
 
+def _client_parameter(where: Literal["header", "query"], name: str) -> dict[str, Any]:
+    """A client's name as a parameter (engine/api/clients.py): a header or /stats's query."""
+    return {
+        "name": name,
+        "in": where,
+        "required": False,
+        "description": "the client (an editor window's language server) that asks"
+        if where == "header"
+        else "only this client's jobs",
+        "schema": {"type": "string", "pattern": f"^{CLIENT_NAME.pattern}$"},
+    }
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -252,6 +267,7 @@ def _generation(body: str, answer: str, summary: str) -> dict[str, Any]:
     return {
         "post": {
             "summary": summary,
+            "parameters": [_client_parameter("header", CLIENT_HEADER)],
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref(body)}},
@@ -283,6 +299,13 @@ def _get(answer: dict[str, Any], summary: str, *errors: int) -> dict[str, Any]:
     return {"get": {"summary": summary, "responses": {"200": answer, **_errors(*errors)}}}
 
 
+def _stats(answer: dict[str, Any]) -> dict[str, Any]:
+    """/stats: every client's jobs, or one's."""
+    operation = _get(answer, "recent jobs of each model", 400, 401, 403)
+    operation["get"]["parameters"] = [_client_parameter("query", STATS_CLIENT_PARAM)]
+    return operation
+
+
 @functools.cache
 def openapi_document() -> dict[str, Any]:
     """The document, built once."""
@@ -306,7 +329,7 @@ def openapi_document() -> dict[str, Any]:
             "/v1/models": _get(_json("ModelList", "the models"), "the models", 401),
             "/health": _get(_json("Health", "the server's state"), "whether the models are ready"),
             "/model-info": _get(free, "each role's model", 401, 403),
-            "/stats": _get(free, "recent jobs of each model", 401, 403),
+            "/stats": _stats(free),
             "/openapi.json": _get(free, "this document"),
             **_rest_paths(),
         },

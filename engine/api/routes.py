@@ -12,8 +12,9 @@ import asyncio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import stats_client
 from engine.api.generate import Call, answer, chat_request, completion_request
-from engine.api.leases import CLIENT_NAME, Leases
+from engine.api.leases import Leases
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS, sequences_writer
 from engine.api.schema import (
@@ -29,7 +30,7 @@ from engine.api.streaming import ClientGone
 from engine.backends.openai import OURS
 from engine.jobs import ReportWords, record_json
 from engine.markdown import code_or_text
-from engine.types import LoadState, Role
+from engine.types import LoadState, Role, check_client
 
 #: What a client is told to wait while a model loads.
 RETRY_AFTER_SECONDS = 5
@@ -124,12 +125,14 @@ class Routes:
 
     async def stats(self, request: Request) -> Response:
         """The recent finished jobs of each loaded model, oldest first, and the jobs under way
-        (queued or generating): a client waits on these for a job to be at work."""
+        (queued or generating): a client waits on these for a job to be at work. With
+        `?client=NAME`, that client's jobs only."""
+        client = stats_client(request)
         out = [
             {
                 "id": ident,
                 "roles": [r.value for r in roles],
-                **record_json(loaded.engine.job_record, STATS_WORDS),
+                **record_json(loaded.engine.job_record, STATS_WORDS, client=client),
             }
             for ident, roles, loaded in self.models.loaded_models()
         ]
@@ -229,13 +232,10 @@ class Routes:
 
 def _client_name(request: Request) -> str:
     name = str(request.path_params["name"])
-    if not CLIENT_NAME.fullmatch(name):
-        raise ApiError(
-            400,
-            "a client's name is 1 to 64 letters, digits or . _ : -",
-            param="name",
-            code="invalid_client",
-        )
+    try:
+        check_client(name)
+    except ValueError as e:
+        raise ApiError(400, str(e), param="name", code="invalid_client") from None
     return name
 
 

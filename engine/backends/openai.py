@@ -316,6 +316,7 @@ class RemoteEngine(BaseEngine):
             total_seconds=done - started,
             finish_reasons=tuple(processor.finish_reason(i) for i in range(n)),
             cache_key=request.cache_key,
+            client=self.spec.client,  # the name the server knows this client's jobs by
         )
         self._record.add(stats)
         log.info(

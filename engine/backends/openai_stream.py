@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from engine.specs import RemoteSpec
-from engine.types import FinishReason
+from engine.types import CLIENT_HEADER, FinishReason
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,12 @@ def new_client(endpoint: str, socket: str | None = None) -> httpx.AsyncClient:
 
 
 def headers(spec: RemoteSpec) -> dict[str, str]:
-    """The headers every request to the server carries (its API key)."""
-    return {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    """The headers every request to the server carries: its API key, and the client's name
+    where the spec has one."""
+    out = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    if spec.client is not None:
+        out[CLIENT_HEADER] = spec.client
+    return out
 
 
 def status(response: httpx.Response) -> str:

@@ -693,6 +693,7 @@ def test_stats_lists_a_job_under_way_with_its_document_until_it_ends(
         assert job == {
             "request_id": chunk.id,
             "cache_key": "file:///w/a%20b.py",
+            "client": None,
             "phase": "generating",
         }
         stream.close()
@@ -723,6 +724,7 @@ def test_stats_gives_each_finished_job_the_figures_of_infill_stats(
         "tokens_after_cancel",
         "written_beside",
         "cache_key",
+        "client",
     }
     assert (job["cache_key"], job["generated_tokens"], job["finish_reasons"]) == (
         "file:///a.py",

@@ -19,7 +19,7 @@ from written_together import ROUNDING, parts_at_a_near_tie
 from engine.default_models import GEMMA_FILE, SMOLLM2_FILE, default_chat_model
 from engine.markdown import code_or_text
 from engine.specs import ModelOptions
-from engine.types import Role
+from engine.types import CLIENT_HEADER, Role
 
 pytestmark = pytest.mark.slow
 
@@ -304,3 +304,41 @@ def test_clients_at_once_are_written_together_and_answered_as_alone_up_to_near_t
         assert max(job["written_beside"] for job in jobs) >= 1, jobs
     finally:
         stop_engine(server)
+
+
+def test_two_windows_asking_at_once_are_both_served_and_counted_apart(
+    engine: EngineProcess,
+) -> None:
+    """docs/engine-server.md "Clients": two language servers (`X-Infill-Client`) asking for
+    completions of one document at once, their requests interleaved, are each answered
+    whole; /stats?client=NAME lists each one's jobs, tagged with its name."""
+    windows = ("e2e-window-1", "e2e-window-2")
+    document = "file:///w/shared.py"  # one file open in both windows, at two versions
+    versions = {windows[0]: PROMPT, windows[1]: PROMPT + "    # the nth number\n"}
+
+    def ask(window: str) -> Any:
+        return complete(
+            engine,
+            prompt=versions[window],
+            max_tokens=12,
+            extra_headers={CLIENT_HEADER: window},
+            extra_body={"cache_key": document},
+        )
+
+    asked = [windows[i % 2] for i in range(6)]
+    with concurrent.futures.ThreadPoolExecutor(len(asked)) as pool:
+        answers = list(pool.map(ask, asked))
+    for answer in answers:
+        (choice,) = answer.choices
+        assert choice.finish_reason in ("stop", "length")
+        assert answer.usage.completion_tokens >= 1
+    for window in windows:
+        (model,) = [
+            m for m in engine.get(f"/stats?client={window}")["models"] if "completion" in m["roles"]
+        ]
+        mine = {a.id for a, w in zip(answers, asked, strict=True) if w == window}
+        assert {job["request_id"] for job in model["recent"]} == mine
+        assert {(job["client"], job["cache_key"]) for job in model["recent"]} == {
+            (window, document)
+        }
+        assert model["jobs_finished"] == len(mine)

@@ -14,7 +14,7 @@ from fake_backend import FakeBackend, FakeCall, FakeOptions, ScriptEntry, byte_i
 from job_events import JobWatch, TokenGate
 
 import engine.worker as worker_module
-from engine.engine import Engine
+from engine.engine import ChoiceResult, Engine
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.jobs import JobPhase
 from engine.types import (
@@ -517,3 +517,76 @@ def test_cancelled_branches_give_nothing(make_engine: MakeEngine) -> None:
     cancelled = threading.Event()
     cancelled.set()
     assert backend.branch(byte_ids("x"), byte_ids("ab"), 4, lambda *_: False, cancelled) is None
+
+
+# --- turns among clients (editor windows sharing one engine) --------------------------------
+
+
+def named(call: FakeCall) -> str:
+    """Which job a call served: the first two characters of its prompt, after the BOS."""
+    return bytes(t - 16 for t in call.prompt_ids[1:3]).decode()
+
+
+async def window_jobs(
+    make_engine: MakeEngine, token_clock: TokenClock, *, clients: tuple[str | None, str | None]
+) -> tuple[FakeBackend, dict[str, ChoiceResult], dict[str, float]]:
+    """One window's (`clients[0]`) stream of four completions of 40 tokens each, the first one
+    running when the other three and another window's (`clients[1]`) single completion come,
+    all of one document. Each job's answer and the seconds it waited (the worker's clock)."""
+    answer = "y" * 40
+    gate = TokenGate(at=2, hold=True, also=token_clock.step)
+    engine, backend = make_engine(script=[answer], on_step=gate)
+    mine, theirs = clients
+
+    def job(name: str, client: str | None) -> GenerationRequest:
+        return GenerationRequest(
+            prompt=f"{name} story",
+            sampling=SamplingParams(max_tokens=100),
+            cache_key="file:///same.py",
+            client=client,
+        )
+
+    names = ["a1", "a2", "a3", "a4", "b1"]
+    requests = {n: job(n, theirs if n == "b1" else mine) for n in names}
+    with JobWatch(engine.job_record) as watch:
+        tasks = {"a1": asyncio.create_task(engine.collect(requests["a1"]))}
+        await gate.wait()
+        for n in names[1:]:
+            tasks[n] = asyncio.create_task(engine.collect(requests[n]))
+            await watch.reached(JobPhase.SUBMITTED, requests[n].request_id)
+        gate.release()
+        answers = {n: (await tasks[n])[0] for n in names}
+        waits = {n: (await watch.ended(requests[n].request_id)).queued_seconds for n in names}
+    return backend, answers, waits
+
+
+async def test_another_windows_single_job_waits_at_most_one_turn_behind_a_stream_of_jobs(
+    make_engine: MakeEngine, token_clock: TokenClock
+) -> None:
+    backend, answers, waits = await window_jobs(make_engine, token_clock, clients=("w1", "w2"))
+    # Every job of both windows was answered whole: one window's jobs never cancel the
+    # other's, though they are of one document.
+    assert all((a.text, a.finish_reason) == ("y" * 40, FinishReason.STOP) for a in answers.values())
+    order = [named(call) for call in backend.calls]
+    # The other window went right after the first job's turn, before the rest of the stream...
+    assert order[:2] == ["a1", "b1"]
+    assert backend.calls[0].yielded == turn_tokens() + 1
+    # ...having waited one turn and no more (it came at the first job's second token).
+    assert waits["b1"] <= worker_module.TURN_SECONDS
+    # The two windows' states of the document are kept apart (engine/prefix_cache.py).
+    keys = {named(call): call.cache_key for call in backend.calls}
+    assert keys["a1"] == "w1|file:///same.py"
+    assert keys["b1"] == "w2|file:///same.py"
+
+
+async def test_anonymous_jobs_keep_their_turns_by_job(
+    make_engine: MakeEngine, token_clock: TokenClock
+) -> None:
+    backend, answers, waits = await window_jobs(make_engine, token_clock, clients=(None, None))
+    assert all(a.finish_reason is FinishReason.STOP for a in answers.values())
+    # Without names each job is a client of its own: the new jobs go in the order they came,
+    # the last one after the three before it, and the document's key is the request's.
+    first_calls = list(dict.fromkeys(named(call) for call in backend.calls))
+    assert first_calls == ["a1", "a2", "a3", "a4", "b1"]
+    assert waits["b1"] > 3 * worker_module.TURN_SECONDS
+    assert {call.cache_key for call in backend.calls} == {"file:///same.py"}

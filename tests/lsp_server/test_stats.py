@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from fake_backend import FakeBackend
 from job_events import JobWatch, TokenGate
 
 from engine.engine import Engine
-from engine.jobs import JobEvent, JobPhase, JobRecord, JobStats, job_json
+from engine.jobs import COUNTED_CLIENTS, JobEvent, JobPhase, JobRecord, JobStats, job_json
 from engine.types import FinishReason, GenerationRequest, Role, SamplingParams
 from lsp_server.stats import WORDS, stats_report
 
@@ -39,6 +40,22 @@ def test_the_record_keeps_the_last_jobs_oldest_first_and_counts_them_all() -> No
     assert [job.request_id for job in jobs] == ["req-2", "req-3", "req-4"]
 
 
+def test_each_clients_share_of_the_record_counts_its_own_jobs_within_a_bound() -> None:
+    record = JobRecord(size=3)
+    for number, client in enumerate(["w1", "w2", "w1", None, "w1"]):
+        record.add(replace(figures(number), client=client))
+    total, jobs, running = record.client_snapshot("w1")
+    # Its count is of all its jobs; its recent ones are those still in the record.
+    assert (total, [j.request_id for j in jobs], running) == (3, ["req-2", "req-4"], ())
+    assert record.client_snapshot("w2")[:2] == (1, ())
+    # A record does not grow with every name: a client whose count is the least recently
+    # moved of more than COUNTED_CLIENTS starts again from 0.
+    for number in range(COUNTED_CLIENTS):
+        record.add(replace(figures(number), client=f"other-{number}"))
+    assert record.client_snapshot("w1")[0] == 0
+    assert record.client_snapshot(f"other-{COUNTED_CLIENTS - 1}")[0] == 1
+
+
 def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish() -> None:
     assert job_json(figures(0, FinishReason.CANCELLED, None), WORDS) == {
         "request_id": "req-0",
@@ -52,6 +69,7 @@ def test_a_job_is_reported_with_its_tokens_times_in_ms_and_each_choices_finish()
         "tokens_after_cancel": None,
         "written_beside": 0,
         "document": None,
+        "client": None,
     }
     assert job_json(figures(4), WORDS)["first_token_ms"] == 19.5
 
@@ -96,6 +114,7 @@ async def test_a_job_under_way_is_listed_as_running_with_its_document_and_phase(
                 {
                     "request_id": request.request_id,
                     "document": "file:///a.py",
+                    "client": None,
                     "phase": "generating",
                 }
             ]
