@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.api.infill import BRANCH_PATH, SCORE_PATH
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
 from engine.api.routes import RETRY_AFTER_SECONDS, Routes
@@ -48,7 +49,8 @@ PUBLIC_PATHS = frozenset({"/health", "/openapi.json"})
 #: Routes that tell what others do (document URIs, model paths): never without the key, nor
 #: on a server others can reach without one (`--allow-no-key`).
 PRIVATE_PATHS = frozenset({"/stats", "/model-info"})
-GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+#: Routes that run a model's job: each holds one of the places (`JobLimit`).
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", SCORE_PATH, BRANCH_PATH})
 #: Where the guards leave their verdict for the routes (`request.state.trusted`).
 TRUSTED = "trusted"
 
@@ -96,6 +98,8 @@ def build_app(
         Route("/v1/models", api.list_models, methods=["GET"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
         Route("/v1/chat/completions", api.chat_completions, methods=["POST"]),
+        Route(SCORE_PATH, api.infill_score, methods=["POST"]),
+        Route(BRANCH_PATH, api.infill_branch, methods=["POST"]),
     ]
     return Starlette(
         routes=routes,
