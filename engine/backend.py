@@ -14,6 +14,7 @@ import enum
 import threading
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from engine.detokenizer import Detokenizer
 from engine.errors import PromptTooLongError
@@ -50,6 +51,30 @@ class Vocabulary:
     eos_token: str | None
     adds_bos: bool  # whether the model wants BOS before a prompt (Gemma does, or it babbles)
     chat_template: str | None  # the model's own Jinja chat template, if it ships one
+
+
+class Tokenizer(Protocol):
+    """What building a prompt and ranking lines need of a model: its tokenizer and special
+    tokens, nothing that runs it. A `Backend` is one; so is a model's vocabulary loaded alone,
+    beside a remote server that serves the same model file (`LlamaTokenizer.vocab_only`,
+    engine/backends/llama_cpp.py), so that prompts sent there are the model's exact ids."""
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """BOS and its rule (prompts start with it where the model wants it)."""
+
+    @property
+    def model_path(self) -> str:
+        """Where the model comes from, for messages."""
+
+    def tokenize(self, text: str, *, add_bos: bool, special: bool = True) -> list[int]:
+        """As `Backend.tokenize`."""
+
+    def special_token_id(self, text: str) -> int | None:
+        """As `Backend.special_token_id`."""
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """As `Backend.detokenize`."""
 
 
 def scoring_prompt(
@@ -152,6 +177,10 @@ class Backend(abc.ABC):
     @property
     def context_size(self) -> int:
         return self.info.context_size
+
+    @property
+    def model_path(self) -> str:
+        return self.info.path
 
     @property
     def eog_token_ids(self) -> frozenset[int]:

@@ -29,6 +29,10 @@ NO_FIM_NOTE = (
 )
 
 
+#: What the language server does only with a `Scorer` (lsp_server/rerank.py, starts.py).
+SCORED_FEATURES = "ranking and invoked alternatives"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scorer:
     """What ranking candidate lines needs of a local model: its engine and its plain-text
@@ -42,11 +46,14 @@ class Scorer:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompletionModel:
     """The completion engine and its prompt format; `scorer` where the model can score text
-    (a local one whose backend scores; None for a remote server)."""
+    and its tokenizer is here (a local model, or our own engine server with its model's
+    tokenizer loaded here; None for any other remote server)."""
 
     engine: BaseEngine
     format: PromptFormat
     scorer: Scorer | None = None
+    #: The features off for want of a `scorer`, each with why (what the status reports).
+    features_off: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, engine: BaseEngine, fim_family: str | None) -> CompletionModel:
@@ -56,13 +63,17 @@ class CompletionModel:
         prompt_format = engine.prompt_format(fim_family)
         backend = prompt_format.backend
         scorer = None
-        if backend is not None and engine.can_score:
+        why_not = engine.cannot_score
+        if why_not is None and backend is None:
+            why_not = "the model's tokenizer is not loaded here (prompts go as text)"
+        if why_not is None and backend is not None:
             scorer = Scorer(
                 engine=engine,
                 tokenize=functools.partial(backend.tokenize, add_bos=False, special=False),
                 detokenize=backend.detokenize,
             )
-        return cls(engine=engine, format=prompt_format, scorer=scorer)
+        off = () if why_not is None else (f"{SCORED_FEATURES}: off, {why_not}",)
+        return cls(engine=engine, format=prompt_format, scorer=scorer, features_off=off)
 
     @property
     def fim_note(self) -> str | None:

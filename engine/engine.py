@@ -184,8 +184,14 @@ class BaseEngine(abc.ABC):
 
     @property
     def can_score(self) -> bool:
-        """Whether `score` works here (a remote server gives no log-probabilities of text)."""
+        """Whether `score` and `branch` work here (only our own engine server scores text
+        among remote servers)."""
         return False
+
+    @property
+    def cannot_score(self) -> str | None:
+        """Why `score` does not work here, in words for the status; None where it does."""
+        return None if self.can_score else f"{self.info.backend} models cannot score text"
 
     async def score(self, request: ScoreRequest) -> Scores | None:
         """Log-probabilities of the request's continuations (`ScoreRequest`); None if the

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from engine.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from engine.backend import Backend
+    from engine.backend import Tokenizer
 
 
 class FimOrder(enum.StrEnum):
@@ -283,7 +283,7 @@ def fim_pieces(
 
 
 def build_fim_prompt(
-    backend: Backend,
+    backend: Tokenizer,
     prefix: str,
     suffix: str,
     *,
@@ -334,7 +334,7 @@ def build_fim_prompt(
 
 
 def encode_pieces(
-    backend: Backend, pieces: Sequence[Piece], *, special: Callable[[str], int]
+    backend: Tokenizer, pieces: Sequence[Piece], *, special: Callable[[str], int]
 ) -> tuple[list[int], str]:
     """A prompt's pieces as `backend`'s ids, and as text (for logs): the model's BOS where it
     wants one, then each special token by its id (`special`) and each text piece as plain text,
@@ -399,17 +399,18 @@ def _any_token(token: str) -> bool:
 class PromptFormat:
     """What building a completion prompt needs to know of a model: its FIM family, how to
     count tokens for the context budget, and how to render a prompt. A local model's prompt
-    is its tokenizer's ids (`backend`); a remote server gets text and tokenizes it itself
-    (`backend` None), and its tokens are estimated. Each engine makes its own
-    (`BaseEngine.prompt_format`)."""
+    is its tokenizer's ids (`backend`), as is that of our own engine server on this machine
+    whose model file's tokenizer is loaded here; any other remote server gets text and
+    tokenizes it itself (`backend` None), and its tokens are estimated. Each engine makes its
+    own (`BaseEngine.prompt_format`)."""
 
     fim: FimTemplate | None
     count_tokens: Callable[[str], int]
-    #: The local model's tokenizer; None for a remote server.
-    backend: Backend | None = None
+    #: The model's tokenizer where it is here; None for a server that tokenizes text itself.
+    backend: Tokenizer | None = None
 
     @classmethod
-    def local(cls, backend: Backend, family: str | None) -> PromptFormat:
+    def local(cls, backend: Tokenizer, family: str | None) -> PromptFormat:
         """`backend`'s format: the configured FIM `family` ("none" for none), else the one
         its tokenizer's special tokens name. ModelLoadError for a family it lacks tokens of."""
         return cls(
@@ -459,7 +460,7 @@ class PromptFormat:
         )
 
 
-def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:
+def _local_fim(backend: Tokenizer, family: str | None) -> FimTemplate | None:
     if family is None:
         return detect_fim_template(backend.special_token_id)
     if family == "none":
@@ -468,13 +469,13 @@ def _local_fim(backend: Backend, family: str | None) -> FimTemplate | None:
     missing = [t for t in template.required if backend.special_token_id(t) is None]
     if missing:
         raise ModelLoadError(
-            f"the model {backend.info.path} has no {', '.join(missing)} token: it cannot use "
+            f"the model {backend.model_path} has no {', '.join(missing)} token: it cannot use "
             f"the FIM family {family} (leave fimFamily unset to detect the model's own)"
         )
     return template
 
 
-def _token_counter(backend: Backend) -> Callable[[str], int]:
+def _token_counter(backend: Tokenizer) -> Callable[[str], int]:
     # Lines repeat from one keystroke to the next: count each once.
     @functools.lru_cache(maxsize=16384)
     def count(text: str) -> int:

@@ -39,7 +39,7 @@ from engine.text import common_affixes
 from engine.types import StopConditions
 
 if TYPE_CHECKING:
-    from engine.backend import Backend
+    from engine.backend import Tokenizer
 
 
 class NextEditFamily(enum.StrEnum):
@@ -407,7 +407,7 @@ class NextEditPrompt:
 
 
 def build_next_edit_prompt(
-    backend: Backend, fmt: NextEditFormat, given: NextEditInput
+    backend: Tokenizer, fmt: NextEditFormat, given: NextEditInput
 ) -> NextEditPrompt:
     """The prompt as `backend`'s ids: the model's BOS where it wants one, the markers it has
     as special tokens by id, everything else (the user's code above all) as plain text."""

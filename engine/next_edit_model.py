@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.backend import Backend
+from engine.backend import Tokenizer
 from engine.engine import BaseEngine
 from engine.next_edit import (
     NextEditFormat,
@@ -90,7 +90,7 @@ class NextEditModel:
 
     engine: BaseEngine
     format: NextEditFormat
-    backend: Backend | None
+    backend: Tokenizer | None
     count_tokens: Callable[[str], int]
 
     @classmethod

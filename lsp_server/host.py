@@ -436,6 +436,7 @@ class ModelHost:
                 context_size=info.context_size,
                 fim_family=model.format.fim.family if model.format.fim else None,
                 fim_note=model.fim_note,
+                features_off=list(model.features_off),
                 kv_cache=_cache_json(model.engine.cache_status()),
             )
         else:
@@ -449,6 +450,7 @@ class ModelHost:
                 context_size=None,
                 fim_family=None,
                 fim_note=None,
+                features_off=[],
                 kv_cache=None,
             )
         return result

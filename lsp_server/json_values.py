@@ -8,7 +8,7 @@ from typing import Any
 
 def plain(value: Any) -> Any:
     """`value` with every named tuple a dict and every tuple a list, recursively (within dicts
-too)."""
+    too)."""
     if isinstance(value, tuple) and hasattr(value, "_asdict"):
         return {k: plain(v) for k, v in value._asdict().items()}
     if isinstance(value, (list, tuple)):

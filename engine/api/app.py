@@ -34,6 +34,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.api.clients import ClientCheck
+from engine.api.infill import BRANCH_PATH, SCORE_PATH
 from engine.api.leases import Leases, RequestCount
 from engine.api.loader import ModelLoader
 from engine.api.openapi import openapi_document
@@ -55,7 +56,11 @@ PUBLIC_PATHS = frozenset({"/health", "/openapi.json"})
 PRIVATE_PATHS = frozenset({"/stats", "/model-info"})
 #: The plain REST routes that generate, beside OpenAI's (/extract-code runs no model).
 REST_GENERATION_PATHS = frozenset({"/generate", "/generate/raw", "/chat"})
-GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"}) | REST_GENERATION_PATHS
+#: Routes that run a model's job: each holds one of the places (`JobLimit`).
+GENERATION_PATHS = (
+    frozenset({"/v1/completions", "/v1/chat/completions", SCORE_PATH, BRANCH_PATH})
+    | REST_GENERATION_PATHS
+)
 #: Where the guards leave their verdict for the routes (`request.state.trusted`).
 TRUSTED = "trusted"
 
@@ -114,6 +119,8 @@ def build_app(
         Route("/v1/infill/clients/{name}", api.lease, methods=["POST"]),
         Route("/v1/infill/clients/{name}", api.leave, methods=["DELETE"]),
         *rest_routes(api),
+        Route(SCORE_PATH, api.infill_score, methods=["POST"]),
+        Route(BRANCH_PATH, api.infill_branch, methods=["POST"]),
     ]
     return Starlette(
         routes=routes,

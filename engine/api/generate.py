@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,6 +33,8 @@ from engine.errors import (
 from engine.types import FinishReason, GenerationRequest, Role, TextDelta
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 # --- the engine request -----------------------------------------------------------------------
@@ -105,12 +107,11 @@ def check_vocabulary(token_ids: tuple[int, ...], field: str, vocab_size: int) ->
 # --- failures ---------------------------------------------------------------------------------
 
 
-def engine_error(error: EngineError, endpoint: Endpoint) -> ApiError:
-    """The HTTP error of an engine failure."""
+def engine_error(error: EngineError, prompt_field: str) -> ApiError:
+    """The HTTP error of an engine failure (`prompt_field`: the body's field a prompt too long
+    for the context is blamed on)."""
     if isinstance(error, PromptTooLongError):
-        return ApiError(
-            400, str(error), param=endpoint.prompt_field, code="context_length_exceeded"
-        )
+        return ApiError(400, str(error), param=prompt_field, code="context_length_exceeded")
     if isinstance(error, ChatTemplateError):
         return ApiError(400, str(error), param="messages", code="chat_template_error")
     if isinstance(error, EngineClosedError):
@@ -131,6 +132,15 @@ def prompt_tokens(engine: Engine, request_id: str) -> int:
     """The prompt's length in tokens, from the finished job's record."""
     _, jobs = engine.job_record.snapshot()
     return next((j.prompt_tokens for j in reversed(jobs) if j.request_id == request_id), 0)
+
+
+async def job_result(request: Request, work: Awaitable[T], prompt_field: str) -> T:
+    """`await work` (an engine job), which the client's going away cancels (ClientGone; the
+    job stops within one token); an engine failure as its HTTP error."""
+    try:
+        return await until_disconnect(request.receive, work)
+    except EngineError as e:
+        raise engine_error(e, prompt_field) from e
 
 
 # --- the answer -------------------------------------------------------------------------------
@@ -162,12 +172,12 @@ async def answer(
     try:
         if call.common.stream:
             return await _stream(request, call, generation)
-        results = await until_disconnect(request.receive, engine.collect(generation))
+        results = await job_result(request, engine.collect(generation), endpoint.prompt_field)
     except ClientGone:
         log.info("%s: the client disconnected; generation cancelled", call.header.id)
         return Response(status_code=499)  # nobody reads it
     except EngineError as e:
-        raise engine_error(e, endpoint) from e
+        raise engine_error(e, endpoint.prompt_field) from e
     choices = []
     for result in results:
         if (error := _failure(result.finish_reason, result.error)) is not None:
@@ -235,7 +245,7 @@ async def _events(
                 for chunk in chunks:
                     yield sse(chunk)
     except EngineError as e:
-        yield sse(engine_error(e, endpoint).body())
+        yield sse(engine_error(e, endpoint.prompt_field).body())
         return
     usage = Usage(
         prompt_tokens=prompt_tokens(call.engine, generation.request_id),

@@ -14,13 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from engine.api.clients import STATS_CLIENT_PARAM
+from engine.api.infill import BRANCH_PATH, SCORE_PATH
 from engine.api.schema import (
     MAX_BODY_BYTES,
+    BranchBody,
     ChatBody,
     CompletionBody,
     ExtractCodeBody,
     GenerateBody,
     RestChatBody,
+    ScoreBody,
 )
 from engine.types import CLIENT_HEADER, CLIENT_NAME
 
@@ -108,11 +111,55 @@ class ModelEntry(_Answer):
     context_size: int | None
     max_model_len: int | None
     fim_family: str | None
+    capabilities: list[Literal["score", "branch", "token_ids"]] = Field(
+        description="our extensions the model offers: /v1/infill/score, /v1/infill/branch, "
+        "prompts as token ids"
+    )
+    model_path: str | None = Field(None, description="the model file (to a trusted caller)")
 
 
 class ModelList(_Answer):
     object: Literal["list"]
     data: list[ModelEntry]
+
+
+class ContinuationScore(_Answer):
+    logprobs: list[float] = Field(description="each token's log-probability (natural log)")
+
+
+class TopToken(_Answer):
+    token_id: int
+    logprob: float
+
+
+class PromptUsage(_Answer):
+    prompt_tokens: int
+
+
+class ScoreResponse(_Answer):
+    """A /v1/infill/score answer (our extension)."""
+
+    id: str
+    object: Literal["infill.score"]
+    model: str
+    continuations: list[ContinuationScore]
+    top: list[TopToken] = Field(description="the most likely next tokens, most likely first")
+    usage: PromptUsage
+
+
+class Branch(_Answer):
+    index: int
+    text: str = Field(description="the text after the first token (its own text not included)")
+    finish_reason: Literal["stop", "length"]
+
+
+class BranchResponse(_Answer):
+    """A /v1/infill/branch answer (our extension)."""
+
+    id: str
+    object: Literal["infill.branch"]
+    model: str
+    branches: list[Branch]
 
 
 class Health(_Answer):
@@ -215,6 +262,10 @@ _MODELS: list[type[BaseModel]] = [
     ChatBody,
     CompletionResponse,
     ChatResponse,
+    ScoreBody,
+    ScoreResponse,
+    BranchBody,
+    BranchResponse,
     ModelList,
     Health,
     ErrorResponse,
@@ -261,6 +312,24 @@ def _ref(name: str) -> dict[str, str]:
 
 def _json(name: str, description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _extension(body: str, answer: str, summary: str) -> dict[str, Any]:
+    """One of our routes beyond OpenAI's: a JSON body, a JSON answer, the generation
+    routes' errors."""
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref(body)}},
+            },
+            "responses": {
+                "200": _json(answer, "the answer"),
+                **_errors(400, 401, 404, 413, 415, 500, 503),
+            },
+        }
+    }
 
 
 def _generation(body: str, answer: str, summary: str) -> dict[str, Any]:
@@ -326,6 +395,16 @@ def openapi_document() -> dict[str, Any]:
                 "CompletionBody", "CompletionResponse", "a completion (fill-in-the-middle too)"
             ),
             "/v1/chat/completions": _generation("ChatBody", "ChatResponse", "a chat answer"),
+            SCORE_PATH: _extension(
+                "ScoreBody",
+                "ScoreResponse",
+                "our extension: continuations' log-probabilities and the likely next tokens",
+            ),
+            BRANCH_PATH: _extension(
+                "BranchBody",
+                "BranchResponse",
+                "our extension: the greedy answer after each of some first tokens",
+            ),
             "/v1/models": _get(_json("ModelList", "the models"), "the models", 401),
             "/health": _get(_json("Health", "the server's state"), "whether the models are ready"),
             "/model-info": _get(free, "each role's model", 401, 403),

@@ -12,18 +12,22 @@ import asyncio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api import infill
 from engine.api.clients import stats_client
 from engine.api.generate import Call, answer, chat_request, completion_request
+from engine.api.infill import CAPABILITIES
 from engine.api.leases import Leases
 from engine.api.loader import Loaded, ModelLoader
 from engine.api.responses import CHAT, COMPLETIONS, sequences_writer
 from engine.api.schema import (
     ApiError,
+    BranchBody,
     ChatBody,
     CompletionBody,
     ExtractCodeBody,
     GenerateBody,
     RestChatBody,
+    ScoreBody,
     parse_body,
 )
 from engine.api.streaming import ClientGone
@@ -107,7 +111,10 @@ class Routes:
         )
 
     async def list_models(self, request: Request) -> Response:
-        """OpenAI's model list, with our roles, context size and FIM family."""
+        """OpenAI's model list, with our roles, context size, FIM family and what each model
+        offers beyond OpenAI's routes (`capabilities`); for a trusted caller also the model
+        file's path, so that a client on this machine can load its tokenizer."""
+        trusted = getattr(request.state, "trusted", False)
         data = [
             {
                 "id": m["id"],
@@ -118,10 +125,50 @@ class Routes:
                 "context_size": m["context_size"],
                 "max_model_len": m["context_size"],
                 "fim_family": m["fim_family"],
+                "capabilities": self._capabilities(m["id"]),
+                **({"model_path": m["path"]} if trusted else {}),
             }
             for m in self.models.describe()
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    def _capabilities(self, ident: str) -> list[str]:
+        """What model `ident` offers: every capability (both local backends score), less
+        scoring and branching once it is loaded on a backend that cannot score."""
+        loaded = next((e for i, _, e in self.models.loaded_models() if i == ident), None)
+        if loaded is None or loaded.engine.can_score:
+            return list(CAPABILITIES)
+        return [c for c in CAPABILITIES if c not in ("score", "branch")]
+
+    async def infill_score(self, request: Request) -> Response:
+        """POST /v1/infill/score (our extension)."""
+        body = parse_body(
+            await read_body(request, self.max_body_bytes), ScoreBody, budget=self.token_budget
+        )
+        params = body.params()
+        ident, loaded = self._scoring_engine(params.model)
+        return await infill.score(request, ident, loaded, params)
+
+    async def infill_branch(self, request: Request) -> Response:
+        """POST /v1/infill/branch (our extension)."""
+        body = parse_body(
+            await read_body(request, self.max_body_bytes), BranchBody, budget=self.token_budget
+        )
+        params = body.params()
+        ident, loaded = self._scoring_engine(params.model)
+        return await infill.branch(request, ident, loaded, params)
+
+    def _scoring_engine(self, name: str | None) -> tuple[str, Loaded]:
+        """The model a scoring or branching names (None: completion's), if it can score."""
+        ident, loaded = self._engine(name, Role.COMPLETION)
+        if not loaded.engine.can_score:
+            raise ApiError(
+                400,
+                f"the model {ident} cannot score text ({loaded.engine.info.backend})",
+                param="model",
+                code="score_not_supported",
+            )
+        return ident, loaded
 
     async def stats(self, request: Request) -> Response:
         """The recent finished jobs of each loaded model, oldest first, and the jobs under way

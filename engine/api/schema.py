@@ -283,6 +283,31 @@ MaxTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS_LIMIT), WHOLE]
 
 _M = TypeVar("_M", bound=BaseModel)
 
+#: One stop string or a list of them (what `stop` takes).
+StopStrings = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None,
+    BeforeValidator(_check_stop),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
+                {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
+                    "maxItems": MAX_STOP_STRINGS,
+                },
+                {"type": "null"},
+            ]
+        }
+    ),
+]
+#: The user's stop token ids.
+StopTokenIds = Annotated[
+    list[Annotated[int, Field(ge=0), WHOLE]] | None,
+    Field(max_length=MAX_STOP_TOKEN_IDS, description="inside the model's vocabulary"),
+    BeforeValidator(_check_stop_ids),
+]
+
 
 class StreamOptions(BaseModel):
     """OpenAI's `stream_options`."""
@@ -343,28 +368,8 @@ class _Body(BaseModel):
     seed: Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), WHOLE] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    stop: Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None,
-        BeforeValidator(_check_stop),
-        WithJsonSchema(
-            {
-                "anyOf": [
-                    {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
-                    {
-                        "type": "array",
-                        "items": {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS},
-                        "maxItems": MAX_STOP_STRINGS,
-                    },
-                    {"type": "null"},
-                ]
-            }
-        ),
-    ] = None
-    stop_token_ids: Annotated[
-        list[Annotated[int, Field(ge=0), WHOLE]] | None,
-        Field(max_length=MAX_STOP_TOKEN_IDS, description="inside the model's vocabulary"),
-        BeforeValidator(_check_stop_ids),
-    ] = None
+    stop: StopStrings = None
+    stop_token_ids: StopTokenIds = None
     include_stop_str_in_output: bool | None = None
     ignore_eos: bool | None = None
     cache_key: str | None = Field(
@@ -625,6 +630,158 @@ class ExtractCodeBody(BaseModel):
     prompt: str = Field(description="text that may hold fenced markdown blocks")
 
 
+# --- our extensions: scoring and branching ------------------------------------------------------
+
+#: Continuations one scoring may weigh: more than any ranking asks (lsp_server/rerank.py weighs
+#: at most a few dozen candidate lines).
+MAX_CONTINUATIONS = 256
+#: Most likely next tokens a scoring may report.
+MAX_TOP = 256
+#: Branches one request may write (one per first token).
+MAX_BRANCHES = 64
+
+
+def _check_continuations(value: object) -> object:
+    """A list of token-id lists, each with at least one id."""
+    if not isinstance(value, list) or not all(isinstance(c, list) for c in value):
+        raise _refuse("continuations must be a list of token id lists")
+    if len(value) > MAX_CONTINUATIONS:
+        raise _refuse(f"continuations takes at most {MAX_CONTINUATIONS} lists, got {len(value)}")
+    out = []
+    for i, item in enumerate(value):
+        ids = _whole_list(item)
+        assert isinstance(ids, list)
+        if not ids or not all(_is_int(t) and t >= 0 for t in ids):
+            where = f"continuations[{i}]"
+            raise _refuse(f"{where} must be a non-empty list of token ids", where)
+        out.append(ids)
+    return out
+
+
+TokenIds = list[Annotated[int, Field(ge=0), WHOLE]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoreParams:
+    """A checked /v1/infill/score body (the prompt is tokenized once the model is known)."""
+
+    model: str | None
+    prompt: str | tuple[int, ...]
+    continuations: tuple[tuple[int, ...], ...]
+    top: int
+    cache_key: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BranchParams:
+    """A checked /v1/infill/branch body."""
+
+    model: str | None
+    prompt: str | tuple[int, ...]
+    first_tokens: tuple[int, ...]
+    sampling: SamplingParams
+    stops: StopConditions
+    cache_key: str | None
+
+
+class _ExtensionBody(BaseModel):
+    """What our scoring and branching routes share: the model, the prompt (text, tokenized
+    with the model's BOS rule and special tokens as /v1/completions does, or token ids), and
+    the document whose KV state is kept."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str | None = Field(None, description="a model id or role; default: completion")
+    prompt: Annotated[
+        str | TokenIds,
+        BeforeValidator(_check_prompt),
+        Field(description="a string, a list of one string, or a list of token ids"),
+    ]
+    cache_key: str | None = Field(
+        None, description="the document a prompt comes from: its KV cache is kept for it"
+    )
+
+    def _prompt(self) -> str | tuple[int, ...]:
+        return self.prompt if isinstance(self.prompt, str) else tuple(self.prompt)
+
+
+class ScoreBody(_ExtensionBody):
+    """A /v1/infill/score body: how likely the model finds each continuation after the
+    prompt, and its most likely next tokens. Nothing is generated."""
+
+    continuations: Annotated[
+        list[TokenIds],
+        BeforeValidator(_check_continuations),
+        Field(max_length=MAX_CONTINUATIONS, description="token id lists, each non-empty"),
+    ] = Field(default_factory=list)
+    top: Annotated[int, Field(ge=0, le=MAX_TOP), WHOLE] = Field(
+        0, description="how many of the most likely next tokens to report"
+    )
+
+    @model_validator(mode="after")
+    def _within_budget(self, info: ValidationInfo) -> ScoreBody:
+        budget = _budget(info)
+        total = sum(len(c) for c in self.continuations)
+        if total > budget:
+            raise _refuse(
+                f"continuations must hold at most {budget} tokens in all (this server's budget "
+                f"for one request), got {total}",
+                "continuations",
+            )
+        return self
+
+    def params(self) -> ScoreParams:
+        return ScoreParams(
+            model=self.model,
+            prompt=self._prompt(),
+            continuations=tuple(tuple(c) for c in self.continuations),
+            top=self.top,
+            cache_key=self.cache_key,
+        )
+
+
+class BranchBody(_ExtensionBody):
+    """A /v1/infill/branch body: the greedy answer after the prompt and each first token."""
+
+    first_tokens: Annotated[
+        TokenIds,
+        BeforeValidator(_whole_list),
+        Field(min_length=1, max_length=MAX_BRANCHES, description="one branch each"),
+    ]
+    max_tokens: MaxTokens = Field(
+        DEFAULT_COMPLETION_MAX_TOKENS, description="each branch's token limit"
+    )
+    stop: StopStrings = None
+    stop_token_ids: StopTokenIds = None
+    include_stop_str_in_output: bool | None = None
+
+    @model_validator(mode="after")
+    def _within_budget(self, info: ValidationInfo) -> BranchBody:
+        budget = _budget(info)
+        n = len(self.first_tokens)
+        if n * self.max_tokens > budget:
+            raise _refuse(
+                f"first_tokens x max_tokens must be at most {budget} tokens (this server's "
+                f"budget for one request), got {n} x {self.max_tokens}",
+                "max_tokens",
+            )
+        return self
+
+    def params(self) -> BranchParams:
+        return BranchParams(
+            model=self.model,
+            prompt=self._prompt(),
+            first_tokens=tuple(self.first_tokens),
+            sampling=SamplingParams(max_tokens=self.max_tokens, temperature=0.0),
+            stops=StopConditions(
+                stop=tuple(self.stop or ()),
+                stop_token_ids=tuple(self.stop_token_ids or ()),
+                include_stop_str_in_output=bool(self.include_stop_str_in_output),
+            ),
+            cache_key=self.cache_key,
+        )
+
+
 # --- parsing ------------------------------------------------------------------------------------
 
 #: A JSON string, matched without backtracking (possessive), however long.
@@ -708,7 +865,7 @@ def _got(value: object) -> str:
 
 _FIELD_NAMES = frozenset(
     name
-    for model in (CompletionBody, ChatBody, Message, StreamOptions, TextPart)
+    for model in (CompletionBody, ChatBody, Message, StreamOptions, TextPart, ScoreBody, BranchBody)
     for name in model.model_fields
 ) | frozenset(
     name for model in (GenerateBody, RestChatBody, ExtractCodeBody) for name in model.model_fields

@@ -34,29 +34,41 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from engine.backend import ModelInfo
+from engine.backend import ModelInfo, Tokenizer
 from engine.backends.openai_discovery import OURS as OURS
 from engine.backends.openai_discovery import Discovery, discover
 from engine.backends.openai_stream import (
+    AnswerRefused,
     ChoiceReader,
     End,
     Failed,
     Piece,
     PieceThenEnd,
     Usage,
+    describe,
     new_client,
+    post_json,
 )
 from engine.engine import BaseEngine, JobTable
-from engine.errors import EngineError
+from engine.errors import EngineError, ModelLoadError
 from engine.fim import FIM_FAMILIES, PromptFormat
 from engine.jobs import JobRecord, JobStats
 from engine.output import OutputProcessor
 from engine.specs import REMOTE_BACKEND, RemoteSpec
-from engine.types import GenerationRequest, TextDelta
+from engine.types import (
+    Branches,
+    BranchRequest,
+    FinishReason,
+    GenerationRequest,
+    ScoreRequest,
+    Scores,
+    TextDelta,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +113,19 @@ class _NoDetokenizer:
 class RemoteEngine(BaseEngine):
     """One role's model on a remote OpenAI-compatible server."""
 
-    def __init__(self, spec: RemoteSpec, discovery: Discovery, *, load_seconds: float = 0.0):
+    def __init__(
+        self,
+        spec: RemoteSpec,
+        discovery: Discovery,
+        *,
+        load_seconds: float = 0.0,
+        tokenizer: Tokenizer | None = None,
+    ):
+        """`tokenizer`: the served model's own, loaded here (`local_tokenizer`): prompts are
+        then rendered as its ids and sent as such. None: prompts go as text."""
         self.spec = spec
         self.discovery = discovery
+        self.tokenizer = tokenizer
         self._info = ModelInfo(
             name=discovery.model or "(the server's model)",
             path=spec.endpoint,
@@ -130,6 +152,7 @@ class RemoteEngine(BaseEngine):
         """Ask the server about the model (blocking: call it on a loading thread)."""
         started = time.perf_counter()
         discovery = discover(spec)
+        tokenizer = local_tokenizer(discovery)
         seconds = time.perf_counter() - started
         log.info(
             "%s model %s on %s (context %d, FIM %s%s)",
@@ -140,7 +163,7 @@ class RemoteEngine(BaseEngine):
             discovery.fim_family or "none",
             ", infill-lsp engine" if discovery.ours else "",
         )
-        return cls(spec, discovery, load_seconds=seconds)
+        return cls(spec, discovery, load_seconds=seconds, tokenizer=tokenizer)
 
     @property
     def info(self) -> ModelInfo:
@@ -151,11 +174,105 @@ class RemoteEngine(BaseEngine):
         return self._record
 
     def prompt_format(self, fim_family: str | None) -> PromptFormat:
-        # The family was settled when it connected (the setting, else what the server says):
-        # the server tokenizes the prompt text, so tokens are estimated.
-        return PromptFormat(
-            fim=FIM_FAMILIES.get(self.discovery.fim_family or ""), count_tokens=estimate_tokens
-        )
+        # The family was settled when it connected (the setting, else what the server says).
+        # With the model's tokenizer here, prompts are its exact ids, as in-process; else the
+        # server tokenizes the prompt text, and tokens are estimated.
+        family = self.discovery.fim_family
+        if self.tokenizer is not None:
+            return PromptFormat.local(self.tokenizer, family or "none")
+        return PromptFormat(fim=FIM_FAMILIES.get(family or ""), count_tokens=estimate_tokens)
+
+    # --- scoring and branching (our engine server's extension routes) -----------------------
+
+    @property
+    def can_score(self) -> bool:
+        """Only our own engine server scores and branches (`/v1/infill/score`, `/branch`)."""
+        return {"score", "branch"} <= self.discovery.capabilities
+
+    @property
+    def cannot_score(self) -> str | None:
+        if self.can_score:
+            return None
+        return "the server does not score text"
+
+    async def score(self, request: ScoreRequest) -> Scores | None:
+        """The server's scoring of the request (`/v1/infill/score`). EngineError naming the
+        endpoint where the server fails or answers past its bounds."""
+        if not self.can_score:
+            return await super().score(request)
+        body: dict[str, Any] = {
+            "prompt": list(request.prompt_token_ids),
+            "continuations": [list(c) for c in request.continuations],
+            "top": request.top,
+        }
+        tokens = sum(len(c) for c in request.continuations) + request.top
+        answer = await self._extension("/infill/score", body, request.cache_key, tokens)
+        try:
+            continuations = tuple(
+                tuple(float(p) for p in c["logprobs"]) for c in answer["continuations"]
+            )
+            top = tuple((int(t["token_id"]), float(t["logprob"])) for t in answer["top"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._malformed("a scoring", e) from None
+        if len(continuations) != len(request.continuations):
+            raise self._malformed("a scoring", "one answer per continuation")
+        return Scores(continuations=continuations, top=top)
+
+    async def branch(self, request: BranchRequest) -> Branches | None:
+        """The server's branches of the request (`/v1/infill/branch`). `request.ends` cannot
+        cross HTTP: each branch runs to its stops or token limit, and the caller trims an
+        answer that went on past its whole answer (as it does a streamed one)."""
+        if not self.can_score:
+            return await super().branch(request)
+        stops = request.stops
+        if stops.stop_token_ids_visible:
+            raise EngineError("the remote backend cannot keep the text of stop token ids")
+        body: dict[str, Any] = {
+            "prompt": list(request.prompt_token_ids),
+            "first_tokens": list(request.first_tokens),
+            "max_tokens": request.sampling.max_tokens,
+        }
+        if stops.stop:
+            body["stop"] = list(stops.stop)
+            body["include_stop_str_in_output"] = stops.include_stop_str_in_output
+        if stops.stop_token_ids:
+            body["stop_token_ids"] = list(stops.stop_token_ids)
+        tokens = request.sampling.max_tokens * max(1, len(request.first_tokens))
+        answer = await self._extension("/infill/branch", body, request.cache_key, tokens)
+        try:
+            branches = answer["branches"]
+            texts = tuple(str(b["text"]) for b in branches)
+            reasons = tuple(FinishReason(b["finish_reason"]) for b in branches)
+        except (KeyError, TypeError, ValueError) as e:
+            raise self._malformed("a branching", e) from None
+        if len(texts) != len(request.first_tokens):
+            raise self._malformed("a branching", "one branch per first token")
+        return Branches(texts=texts, finish_reasons=reasons)
+
+    async def _extension(
+        self, path: str, body: dict[str, Any], cache_key: str | None, tokens: int
+    ) -> dict[str, Any]:
+        """One of our extension routes' JSON answer, or EngineError naming the endpoint."""
+        if self.discovery.model is not None:
+            body["model"] = self.discovery.model
+        if cache_key is not None:
+            body["cache_key"] = cache_key
+        endpoint = self.spec.endpoint
+        try:
+            answer = await post_json(self._http(), self.spec, path, body, tokens=tokens)
+        except AnswerRefused as e:
+            raise EngineError(f"{endpoint}{path} {e}") from None
+        except TimeoutError:
+            raise EngineError(f"{endpoint}{path} did not answer in time") from None
+        except httpx.HTTPError as e:
+            raise EngineError(f"{endpoint}{path}: {describe(e)}") from None
+        if not isinstance(answer, dict):
+            raise self._malformed(path, "not a JSON object")
+        self._note_success()
+        return answer
+
+    def _malformed(self, what: str, why: object) -> EngineError:
+        return EngineError(f"{self.spec.endpoint} sent {what} answer that cannot be read ({why})")
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -244,10 +361,7 @@ class RemoteEngine(BaseEngine):
     def _body(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
         """The route and the JSON body of a request (without the choice's seed)."""
         sampling, stops, discovery = request.sampling, request.stops, self.discovery
-        if request.prompt_token_ids is not None:
-            raise EngineError(
-                "the remote backend sends prompts as text (the server has its own tokenizer)"
-            )
+        prompt = self._prompt(request)
         if stops.stop_token_ids_visible:
             raise EngineError("the remote backend cannot keep the text of stop token ids")
         body: dict[str, Any] = {
@@ -264,7 +378,7 @@ class RemoteEngine(BaseEngine):
             body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]
         else:
             path = "/completions"
-            body["prompt"] = request.prompt
+            body["prompt"] = prompt
         if stops.stop and self._reader.reports_stop_reason:
             body["stop"] = list(stops.stop)
             if stops.include_stop_str_in_output:
@@ -286,6 +400,17 @@ class RemoteEngine(BaseEngine):
         if discovery.ours and request.cache_key is not None:
             body["cache_key"] = request.cache_key  # the server keeps the document's KV state
         return path, body
+
+    def _prompt(self, request: GenerationRequest) -> str | list[int] | None:
+        """What a request's `prompt` field holds: its text, or its token ids where the
+        server's model's tokenizer is here (our own server takes a list of ids as a prompt)."""
+        if request.prompt_token_ids is None:
+            return request.prompt
+        if self.tokenizer is None:
+            raise EngineError(
+                "the remote backend sends prompts as text (the server has its own tokenizer)"
+            )
+        return list(request.prompt_token_ids)
 
     def _http(self) -> httpx.AsyncClient:
         """The connection pool of the running event loop (a client belongs to one loop)."""
@@ -354,6 +479,29 @@ class RemoteEngine(BaseEngine):
         if client is not None and loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+
+
+def local_tokenizer(discovery: Discovery) -> Tokenizer | None:
+    """The served model's own tokenizer, loaded here without its weights, where the server is
+    our own, takes prompts as token ids, and serves a GGUF file this machine can read (the
+    same machine, or one sharing its model folder): prompts are then exactly the ids a model
+    in this process would get (`LlamaTokenizer.vocab_only`: 0.4 s and 44 MB for the default
+    model). None for every other server, and where it cannot be loaded (logged): prompts go
+    as text. A transformers model folder is left to the server's tokenizer."""
+    path = discovery.model_path
+    if path is None or "token_ids" not in discovery.capabilities:
+        return None
+    file = Path(path)
+    if not file.is_file() or file.suffix.lower() != ".gguf":
+        log.info("the server's model %s is not a GGUF file here: prompts go as text", path)
+        return None
+    from engine.backends.llama_cpp import LlamaTokenizer
+
+    try:
+        return LlamaTokenizer.vocab_only(file)
+    except (ModelLoadError, EngineError) as e:
+        log.info("cannot load the server's tokenizer here (%s): prompts go as text", e)
+        return None
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, call: Any, *args: object) -> None:

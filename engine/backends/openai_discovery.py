@@ -1,5 +1,6 @@
 """What an OpenAI-compatible server says about its models (`GET /models`): which model we ask
-for, its context size, and, from our own engine server, its FIM family and roles.
+for, its context size, and, from our own engine server, its FIM family, roles, what it offers
+beyond OpenAI's routes and (to a trusted caller) the model file it serves.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ class Discovery:
     fim_family: str | None
     ours: bool  # our own engine server: it takes our extensions (cache_key, ...)
     extensions: bool  # the server takes fields beyond OpenAI's (top_k, repeat_penalty, ...)
+    #: What our own engine server says the model offers beyond OpenAI's routes ("score",
+    #: "branch": /v1/infill/score and /v1/infill/branch; "token_ids": prompts as the
+    #: model's ids); empty for every other server.
+    capabilities: frozenset[str] = frozenset()
+    #: The model file our own engine server serves (it tells a caller it trusts): where its
+    #: tokenizer can be loaded from on the same machine. None elsewhere.
+    model_path: str | None = None
 
 
 def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discovery:
@@ -96,7 +104,21 @@ def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discove
         fim_family=None if fim == "none" else fim,
         ours=ours,
         extensions=entry.get("owned_by") not in OPENAI_OWNERS,
+        capabilities=_capabilities(entry) if ours else frozenset(),
+        model_path=_model_path(entry) if ours else None,
     )
+
+
+def _capabilities(entry: dict[str, Any]) -> frozenset[str]:
+    listed = entry.get("capabilities")
+    if not isinstance(listed, list):
+        return frozenset()
+    return frozenset(c for c in listed if isinstance(c, str))
+
+
+def _model_path(entry: dict[str, Any]) -> str | None:
+    path = entry.get("model_path")
+    return path if isinstance(path, str) and path else None
 
 
 def _model_entries(content: bytes, endpoint: str) -> list[dict[str, Any]]:

@@ -434,3 +434,47 @@ async def _drain(lines: CappedLines) -> None:
         async with asyncio.timeout(DRAIN_SECONDS):
             async for _ in lines:
                 pass
+
+
+# --- one JSON answer (our extension routes) -----------------------------------------------------
+
+#: Bytes of a JSON answer of our extension routes, past what `AnswerLimits` gives its tokens:
+#: a scoring's log-probability or top token is 20-50 bytes of JSON, a branch's token a few.
+JSON_BYTES_PER_TOKEN = 256
+
+
+async def post_json(
+    client: httpx.AsyncClient, spec: RemoteSpec, path: str, body: dict[str, Any], *, tokens: int
+) -> Any:
+    """POST `body` to `path` and return the JSON answer, read within the bounds of an answer
+    of `tokens` tokens (`AnswerLimits`: seconds; bytes, here `JSON_BYTES_PER_TOKEN` a token
+    over the base), uncompressed. AnswerRefused, httpx.HTTPError or TimeoutError where it
+    cannot be had (the caller names the endpoint); a 4xx/5xx answer is AnswerRefused with the
+    server's message. Cancelling the awaiting task closes the connection."""
+    limits = AnswerLimits.of(tokens)
+    cap = ANSWER_BASE_BYTES + JSON_BYTES_PER_TOKEN * limits.max_tokens
+    response: httpx.Response | None = None
+    try:
+        async with asyncio.timeout(limits.seconds):
+            request = client.build_request(
+                "POST", spec.endpoint + path, json=body, headers=headers(spec)
+            )
+            response = await client.send(request, stream=True)
+            if response.status_code >= 400:
+                error = await _read_error_body(response)
+                raise AnswerRefused(f"answered {status(response)}: {error_message(error)}")
+            content = bytearray()
+            async for chunk in raw_chunks(response):
+                content += chunk
+                if len(content) > cap:
+                    raise AnswerRefused(f"sent an answer of over {cap:,} bytes")
+        try:
+            return loads(bytes(content))
+        except ValueError as e:
+            raise AnswerRefused(f"sent an answer that is not JSON ({e})") from e
+    finally:
+        if response is not None:
+            # Shielded, as in `ChoiceReader.read`: a cancel must not leave the connection
+            # counted as in use.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(response.aclose())

@@ -598,6 +598,7 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
         "context_size",
         "fim_family",
         "fim_note",
+        "features_off",
         "last_error",
         "download",
         "kv_cache",
@@ -612,6 +613,10 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
     assert status["download"] is None  # a local model: nothing was downloaded
     assert status["last_error"] is None
     assert status["warnings"] == []
+    # The scripted backend gives no log-probabilities: what it cannot do is said.
+    assert status["features_off"] == [
+        "ranking and invoked alternatives: off, scripted models cannot score text"
+    ]
     # The scripted model keeps no KV states; test_server_e2e.py reads the real model's.
     assert status["kv_cache"] is None
 
