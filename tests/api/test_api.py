@@ -269,7 +269,7 @@ def test_logprobs_of_a_backend_that_does_not_know_them_and_of_text_without_a_tok
     assert choice.text == "a\n"
     assert choice.logprobs is not None
     assert choice.logprobs.tokens == ["a", "", "\n"]
-    assert choice.logprobs.token_logprobs == [None, None, None]
+    assert choice.model_dump()["logprobs"]["token_logprobs"] == [None, None, None]
     assert choice.logprobs.text_offset == [0, 1, 1]
 
 
