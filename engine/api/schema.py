@@ -10,7 +10,8 @@ API, with vLLM's extensions (`top_k`, `min_tokens`, `repetition_penalty`, `stop_
 
 Every bound is here, so that one request cannot make the server allocate without limit nor
 hold the model for hours: stop strings (16, of 256 characters), stop ids (64), choices (128),
-and a token budget per request (`n` x `max_tokens`, `DEFAULT_TOKEN_BUDGET` unless the server
+`logprobs` (0 to 5, as OpenAI's: the chosen token's only, whatever is asked), and a token
+budget per request (`n` x `max_tokens`, `DEFAULT_TOKEN_BUDGET` unless the server
 is started with another).
 """
 
