@@ -401,8 +401,8 @@ class ChoiceReader:
             self.asks_logprobs = False
             log.warning(
                 "%s refused a completion asking for log-probabilities (%s) and answered it "
-                "without: they are no longer asked for (the confidence gate judges its "
-                "suggestions without them)",
+                "without: they are no longer asked for (the confidence gate, which has nothing "
+                "to judge by, lets its suggestions through)",
                 self.spec.endpoint,
                 refused,
             )
