@@ -22,7 +22,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -203,14 +203,19 @@ class BaseEngine(abc.ABC):
         was cancelled. Where `score` works; cancelling the awaiting task stops the model."""
         raise NotImplementedError(f"{self.info.backend} models cannot branch")
 
-    async def collect(self, request: GenerationRequest) -> list[ChoiceResult]:
-        """Run a request to the end and return each choice whole."""
+    async def collect(
+        self, request: GenerationRequest, *, each: Callable[[TextDelta], object] | None = None
+    ) -> list[ChoiceResult]:
+        """Run a request to the end and return each choice whole (`each` sees every delta as
+        it comes: what a caller reads of them beside the text)."""
         n = request.sampling.n
         texts: list[list[str]] = [[] for _ in range(n)]
         ids: list[list[int]] = [[] for _ in range(n)]
         last: list[TextDelta | None] = [None] * n
         async with contextlib.aclosing(self.generate(request)) as deltas:
             async for delta in deltas:
+                if each is not None:
+                    each(delta)
                 texts[delta.index].append(delta.text)
                 ids[delta.index].extend(delta.token_ids)
                 last[delta.index] = delta

@@ -127,21 +127,30 @@ class OutputProcessor:
                 ]
         return self._text_delta(index, texts, consumed, known)
 
-    def on_text(self, index: int, text: str) -> list[TextDelta]:
+    def on_text(
+        self, index: int, text: str, logprobs: tuple[float, ...] | None = None
+    ) -> list[TextDelta]:
         """New text of choice `index` from an engine that streams text, not token ids (a
-        remote server): one piece counts as one token; only the stop strings, `min_tokens`
-        and `max_tokens` apply (the server applies its own end-of-generation tokens)."""
+        remote server), with the log-probabilities of the tokens it came in where the server
+        sent them: one piece counts as one token; only the stop strings, `min_tokens` and
+        `max_tokens` apply (the server applies its own end-of-generation tokens). A piece
+        without text but with log-probabilities is a token whose text is not out yet; the
+        piece that completes a stop string keeps its log-probabilities, as the token that does
+        with a local model."""
         choice = self._choice(index)
-        if choice is None or choice.finished or not text:
+        if choice is None or choice.finished or not (text or logprobs):
             return []
         result = choice.checker.step(NO_TOKEN, text)
         if result.trigger is None:
-            return [TextDelta(index=index, text=result.text)] if result.text else []
+            if not (result.text or logprobs):
+                return []  # withheld, nothing to tell yet
+            return [TextDelta(index=index, text=result.text, logprobs=logprobs)]
         choice.reason = result.trigger.finish_reason
         return [
             TextDelta(
                 index=index,
                 text=result.text,
+                logprobs=logprobs,
                 finish_reason=result.trigger.finish_reason,
                 stop_reason=result.trigger.stop_reason,
             )

@@ -197,8 +197,10 @@ class TextDelta:
     text: str
     token_ids: tuple[int, ...] = ()
     #: Each of `token_ids`' log-probability (natural log, under the model's distribution
-    #: before any sampling filter): what a confidence gate reads. None where the engine does
-    #: not know them (a backend that does not say, a remote server).
+    #: before any sampling filter): what a confidence gate reads. From a remote server, which
+    #: streams text without token ids: those of the tokens the text came in, as the server
+    #: sent them. None where the engine does not know them (a backend or server that does not
+    #: say).
     logprobs: tuple[float, ...] | None = None
     finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from engine.api.clients import for_client
 from engine.api.loader import Loaded
-from engine.api.responses import Choice, Endpoint, Header, Usage, Writer, sse
+from engine.api.responses import Choice, ChoiceLogprobs, Endpoint, Header, Usage, Writer, sse
 from engine.api.schema import ApiError, ChatParams, Common, CompletionParams
 from engine.api.streaming import ClientGone, EventStream, until_disconnect
 from engine.engine import Engine
@@ -169,10 +169,14 @@ async def answer(
     a whole answer is written (a REST route's own shape); the route's `Endpoint` by default."""
     engine, endpoint = call.engine, call.endpoint
     generation = for_client(request, generation)
+    logs = _logprobs(call, generation)
     try:
         if call.common.stream:
             return await _stream(request, call, generation)
-        results = await job_result(request, engine.collect(generation), endpoint.prompt_field)
+        each = None if logs is None else (lambda delta: logs[delta.index].add(delta))
+        results = await job_result(
+            request, engine.collect(generation, each=each), endpoint.prompt_field
+        )
     except ClientGone:
         log.info("%s: the client disconnected; generation cancelled", call.header.id)
         return Response(status_code=499)  # nobody reads it
@@ -189,6 +193,7 @@ async def answer(
                 finish_reason=result.finish_reason,
                 stop_reason=result.stop_reason,
                 completion_tokens=len(result.token_ids),
+                logprobs=None if logs is None else logs[result.index].as_json(),
             )
         )
     usage = Usage(
@@ -196,6 +201,13 @@ async def answer(
         completion_tokens=sum(len(r.token_ids) for r in results),
     )
     return JSONResponse((write or endpoint.response)(call.header, choices, usage))
+
+
+def _logprobs(call: Call, generation: GenerationRequest) -> list[ChoiceLogprobs] | None:
+    """Each choice's `logprobs`, where the request asked for them."""
+    if not call.common.logprobs:
+        return None
+    return [ChoiceLogprobs() for _ in range(generation.sampling.n)]
 
 
 async def _stream(request: Request, call: Call, generation: GenerationRequest) -> Response:
@@ -227,6 +239,7 @@ async def _events(
     n = generation.sampling.n
     open_choices = set(range(n))
     completion_tokens = 0
+    logs = _logprobs(call, generation)
     last: dict[str, Any] | None = None  # held back to carry the usage
     for chunk in endpoint.opening_chunks(header, n):
         yield sse(chunk)
@@ -237,7 +250,8 @@ async def _events(
                     yield sse(error.body())
                     return
                 completion_tokens += len(delta.token_ids)
-                chunks = endpoint.delta_chunks(header, delta)
+                logprobs = None if logs is None else logs[delta.index].add(delta)
+                chunks = endpoint.delta_chunks(header, delta, logprobs)
                 if delta.finish_reason is not None:
                     open_choices.discard(delta.index)
                     if not open_choices:

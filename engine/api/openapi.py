@@ -57,10 +57,24 @@ class Usage(_Answer):
 FinishName = Literal["stop", "length"] | None
 
 
+class CompletionLogprobs(_Answer):
+    """A choice's tokens (with `logprobs`): each with the text the choice gained with it, so
+    that they join to the choice's text (a withheld start of a stop string comes with the token
+    that releases it), its log-probability (null for text without a token of its own), and
+    where its text starts in the choice's text. The alternatives are not computed."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: None
+    text_offset: list[int]
+
+
 class CompletionChoice(_Answer):
     index: int
     text: str
-    logprobs: None
+    logprobs: CompletionLogprobs | None = Field(
+        description="with logprobs in the request (streamed: each chunk's tokens)"
+    )
     finish_reason: FinishName
     stop_reason: str | int | None = Field(
         description="the user's stop string or id that ended the choice (vLLM's field)"

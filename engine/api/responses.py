@@ -8,10 +8,11 @@ the route hands its endpoint to the code that answers (`generate.answer`).
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.markdown import code_or_text
@@ -52,6 +53,8 @@ class Choice:
     stop_reason: str | int | None
     #: Tokens the choice generated (the REST routes' `num_tokens`).
     completion_tokens: int = 0
+    #: OpenAI's `logprobs` object, where the request asked for it (`ChoiceLogprobs`).
+    logprobs: Mapping[str, Any] | None = None
 
 
 def finish_name(reason: FinishReason | None) -> str | None:
@@ -101,7 +104,7 @@ class Endpoint:
                 {
                     "index": c.index,
                     key: value,
-                    "logprobs": None,
+                    "logprobs": c.logprobs,
                     "finish_reason": finish_name(c.finish_reason),
                     "stop_reason": c.stop_reason,
                 }
@@ -117,12 +120,14 @@ class Endpoint:
         value: object,
         finish_reason: FinishReason | None = None,
         stop_reason: str | int | None = None,
+        *,
+        logprobs: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One streamed chunk of choice `index`, and `stop_reason` on the choice's last one."""
         choice: dict[str, Any] = {
             "index": index,
             self.chunk_key: value,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_name(finish_reason),
         }
         if finish_reason is not None:
@@ -135,19 +140,97 @@ class Endpoint:
             return []
         return [self.chunk(header, index, dict(self.opening)) for index in range(n)]
 
-    def delta_chunks(self, header: Header, delta: TextDelta) -> list[dict[str, Any]]:
-        """The chunks of one delta: its new text, and its choice's finish."""
+    def delta_chunks(
+        self, header: Header, delta: TextDelta, logprobs: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The chunks of one delta: its new text, and its choice's finish; `logprobs` (the
+        delta's entries, `ChoiceLogprobs.add`) go with the first."""
         finish, stop = delta.finish_reason, delta.stop_reason
-        return [
+        chunks = [
             self.chunk(header, delta.index, value, *((finish, stop) if finishes else ()))
             for value, finishes in self.pieces(delta)
         ]
+        if logprobs is not None:
+            if not chunks:
+                # A token whose text is withheld (the start of a stop string) is still a token
+                # with a log-probability: it goes out with no text. Only completions answer
+                # log-probabilities, whose chunk value is the text.
+                chunks.append(self.chunk(header, delta.index, ""))
+            chunks[0]["choices"][0]["logprobs"] = logprobs
+        return chunks
 
     def usage_chunk(self, header: Header, usage: Usage) -> dict[str, Any]:
         """The extra last chunk of `stream_options.include_usage`: no choices, the usage."""
         body = _envelope(header, self.chunk_object, [])
         body["usage"] = usage.as_json()
         return body
+
+
+def token_entries(delta: TextDelta) -> list[tuple[str, float | None]]:
+    """A delta's entries in its choice's `logprobs`: each token with the text the choice gained
+    with it, and its log-probability (None where the engine does not know it).
+
+    A delta's text goes to its first token and any others get "": so the entries' texts join
+    to the choice's text, withheld text included (it comes with the token that releases it;
+    text cut at a stop string never does). Text that came without a token of its own (what
+    was withheld when the model ended a choice itself) is an entry of its own, without a
+    log-probability."""
+    count = len(delta.token_ids) or len(delta.logprobs or ())
+    if count == 0:
+        return [(delta.text, None)] if delta.text else []
+    known = delta.logprobs if delta.logprobs is not None and len(delta.logprobs) == count else None
+    return [
+        (delta.text if i == 0 else "", None if known is None else _finite(known[i]))
+        for i in range(count)
+    ]
+
+
+def _finite(value: float) -> float | None:
+    # JSON has no infinities: a token the model gave no chance is a log-probability unknown.
+    return value if math.isfinite(value) else None
+
+
+@dataclass(slots=True)
+class ChoiceLogprobs:
+    """One choice's OpenAI `logprobs` (of /v1/completions), built as its deltas come; held by
+    one request's answer on the event loop.
+
+    `tokens[i]` is the text the choice gained with token i (`token_entries`), so the tokens
+    join to the choice's text; `text_offset[i]` is where it starts in that text (vLLM's
+    offsets: from the choice's start, the prompt not counted). `top_logprobs` is null: the
+    engine knows the chosen token's log-probability, and the alternatives would cost a top-k
+    over the vocabulary at every token."""
+
+    tokens: list[str] = field(default_factory=list)
+    token_logprobs: list[float | None] = field(default_factory=list)
+    text_offset: list[int] = field(default_factory=list)
+    length: int = 0  # characters of the choice's text so far
+
+    def add(self, delta: TextDelta) -> dict[str, Any] | None:
+        """Take a delta's entries; they are also returned as its chunk's `logprobs` (None: the
+        delta has none)."""
+        entries = token_entries(delta)
+        if not entries:
+            return None
+        start = len(self.tokens)
+        for text, logprob in entries:
+            self.tokens.append(text)
+            self.token_logprobs.append(logprob)
+            self.text_offset.append(self.length)
+            self.length += len(text)
+        return self._json(start)
+
+    def as_json(self) -> dict[str, Any]:
+        """The whole choice's `logprobs`."""
+        return self._json(0)
+
+    def _json(self, start: int) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens[start:],
+            "token_logprobs": self.token_logprobs[start:],
+            "top_logprobs": None,
+            "text_offset": self.text_offset[start:],
+        }
 
 
 def _envelope(header: Header, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,7 +12,8 @@ servers' own names and defaults, and become the same params.
 
 Every bound is here, so that one request cannot make the server allocate without limit nor
 hold the model for hours: stop strings (16, of 256 characters), stop ids (64), choices (128),
-and a token budget per request (`n` x `max_tokens`, `DEFAULT_TOKEN_BUDGET` unless the server
+`logprobs` (0 to 5, as OpenAI's: the chosen token's only, whatever is asked), and a token
+budget per request (`n` x `max_tokens`, `DEFAULT_TOKEN_BUDGET` unless the server
 is started with another).
 """
 
@@ -55,6 +56,8 @@ MAX_STOP_CHARS = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_MESSAGES = 4096
 MAX_CONTENT_PARTS = 256
+#: /v1/completions' `logprobs`: OpenAI's bound (vLLM's and llama-cpp-python's servers take it).
+MAX_LOGPROBS = 5
 #: A larger body is refused (413) before it is read whole. A 128K-token context of code is
 #: about 512 KB of text (as a list of token ids, about 900 KB): 4 MiB leaves room for JSON's
 #: escapes.
@@ -146,6 +149,9 @@ class Common:
     stream: bool
     include_usage: bool
     cache_key: str | None
+    #: Each choice's tokens and their log-probabilities are answered (`logprobs` of
+    #: /v1/completions).
+    logprobs: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -376,13 +382,12 @@ class _Body(BaseModel):
         None, description="the document a prompt comes from: its KV cache is kept for it"
     )
     echo: Literal[False] | None = Field(None, description="not supported")
-    logprobs: Literal[False] | None = Field(None, description="not supported")
     top_logprobs: None = Field(None, description="not supported")
     logit_bias: dict[str, Any] | None = Field(None, description="not supported (only {})")
     presence_penalty: Number | None = Field(None, description="only 0")
     frequency_penalty: Number | None = Field(None, description="only 0")
 
-    @field_validator("echo", "logprobs", "top_logprobs", mode="before")
+    @field_validator("echo", "top_logprobs", mode="before")
     @classmethod
     def _unsupported(cls, value: object, info: ValidationInfo) -> object:
         if value is not None and value is not False:  # 0 == False, and is refused
@@ -422,6 +427,9 @@ class _Body(BaseModel):
     def _max_tokens_fields(self) -> tuple[str, ...]:
         return ("max_tokens",)
 
+    def _answers_logprobs(self) -> bool:
+        return False
+
     def common(self, *, default_max_tokens: int, budget: int) -> Common:
         """Our types: the sampling parameters (defaults filled in), the user's stops."""
         n = self.n or 1
@@ -460,6 +468,7 @@ class _Body(BaseModel):
             stream=bool(self.stream),
             include_usage=bool(options and options.include_usage),
             cache_key=self.cache_key,
+            logprobs=self._answers_logprobs(),
         )
 
 
@@ -494,6 +503,11 @@ class CompletionBody(_Body):
     best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES), WHOLE] | None = Field(
         None, description="only equal to n"
     )
+    logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS), WHOLE] | None = Field(
+        None,
+        description="any value: each choice's tokens with their log-probabilities "
+        "(top_logprobs is null: the alternatives are not computed)",
+    )
 
     @model_validator(mode="after")
     def _best_of(self) -> CompletionBody:
@@ -501,6 +515,9 @@ class CompletionBody(_Body):
         if self.best_of is not None and self.best_of != (self.n or 1):
             raise _refuse("best_of is not supported (only equal to n)", "best_of")
         return self
+
+    def _answers_logprobs(self) -> bool:
+        return self.logprobs is not None
 
     def params(self, *, budget: int = DEFAULT_TOKEN_BUDGET) -> CompletionParams:
         common = self.common(default_max_tokens=DEFAULT_COMPLETION_MAX_TOKENS, budget=budget)
@@ -519,6 +536,14 @@ class ChatBody(_Body):
     max_completion_tokens: MaxTokens | None = Field(
         None, description="OpenAI's newer name, used when max_tokens is unset"
     )
+    logprobs: Literal[False] | None = Field(None, description="not supported")
+
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _no_logprobs(cls, value: object) -> object:
+        if value is not None and value is not False:
+            raise _refuse("logprobs is not supported on chat; /v1/completions answers them")
+        return value
 
     def _max_tokens_fields(self) -> tuple[str, ...]:
         return ("max_tokens", "max_completion_tokens")

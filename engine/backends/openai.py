@@ -12,6 +12,9 @@ engine`, ...) serves the models; this module speaks its HTTP API with httpx:
   strings are also sent, to save the server's tokens, to servers that say which one matched
   (ours and vLLM report `stop_reason`); a server that does not would leave us unable to tell
   a stop string from the end of the text, so it gets none and we close the stream ourselves.
+- Completions ask for the tokens' log-probabilities (`logprobs`), which the confidence gate
+  judges a suggestion by; a server that answers none leaves them unknown, and one that refuses
+  a request with them, and answers it without, is not asked again.
 - Cancelling a request closes its connection (the server then stops generating).
 - Connection errors, timeouts, 4xx/5xx answers, errors sent mid-stream and answers past their
   bounds (bytes, lines, time: openai_stream.py) end the request with an error delta naming the
@@ -43,6 +46,8 @@ from engine.backend import ModelInfo, Tokenizer
 from engine.backends.openai_discovery import OURS as OURS
 from engine.backends.openai_discovery import Discovery, discover
 from engine.backends.openai_stream import (
+    LOGPROBS_ASKED,
+    LOGPROBS_FIELD,
     AnswerRefused,
     ChoiceReader,
     End,
@@ -336,10 +341,10 @@ class RemoteEngine(BaseEngine):
 
     def _deltas(self, processor: OutputProcessor, index: int, item: object) -> list[TextDelta]:
         if isinstance(item, Piece):
-            return processor.on_text(index, item.text)
+            return processor.on_text(index, item.text, item.logprobs)
         if isinstance(item, PieceThenEnd):
             return [
-                *processor.on_text(index, item.text),
+                *processor.on_text(index, item.text, item.logprobs),
                 *self._deltas(processor, index, item.end),
             ]
         if isinstance(item, End):
@@ -379,6 +384,9 @@ class RemoteEngine(BaseEngine):
         else:
             path = "/completions"
             body["prompt"] = prompt
+            if self._reader.asks_logprobs:
+                # What the confidence gate judges a suggestion by, as with a local model.
+                body[LOGPROBS_FIELD] = LOGPROBS_ASKED
         if stops.stop and self._reader.reports_stop_reason:
             body["stop"] = list(stops.stop)
             if stops.include_stop_str_in_output:

@@ -13,6 +13,9 @@ answer is read within bounds, each refused with an error naming the endpoint:
 - bodies are asked for and read uncompressed (a compressed one is refused: a few kilobytes of
   gzip inflate to gigabytes, in one call);
 - JSON nested past Python's parser is a failure, not a RecursionError;
+- a choice keeps at most one log-probability a token asked for (`max_tokens`): a chunk that
+  would take it past loses its log-probabilities (the text stays), and so do the choice's
+  later chunks; a chunk whose log-probabilities are not all numbers loses its own;
 - every other failure of the reader is delivered too: the request never waits for nothing.
 """
 
@@ -20,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -257,6 +262,8 @@ class AnswerLimits:
 @dataclass(frozen=True, slots=True)
 class Piece:
     text: str
+    #: The log-probabilities of the tokens the text came in (None: the server sent none).
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +278,7 @@ class End:
 class PieceThenEnd:
     text: str
     end: End
+    logprobs: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,13 +294,33 @@ class Usage:
     completion_tokens: int = 0
 
 
+#: Where a completion asks for its tokens' log-probabilities: OpenAI's legacy field, which
+#: vLLM, llama-cpp-python's server and ours answer with `token_logprobs`, and llama.cpp's
+#: server with `content[].logprob`. 1, not 0: llama.cpp's server answers none for 0 (its
+#: `n_probs`); the others compute the chosen token's log-probability either way.
+LOGPROBS_FIELD = "logprobs"
+LOGPROBS_ASKED = 1
+#: What a server that refuses a field it does not take answers (FastAPI's validation: 422).
+REFUSED = (400, 422)
+
+
+def refuses_logprobs(response: httpx.Response, content: bytes) -> bool:
+    """Whether an error answer refuses `logprobs`: a 400 or 422 that names the field (OpenAI's
+    `param`, FastAPI's `loc`, or the message). A refusal for another reason (a prompt too long)
+    is not tried again without it."""
+    return response.status_code in REFUSED and LOGPROBS_FIELD.encode() in content.lower()
+
+
 class ChoiceReader:
     """Reads the streamed choices of one server (`spec`), and learns from them whether it says
-    which stop string ended a choice (`reports_stop_reason`; then it gets ours)."""
+    which stop string ended a choice (`reports_stop_reason`; then it gets ours), and whether it
+    takes `logprobs` (`asks_logprobs`: a server that refuses a request with it, and answers the
+    same request without it, is not asked again)."""
 
     def __init__(self, spec: RemoteSpec, *, reports_stop_reason: bool) -> None:
         self.spec = spec
         self.reports_stop_reason = reports_stop_reason
+        self.asks_logprobs = True
 
     async def read(
         self,
@@ -309,6 +337,7 @@ class ChoiceReader:
         limits = AnswerLimits.of(int(body.get("max_tokens") or 0))
         response: httpx.Response | None = None
         ended = False  # the end or a failure is in the queue
+        logprobs = _LogprobsKept(room=limits.max_tokens)
 
         def deliver(item: object) -> None:
             nonlocal ended
@@ -317,12 +346,20 @@ class ChoiceReader:
 
         try:
             async with asyncio.timeout(limits.seconds):
-                request = client.build_request(
-                    "POST", endpoint + path, json=body, headers=headers(self.spec)
-                )
-                response = await client.send(request, stream=True)
+                response = await self._send(client, path, body)
                 if response.status_code >= 400:
                     content = await _read_error_body(response)
+                    if LOGPROBS_FIELD in body and refuses_logprobs(response, content):
+                        refused = status(response)
+                        first, response = response, None
+                        await asyncio.shield(first.aclose())  # shielded: see `finally`
+                        without = {k: v for k, v in body.items() if k != LOGPROBS_FIELD}
+                        response = await self._send(client, path, without)
+                        if response.status_code < 400:
+                            self._stop_asking_logprobs(refused)
+                        else:
+                            content = await _read_error_body(response)
+                if response.status_code >= 400:
                     deliver(
                         Failed(f"{endpoint} answered {status(response)}: {error_message(content)}")
                     )
@@ -331,7 +368,7 @@ class ChoiceReader:
                 chat = path == "/chat/completions"
                 async for line in lines:
                     if (item := self._event(line, chat, usage)) is not None:
-                        deliver(item)
+                        deliver(logprobs.bounded(item))
                         if ended:
                             break
             if not ended:
@@ -365,6 +402,25 @@ class ChoiceReader:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(response.aclose())
 
+    def _stop_asking_logprobs(self, refused: str) -> None:
+        if self.asks_logprobs:  # once: requests under way at once may all find out
+            self.asks_logprobs = False
+            log.warning(
+                "%s refused a completion asking for log-probabilities (%s) and answered it "
+                "without: they are no longer asked for (the confidence gate, which has nothing "
+                "to judge by, lets its suggestions through)",
+                self.spec.endpoint,
+                refused,
+            )
+
+    async def _send(
+        self, client: httpx.AsyncClient, path: str, body: dict[str, Any]
+    ) -> httpx.Response:
+        request = client.build_request(
+            "POST", self.spec.endpoint + path, json=body, headers=headers(self.spec)
+        )
+        return await client.send(request, stream=True)
+
     def _event(self, line: str, chat: bool, usage: Usage) -> object | None:
         """What one line of the event stream means: a piece, the end, a failure, or nothing."""
         endpoint = self.spec.endpoint
@@ -387,20 +443,72 @@ class ChoiceReader:
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return None
         choice = choices[0]
+        logprobs = None
         if chat:
             delta = choice.get("delta")
             text = delta.get("content") if isinstance(delta, dict) else None
         else:
             text = choice.get("text")
+            logprobs = token_logprobs(choice.get("logprobs"))
+        text = text if isinstance(text, str) else ""
         finish = choice.get("finish_reason")
         if finish is None:
-            return Piece(text) if isinstance(text, str) and text else None
+            # A token without text (withheld by the server, or bytes of a character) still
+            # brings its log-probability.
+            return Piece(text, logprobs) if text or logprobs else None
         if "stop_reason" in choice:
             self.reports_stop_reason = True
-        if isinstance(text, str) and text:
+        if text or logprobs:
             # A last piece and the end in one event: hand over both, in order.
-            return PieceThenEnd(text, _end(finish, choice.get("stop_reason")))
+            return PieceThenEnd(text, _end(finish, choice.get("stop_reason")), logprobs)
         return _end(finish, choice.get("stop_reason"))
+
+
+def token_logprobs(raw: object) -> tuple[float, ...] | None:
+    """The log-probabilities a streamed completion chunk's `logprobs` holds: OpenAI's legacy
+    `token_logprobs` (vLLM, llama-cpp-python's server, ours), or `content[].logprob` (llama.cpp's
+    server); None for anything else, or where one is no number. Null entries are left out: text
+    without a token of its own (as ours sends what it withheld when a choice ended). A value
+    above 0 (rounding) is 0."""
+    if not isinstance(raw, dict):
+        return None
+    values = raw.get("token_logprobs")
+    if values is None and isinstance(raw.get("content"), list):
+        content = raw["content"]
+        if not all(isinstance(entry, dict) for entry in content):
+            return None
+        values = [entry.get("logprob") for entry in content]
+    if not isinstance(values, list):
+        return None
+    out = []
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if not math.isfinite(value):
+            return None
+        out.append(min(float(value), 0.0))
+    return tuple(out)
+
+
+@dataclass(slots=True)
+class _LogprobsKept:
+    """How many more log-probabilities one choice may keep (`room`: one a token asked for);
+    once a chunk would go past, none more."""
+
+    room: int
+    lost: bool = False
+
+    def bounded(self, item: object) -> object:
+        """`item`, without its log-probabilities if they go past the bound."""
+        if not isinstance(item, Piece | PieceThenEnd) or item.logprobs is None:
+            return item
+        if self.lost or len(item.logprobs) > self.room:
+            self.lost = True
+            return dataclasses.replace(item, logprobs=None)
+        self.room -= len(item.logprobs)
+        return item
 
 
 def _end(finish: object, stop_reason: object) -> End:

@@ -216,6 +216,63 @@ def test_stops_cut_the_text_and_report_stop_reason(
     assert chunks[-1]["choices"][0]["stop_reason"] == stop_reason
 
 
+def test_logprobs_give_each_token_the_text_it_added_and_its_log_probability(
+    make_server: Callable[..., Server],
+) -> None:
+    """docs/engine-server.md "Routes": with `logprobs` (0 to 5) each choice's tokens come
+    with the text the choice gained with each (they join to its text: a character's first
+    bytes and the withheld start of a stop string come with the token that completes them,
+    the stop string never) and the model's log-probability of each; whole and streamed
+    alike, each chunk's tokens joining to its text."""
+    server = make_server({"script": ["é = 1\n\ny = 2"], "token_logprob": -0.25})
+    body = {"prompt": "p", "max_tokens": 50, "stop": ["\n\n"]}
+    with server.http() as http:
+        whole = http.post("/v1/completions", json={**body, "logprobs": 5}).json()
+        stream = {**body, "logprobs": 0, "stream": True}
+        with http.stream("POST", "/v1/completions", json=stream) as response:
+            events = sse_events(response)
+    (choice,) = whole["choices"]
+    logprobs = choice["logprobs"]
+    assert choice["text"] == "é = 1"
+    # é is two byte tokens; the first `\n` is withheld, the second completes the stop.
+    assert logprobs["tokens"] == ["", "é", " ", "=", " ", "1", "", ""]
+    assert logprobs["token_logprobs"] == [-0.25] * 8
+    assert whole["usage"]["completion_tokens"] == 8
+    assert logprobs["text_offset"] == [0, 0, 1, 2, 3, 4, 5, 5]
+    assert logprobs["top_logprobs"] is None
+    chunks = [e["choices"][0] for e in events if e != "[DONE]" and e["choices"]]
+    streamed: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "text_offset": []}
+    for chunk in chunks:
+        if chunk["logprobs"] is None:
+            assert chunk["text"] == ""
+            continue
+        assert "".join(chunk["logprobs"]["tokens"]) == chunk["text"]
+        for key, values in streamed.items():
+            values.extend(chunk["logprobs"][key])
+    assert streamed == {k: logprobs[k] for k in streamed}
+    # Without `logprobs` there are none, and no chunk without text is sent.
+    with server.http() as http:
+        plain = http.post("/v1/completions", json=body).json()
+    assert plain["choices"][0]["logprobs"] is None
+
+
+def test_logprobs_of_a_backend_that_does_not_know_them_and_of_text_without_a_token(
+    make_server: Callable[..., Server],
+) -> None:
+    """A token whose log-probability the backend does not say gets null; text withheld when
+    the tokens ran out (no stop came) is an entry of its own, without a log-probability."""
+    server = make_server({"script": ["a\n"]})
+    answer = server.client().completions.create(
+        model="completion", prompt="p", max_tokens=10, stop=["\n\n"], logprobs=1
+    )
+    (choice,) = answer.choices
+    assert choice.text == "a\n"
+    assert choice.logprobs is not None
+    assert choice.logprobs.tokens == ["a", "", "\n"]
+    assert choice.model_dump()["logprobs"]["token_logprobs"] == [None, None, None]
+    assert choice.logprobs.text_offset == [0, 1, 1]
+
+
 def test_n_gives_each_choice_its_index(make_server: Callable[..., Server]) -> None:
     server = make_server({"script": ["one", "two", "three", "four"]})
     client = server.client()
@@ -294,13 +351,21 @@ def test_chat_max_completion_tokens(make_server: Callable[..., Server]) -> None:
         ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
         ("/v1/completions", {"prompt": "x", "n": "2"}, "n"),
         ("/v1/completions", {"prompt": "x", "stop": [1]}, "stop"),
-        ("/v1/completions", {"prompt": "x", "logprobs": 2}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "logprobs": 6}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "logprobs": -1}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "logprobs": True}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "top_logprobs": 2}, "top_logprobs"),
         ("/v1/completions", {"prompt": "x", "echo": True}, "echo"),
         ("/v1/completions", {"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
         ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
         ("/v1/completions", {"prompt": [1, 99999]}, "prompt"),
         ("/v1/completions", {"prompt": "x", "suffix": 3}, "suffix"),
         ("/v1/chat/completions", {"messages": []}, "messages"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a"}], "logprobs": True},
+            "logprobs",
+        ),
         (
             "/v1/chat/completions",
             {"messages": [{"role": "user", "content": 5}]},

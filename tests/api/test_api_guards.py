@@ -214,9 +214,12 @@ def test_the_openapi_document_describes_the_bounds_and_the_answers(
     assert set(document["paths"]) >= {"/v1/completions", "/v1/chat/completions", "/health"}
     # The documented answers are what the server writes.
     client = server.client()
-    CompletionResponse.model_validate(
-        client.completions.create(model="completion", prompt="x", max_tokens=3).model_dump()
-    )
+    for logprobs in (None, 1):
+        CompletionResponse.model_validate(
+            client.completions.create(
+                model="completion", prompt="x", max_tokens=3, logprobs=logprobs
+            ).model_dump()
+        )
     ChatResponse.model_validate(
         client.chat.completions.create(
             model="chat", messages=[{"role": "user", "content": "x"}]

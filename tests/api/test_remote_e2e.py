@@ -57,6 +57,7 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient, client_capabilities
 
 from engine.backends.openai import RemoteEngine
+from engine.completion import CompletionModel
 from engine.default_models import default_chat_model, default_completion_model
 from engine.engine import BaseEngine, Engine
 from engine.specs import RemoteSpec
@@ -68,6 +69,9 @@ from engine.types import (
     StopConditions,
     TextDelta,
 )
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.inline.suggest import suggest
+from lsp_server.settings import Settings
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
@@ -455,6 +459,60 @@ async def test_generate_on_the_llama_cpp_server_stops_as_the_local_model(
         case.stop_reason,
     )
     assert_nothing_shown_of_a_stop_before_it_matched(result, case)
+
+
+# --- log-probabilities: the confidence gate judges a remote suggestion as a local one ----------
+
+
+def logprobs_of(deltas: list[TextDelta]) -> list[float]:
+    """A choice's log-probabilities as the language server gathers them (inline/answer.py)."""
+    return [p for d in deltas for p in (d.logprobs or ())]
+
+
+#: A greedy single-line completion, cut at the line's end by our own stop processor.
+LOGPROBS_CASE = StopCase(ADD, ("\n",), max_tokens=16)
+
+
+async def test_log_probabilities_through_the_engine_server_are_the_local_models(
+    completion_engine: Engine, remote_engines: dict[str, RemoteEngine]
+) -> None:
+    """The remote backend asks our engine server for `logprobs`: each token's is the local
+    model's on the same greedy prompt, to 1e-3."""
+    request = stop_request(LOGPROBS_CASE)
+    local = [d async for d in completion_engine.generate(request)]
+    remote = [d async for d in remote_engines["engine server"].generate(request)]
+    assert outcome(remote).text == outcome(local).text == " a + b"
+    expected = logprobs_of(local)
+    assert len(expected) == sum(len(d.token_ids) for d in local)
+    assert logprobs_of(remote) == pytest.approx(expected, abs=1e-3)
+
+
+async def test_llama_cpp_servers_log_probabilities_reach_the_confidence_gate(
+    completion_engine: Engine, remote_engines: dict[str, RemoteEngine]
+) -> None:
+    """llama-cpp-python's own server answers `logprobs` (its `token_logprobs`): the remote
+    backend gets one a token, the local model's, and an automatic suggestion through it is
+    judged by them."""
+    peer = remote_engines["llama.cpp server"]
+    request = stop_request(LOGPROBS_CASE)
+    local = [d async for d in completion_engine.generate(request)]
+    remote = [d async for d in peer.generate(request)]
+    assert outcome(remote).text == outcome(local).text
+    expected = logprobs_of(local)
+    got = logprobs_of(remote)
+    # The same on this prompt to the last digit (measured); a margin for its thread count.
+    assert got == pytest.approx(expected, abs=1e-2), (got, expected)
+
+    model = CompletionModel.of(peer, None)
+    text = "def add(a, b):\n    return \n"
+    snap = DocumentSnapshot.at(text, text.index("return ") + 7, uri="file:///w/add.py")
+    result = await suggest(model, snap, Settings(), invoked=False)
+    assert result.gate is not None
+    features = result.gate.features
+    assert features is not None, "judged by the server's log-probabilities"
+    assert result.gate.confidence is not None
+    assert features.tokens >= 2
+    assert features.mean_logprob < 0
 
 
 # --- 3. two editors, one engine server ------------------------------------------------------------

@@ -174,6 +174,36 @@ async def test_the_remote_answer_is_the_local_engines(
             assert not any(shown.endswith(matched[:k]) for k in range(1, len(matched))), shown
 
 
+def logprobs_of(deltas: list[TextDelta]) -> list[float] | None:
+    """A choice's log-probabilities as the language server gathers them (inline/answer.py):
+    None where no delta brought any."""
+    known = [p for d in deltas for p in (d.logprobs or ())]
+    return known or None
+
+
+@pytest.mark.parametrize(("stops", "max_tokens"), STOP_CASES)
+async def test_the_remote_log_probabilities_are_the_local_engines(
+    make_server: Callable[..., Server], stops: StopConditions, max_tokens: int
+) -> None:
+    """Our server is asked for `logprobs` and answers each token's: the remote backend gets
+    as many as the local engine, the same, whatever the stop held back or cut (tokens whose
+    text is withheld, the one that completes a stop string, the limit)."""
+    server = make_server({"script": [SCRIPT], "token_logprob": -0.5})
+    local = Engine(FakeBackend(script=[SCRIPT], token_logprob=-0.5))
+    engine = remote(server.url)
+    request = GenerationRequest(
+        prompt="x", sampling=SamplingParams(max_tokens=max_tokens), stops=stops
+    )
+    try:
+        expected = await deltas_of(local, request)
+        got = await deltas_of(engine, request)
+    finally:
+        local.close()
+    assert outcome(got) == outcome(expected)
+    assert logprobs_of(expected) is not None
+    assert logprobs_of(got) == logprobs_of(expected)
+
+
 async def test_the_document_is_sent_as_the_cache_key_to_our_server(
     make_server: Callable[..., Server],
 ) -> None:
@@ -375,6 +405,144 @@ async def test_openais_own_api_gets_only_openais_fields(foreign: Foreign) -> Non
     await deltas_of(remote(foreign.url), GenerationRequest(prompt="x"))
     body = foreign.bodies[-1]
     assert not {"repeat_penalty", "repetition_penalty", "min_p", "top_k", "cache_key"} & set(body)
+
+
+async def test_a_server_without_log_probabilities_leaves_them_unknown(foreign: Foreign) -> None:
+    """They are asked for; a server that answers none (`logprobs: null`) leaves them unknown,
+    and the confidence gate judges without them, as before."""
+    foreign.answers.append(events(piece("a"), piece("b", "stop")))
+    deltas = await deltas_of(remote(foreign.url), GenerationRequest(prompt="x"))
+    assert outcome(deltas) == ("ab", FinishReason.STOP, None)
+    assert foreign.bodies[-1]["logprobs"] == 1
+    assert logprobs_of(deltas) is None
+
+
+def with_logprobs(text: str, logprobs: object, finish: str | None = None) -> dict[str, Any]:
+    event = piece(text, finish)
+    event["choices"][0]["logprobs"] = logprobs
+    return event
+
+
+@pytest.mark.parametrize(
+    ("chunks", "expected"),
+    [
+        pytest.param(  # vLLM, llama-cpp-python's server: OpenAI's legacy object
+            [
+                with_logprobs("a", {"tokens": ["a"], "token_logprobs": [-0.1]}),
+                with_logprobs("", {"tokens": [""], "token_logprobs": [-0.2]}),
+                with_logprobs("bc", {"tokens": ["b", "c"], "token_logprobs": [-0.3, 0.0]}),
+                with_logprobs("", {"tokens": [""], "token_logprobs": [-0.4]}, "stop"),
+            ],
+            [-0.1, -0.2, -0.3, 0.0, -0.4],
+            id="token_logprobs",
+        ),
+        pytest.param(  # llama.cpp's server: the chat form on /v1/completions
+            [
+                with_logprobs("a", {"content": [{"token": "a", "logprob": -0.1}]}),
+                with_logprobs("b", {"content": [{"token": "b", "logprob": -0.2}]}, "stop"),
+            ],
+            [-0.1, -0.2],
+            id="content",
+        ),
+        pytest.param(  # text without a token of its own (ours), rounding above 0
+            [
+                with_logprobs("a", {"token_logprobs": [1e-7]}),
+                with_logprobs("b", {"token_logprobs": [None]}, "stop"),
+            ],
+            [0.0],
+            id="null and rounding",
+        ),
+        pytest.param(  # what is no log-probability is left out, the text stays
+            [
+                with_logprobs("a", {"token_logprobs": ["-0.1"]}),
+                with_logprobs("b", {"token_logprobs": [True]}),
+                with_logprobs("c", {"token_logprobs": -0.1}),
+                with_logprobs("d", [-0.1]),
+                with_logprobs("e", {"token_logprobs": [-0.5]}, "stop"),
+            ],
+            [-0.5],
+            id="not numbers",
+        ),
+    ],
+)
+async def test_each_chunks_log_probabilities_reach_the_deltas(
+    foreign: Foreign, chunks: list[dict[str, Any]], expected: list[float]
+) -> None:
+    foreign.answers.append(events(*chunks))
+    deltas = await deltas_of(remote(foreign.url), GenerationRequest(prompt="x"))
+    assert outcome(deltas)[1:] == (FinishReason.STOP, None)
+    assert "".join(d.text for d in deltas) == "".join(c["choices"][0]["text"] for c in chunks)
+    assert logprobs_of(deltas) == expected
+
+
+async def test_absurd_log_probability_arrays_cost_no_memory_past_the_tokens_asked_for(
+    foreign: Foreign,
+) -> None:
+    """openai_stream.py's bounds: a choice keeps at most one log-probability a token asked
+    for; a chunk that would go past loses its own and the choice keeps none more (the text
+    goes on)."""
+    # 420 KB a line: within MAX_LINE_BYTES, and three within the answer's bytes.
+    huge = {"token_logprobs": [-0.25] * 60_000}
+    foreign.answers.append(
+        events(
+            with_logprobs("a", {"token_logprobs": [-0.1]}),
+            *(with_logprobs("b", huge) for _ in range(3)),
+            with_logprobs("c", {"token_logprobs": [-0.2]}, "stop"),
+        )
+    )
+    request = GenerationRequest(prompt="x", sampling=SamplingParams(max_tokens=256))
+    tracemalloc.start()
+    try:
+        deltas = await deltas_of(remote(foreign.url), request)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert outcome(deltas) == ("abbbc", FinishReason.STOP, None)
+    assert logprobs_of(deltas) == [-0.1]
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB"
+
+
+async def test_a_server_that_refuses_logprobs_is_asked_again_without_and_never_again(
+    foreign: Foreign, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 400 that names `logprobs` is tried once more without the field; once that works,
+    the server is not asked for them again (said once in the log). A 400 for another reason
+    is not tried again (test_a_failure_is_an_error_naming_the_endpoint_...)."""
+    refusal = {
+        "error": {
+            "message": "Unrecognized request argument supplied: logprobs",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+    }
+    foreign.answers += [
+        lambda body: JSONResponse(refusal, status_code=400),
+        events(piece("fine", "stop")),
+        events(piece("again", "stop")),
+    ]
+    engine = remote(foreign.url)
+    caplog.set_level(logging.INFO)
+    first = await deltas_of(engine, GenerationRequest(prompt="x"))
+    assert outcome(first) == ("fine", FinishReason.STOP, None)
+    second = await deltas_of(engine, GenerationRequest(prompt="x"))
+    assert outcome(second) == ("again", FinishReason.STOP, None)
+    assert ["logprobs" in body for body in foreign.bodies] == [True, False, False]
+    assert caplog.text.count("refused a completion asking for log-probabilities") == 1
+    assert f"{foreign.url}/v1" in caplog.text
+
+
+async def test_fastapis_422_for_logprobs_is_also_a_refusal_of_the_field(
+    foreign: Foreign,
+) -> None:
+    detail = {"detail": [{"loc": ["body", "logprobs"], "msg": "Extra inputs are not permitted"}]}
+    foreign.answers += [
+        lambda body: JSONResponse(detail, status_code=422),
+        events(piece("fine", "stop")),
+    ]
+    deltas = await deltas_of(remote(foreign.url), GenerationRequest(prompt="x"))
+    assert outcome(deltas) == ("fine", FinishReason.STOP, None)
+    assert "logprobs" not in foreign.bodies[-1]
 
 
 @pytest.mark.parametrize(
@@ -810,6 +978,25 @@ async def test_an_inline_suggestion_through_the_remote_backend(
     call = server.completion.calls[-1]
     assert server.completion.detokenize(call.prompt_ids) == "def area(r):\n    return "
     assert call.cache_key == "file:///w/a%20b.py"
+
+
+async def test_the_confidence_gate_judges_a_remote_suggestion_by_its_log_probabilities(
+    make_server: Callable[..., Server],
+) -> None:
+    """An automatic suggestion through the remote backend is judged as a local one: by the
+    log-probabilities of its tokens, which the server sent."""
+    server = make_server(
+        {"script": [["3.14 * r * r", 1, "ignored"]], "token_logprob": -0.125}, no_fim=True
+    )
+    model = CompletionModel.of(remote(server.url), None)
+    text = "def area(r):\n    return \n"
+    result = await suggest(model, snapshot(text, text.index("\n", 13)), Settings(), invoked=False)
+    assert result.gate is not None
+    assert result.gate.features is not None
+    assert result.gate.confidence is not None
+    # 12 tokens of text and the <eos>: the local engine's count.
+    assert result.gate.features.tokens == 13
+    assert result.gate.features.mean_logprob == pytest.approx(-0.125)
 
 
 @pytest.mark.parametrize("setting", ["auto", "on"])

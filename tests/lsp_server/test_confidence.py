@@ -1,6 +1,6 @@
 """The confidence gate: an automatic suggestion the model was unsure of is not shown;
 `minConfidence` 0 shows everything; what the user asked for is never held back; a suggestion without
-log-probabilities (a remote server) always shows."""
+log-probabilities (a remote server that sends none) always shows."""
 
 from __future__ import annotations
 
