@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import sys
 import tempfile
 import time
@@ -145,11 +146,19 @@ def apply_item(text: str, item: types.InlineCompletionItem, cursor: int) -> tupl
 class ServerClient:
     """The real server as a subprocess, with a copy of every document the benchmark opened."""
 
-    def __init__(self, settings: dict[str, Any] | None = None, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: dict[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         # The benchmarks count the engine's jobs per request: no work ahead after each answer
-        # unless a benchmark measures it.
-        self.settings = {"speculativeSuggestions": 0, **(settings or {})}
+        # unless a benchmark measures it. The models run in the server's process unless a
+        # benchmark asks for the shared engine (`engine`: the `shared` suite compares both).
+        self.settings = {"speculativeSuggestions": 0, "engine": "here", **(settings or {})}
         self.model = model
+        self.env = env  # added to this process's environment for the server
         self.shown: list[str] = []  # window/showMessage texts
         self.client = InfillClient("infill-lsp-bench", on_show=self._show)
         self._docs: dict[str, _Doc] = {}
@@ -173,7 +182,11 @@ class ServerClient:
             args += ["--model", self.model]
         try:
             await self.client.start(
-                root_uri=root.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
+                root_uri=root.as_uri(),
+                options=self.settings,
+                server_args=args,
+                cwd=str(ROOT),
+                env=None if self.env is None else {**os.environ, **self.env},
             )
             deadline = time.monotonic() + wait_s
             while True:

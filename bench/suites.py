@@ -71,6 +71,11 @@ SUITES: dict[str, Suite] = {
             summary="the engine server's /health and a small completion, idle and under load",
         ),
         Suite(
+            name="shared",
+            summary="windows on one shared engine against each holding its models",
+            headline="warm single line, shared / here, median",
+        ),
+        Suite(
             name="editors",
             summary="1, 2 and 4 language servers typing at once on one model server",
         ),

@@ -599,6 +599,7 @@ async def test_status_names_every_field_the_readme_lists(tmp_path: Path) -> None
         "fim_family",
         "fim_note",
         "features_off",
+        "engine",
         "last_error",
         "download",
         "kv_cache",
