@@ -27,8 +27,8 @@ from engine.doctor import doctor_report, failed, print_report
 from engine.errors import EngineError
 from engine.generate import GenerateArgs, UsageError, stream_json_lines
 from engine.hub import DownloadProgress, Phase
-from engine.specs import API_KEY_ENV, check_fim_family
-from lsp_server.engine_place import ENGINE_ENV
+from engine.specs import API_KEY_ENV, ModelOptions, check_fim_family
+from lsp_server.engine_place import ENGINE_ENV, engine_report
 from lsp_server.model_flags import (
     model_flags,
     model_name,
@@ -237,8 +237,12 @@ def _generate(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from lsp_server.usage_file import USAGE_KEY, print_usage, usage_report
 
-    report = doctor_report(model_options(args), on_download=_print_download)
+    options = model_options(args)
+    report = doctor_report(options, on_download=_print_download)
     status = 1 if failed(report) else 0
+    # Where an editor's language server would run these models (`engine: auto`).
+    settings = Settings(**{f.name: getattr(options, f.name) for f in fields(ModelOptions)})
+    report = {**report, "engine": engine_report(settings)}
     usage = usage_report()
     if args.json:
         print_report({**report, USAGE_KEY: usage}, as_json=True)

@@ -22,10 +22,11 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from engine.errors import EngineError
 from engine.models import model_spec
-from engine.shared import SharedEngine, SharedEngineLink, completion_backend
+from engine.shared import SharedEngine, SharedEngineLink, completion_backend, ping
 from engine.specs import REMOTE_BACKEND, ModelSpec, RemoteSpec, remote_base_url
 from engine.types import Role
 from lsp_server.settings import Settings
@@ -141,3 +142,29 @@ def placed_specs(
     same = local[Role.NEXT_EDIT] == local[Role.COMPLETION]
     specs[Role.NEXT_EDIT] = remote(Role.NEXT_EDIT) if same else local[Role.NEXT_EDIT]
     return specs
+
+
+def engine_report(settings: Settings) -> dict[str, Any]:
+    """Where the models of `settings` run, for `doctor`: the mode, why here where `auto`
+    could not share them, and the shared engine (running or not: the first editor window
+    starts it) with its process, windows and memory."""
+    placement = place(settings)
+    report: dict[str, Any] = {"mode": placement.mode.value}
+    if placement.why_here is not None:
+        report["why_here"] = placement.why_here
+    if placement.url is not None:
+        report["url"] = placement.url
+    if placement.shared is None:
+        return report
+    report["socket"] = str(placement.shared.socket)
+    health = ping(placement.shared.socket)
+    report["running"] = health is not None
+    if health is not None:
+        engine = health.get("engine") or {}
+        report |= {
+            "pid": engine.get("pid"),
+            "clients": len(engine.get("clients") or ()),
+            "resident_bytes": engine.get("resident_bytes"),
+            "status": health.get("status"),
+        }
+    return report
