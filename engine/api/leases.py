@@ -47,7 +47,8 @@ class Leases:
     idle_exit: float | None = None
     _leases: dict[str, float] = field(default_factory=dict)  # name: when it ends
     _requests: int = 0
-    _idle_since: float = field(default_factory=time.monotonic)
+    #: Since when no lease was held nor request under way; None: since the first look.
+    _idle_since: float | None = None
 
     def renew(self, name: str, now: float | None = None) -> None:
         """`name` holds a lease for `LEASE_SECONDS` more."""
@@ -83,6 +84,8 @@ class Leases:
         self._expire(now)
         if self._leases or self._requests:
             return False
+        if self._idle_since is None:
+            self._idle_since = now
         return now - self._idle_since >= self.idle_exit
 
     def _expire(self, now: float) -> None:
@@ -91,7 +94,7 @@ class Leases:
             del self._leases[name]
         if ended and not self._leases:
             # Idle since the last lease ended, not since it was last renewed.
-            self._idle_since = max(self._idle_since, *ended.values())
+            self._idle_since = max(self._idle_since or 0.0, *ended.values())
 
     def describe(self, now: float | None = None) -> dict[str, Any]:
         """What /health tells a trusted caller about the engine process and its clients."""
