@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import sys
 import tempfile
 import time
@@ -172,8 +173,15 @@ class ServerClient:
         if self.model:
             args += ["--model", self.model]
         try:
+            # A shared engine of its own, started from this tree: one another checkout or an
+            # earlier run left would answer with other code, and compute beside the raw side.
+            env = {**os.environ, "XDG_RUNTIME_DIR": self._tmp.name}
             await self.client.start(
-                root_uri=root.as_uri(), options=self.settings, server_args=args, cwd=str(ROOT)
+                root_uri=root.as_uri(),
+                options=self.settings,
+                server_args=args,
+                cwd=str(ROOT),
+                env=env,
             )
             deadline = time.monotonic() + wait_s
             while True:

@@ -135,7 +135,10 @@ class RemoteEngine(BaseEngine):
             name=discovery.model or "(the server's model)",
             path=spec.endpoint,
             backend=REMOTE_BACKEND,
-            device="remote",
+            # Our own engine server says where its model computes, and the language server
+            # decides by it as for a model here: suffix ranking's scorings and branches cost
+            # a cold request on a CPU 21-25 s against 5.6 s without (docs/decisions/cold-prompt.md).
+            device=discovery.device or "remote",
             context_size=discovery.context_size,
             vocab_size=0,
             eog_tokens=(),
