@@ -136,8 +136,9 @@ class RemoteEngine(BaseEngine):
             path=spec.endpoint,
             backend=REMOTE_BACKEND,
             # Our own engine server says where its model computes, and the language server
-            # decides by it as for a model here: suffix ranking's scorings and branches cost
-            # a cold request on a CPU 21-25 s against 5.6 s without (docs/decisions/cold-prompt.md).
+            # decides by it as for a model here: on a CPU, suffix ranking's scorings and
+            # branches made a cold request 3.1-3.4x the raw engine's
+            # (docs/decisions/cold-prompt.md).
             device=discovery.device or "remote",
             context_size=discovery.context_size,
             vocab_size=0,
