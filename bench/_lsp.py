@@ -154,11 +154,12 @@ class ServerClient:
         env: dict[str, str] | None = None,
     ) -> None:
         # The benchmarks count the engine's jobs per request: no work ahead after each answer
-        # unless a benchmark measures it. The models run in the server's process unless a
-        # benchmark asks for the shared engine (`engine`: the `shared` suite compares both).
-        self.settings = {"speculativeSuggestions": 0, "engine": "here", **(settings or {})}
+        # unless a benchmark measures it. The models run where a user's do (the shared engine,
+        # `engine` `auto`; the `shared` suite compares it with `here`), and an engine left idle
+        # exits within seconds rather than holding its memory through the next part.
+        self.settings = {"speculativeSuggestions": 0, "engineIdleExit": 5, **(settings or {})}
         self.model = model
-        self.env = env  # added to this process's environment for the server
+        self.env = env  # added to the server's environment (after its own runtime folder)
         self.shown: list[str] = []  # window/showMessage texts
         self.client = InfillClient("infill-lsp-bench", on_show=self._show)
         self._docs: dict[str, _Doc] = {}
@@ -181,12 +182,15 @@ class ServerClient:
         if self.model:
             args += ["--model", self.model]
         try:
+            # A shared engine of its own, started from this tree: one another checkout or an
+            # earlier run left would answer with other code, and compute beside the raw side.
+            env = {**os.environ, "XDG_RUNTIME_DIR": self._tmp.name, **(self.env or {})}
             await self.client.start(
                 root_uri=root.as_uri(),
                 options=self.settings,
                 server_args=args,
                 cwd=str(ROOT),
-                env=None if self.env is None else {**os.environ, **self.env},
+                env=env,
             )
             deadline = time.monotonic() + wait_s
             while True:
