@@ -119,6 +119,14 @@ def by_language(outcomes: Sequence[Outcome]) -> dict[str, Tally]:
     return {str(lang): tally([o for o in outcomes if o.language is lang]) for lang in Language}
 
 
+def row(t: Tally) -> str:
+    """A row of the tables as text: cases, hits and false edits with their shares."""
+    return (
+        f"{t.cases} cases, {t.hits} hit ({t.hit_pct:.0f}%), "
+        f"{t.false_edits} false edit ({t.false_pct:.1f}%), {t.median_ms:.1f} ms median"
+    )
+
+
 def table(title: str, rows: dict[str, Tally]) -> str:
     lines = [
         f"| {title} | cases | hit | false edit | proposed | median ms |",
@@ -204,7 +212,9 @@ def metrics_of(outcomes: Sequence[Outcome]) -> list[Metric]:
         ),
         metric("answer, median", kinds["all"].median_ms, "ms"),
     ]
-    found += [metric(f"{name}: hit", t.hit_pct, "%") for name, t in languages.items() if t.cases]
+    # Each row of the two tables as one line, so that the record holds what stdout shows.
+    found += [metric(f"kind {name}", row(t)) for name, t in kinds.items() if t.cases]
+    found += [metric(f"language {name}", row(t)) for name, t in languages.items() if t.cases]
     return found
 
 
