@@ -28,6 +28,7 @@ from pygls.workspace.position_codec import PositionCodec
 
 from bench._common import ROOT
 from lsp_server.client import InfillClient, insert_text_of, items_of
+from lsp_server.next_edit.requests import INLINE_EDIT_REQUEST
 from lsp_server.postprocess import CursorContext, decide_mode
 
 #: A typist's pace in the typing benchmarks: one character every 60 ms.
@@ -130,6 +131,14 @@ def offset_of(text: str, position: types.Position) -> int:
             return start + index
         units += _UTF16.client_num_units(char)
     return start + len(line)
+
+
+def _position_json(position: types.Position) -> dict[str, int]:
+    return {"line": position.line, "character": position.character}
+
+
+def _position(value: dict[str, Any]) -> types.Position:
+    return types.Position(line=int(value["line"]), character=int(value["character"]))
 
 
 def apply_item(text: str, item: types.InlineCompletionItem, cursor: int) -> tuple[str, int, int]:
@@ -299,6 +308,26 @@ class ServerClient:
         if text.endswith("\n\n"):
             return (len(text) - 1, len(text), "")
         return (len(text), len(text), "\n")
+
+    # --- next edits ---------------------------------------------------------------------------
+
+    async def next_edits(self, uri: str, offset: int) -> list[tuple[int, int, str]]:
+        """`textDocument/copilotInlineEdit` for the cursor at `offset` of the document as it
+        is: the proposed edits as (start, end, new text) in its code points, nearest first."""
+        doc = self._docs[uri]
+        params = {
+            "textDocument": {"uri": uri, "version": doc.version},
+            "position": _position_json(position_of(doc.text, offset)),
+        }
+        answer = await self.client.request(INLINE_EDIT_REQUEST, params)
+        return [
+            (
+                offset_of(doc.text, _position(edit["range"]["start"])),
+                offset_of(doc.text, _position(edit["range"]["end"])),
+                str(edit["text"]),
+            )
+            for edit in answer["edits"]
+        ]
 
     # --- inline completion --------------------------------------------------------------------
 
