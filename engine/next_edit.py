@@ -2,12 +2,12 @@
 prompt format, the stops that end its answer, reading the answer back as a rewritten editable
 region, and that rewrite as minimal edits.
 
-A next-edit model is shown the user's recent edits (unified diffs) and the code around the
-cursor with an editable region marked in it; it answers with the region rewritten. The formats
-are the ones the published models were trained on, each checked against its makers' own code
-(cited at each format). Formats are named by the `nextEditFormat` setting (`zeta1`, `zeta2`,
-`sweep`, `none`), or detected from the tokenizer's special tokens like FIM families
-(engine/fim.py).
+A next-edit model is shown the user's recent edits (unified diffs, or old and new blocks) and
+the code around the cursor with an editable region marked in it; it answers with the region
+rewritten. The formats are the ones the published models were trained on, each checked against
+its makers' own code (cited at each format). Formats are named by the `nextEditFormat` setting
+(`zeta1`, `zeta2`, `sweep`, `none`), or detected from the tokenizer's special tokens like FIM
+families (engine/fim.py).
 
 Detection is deliberately narrow: a format is detected only when its own markers are special
 tokens of the tokenizer. Zeta v1 keeps its markers as plain text in its base model's tokenizer
@@ -19,6 +19,14 @@ setting names the format.
 Prompts are pieces, as `fim.fim_pieces` makes them: a marker (special token by id where the
 tokenizer has it, text otherwise) or the user's text, which is never parsed for special tokens
 for a local model. A remote server gets the pieces' text.
+
+Sweep Next-Edit follows Sweep's own code: `sweep-autocomplete` (PyPI 0.1.1, Apache-2.0, by
+Sweep AI), the local server Sweep's VS Code extension (sweepai/vscode-nes, commit fa52a26)
+starts for its local mode, which builds the prompt, its stops and reads the answer
+(sweep_autocomplete/autocomplete/next_edit_autocomplete.py, cited at the format). The model
+cards on the Hugging Face hub could not be read here; re-implementations found elsewhere
+differ from Sweep's server in details (a `.diff` suffix on the edits' sections, no line
+ranges, conflict markers in place of `original:` / `updated:`), and were not followed.
 
 Left out, for want of a source by its makers to check it against: Continue Instinct (its
 training code, continuedev/instinct, was not available; Continue's client, core/nextEdit,
@@ -463,6 +471,7 @@ def _sweep_pieces(given: NextEditInput) -> list[Piece]:
     span = f"{line + 1}:{line + len(current.splitlines()) + 1}"
     out = _Pieces()
     out.marker(_SWEEP_FILE)
+    # The file as it was: the region's full original (its line end kept).
     out.text(f"{given.path}\n{given.before}{_sweep_original(given.region, given)}{given.after}")
     out.text("\n")
     for i, (edit, old, new) in enumerate(_sweep_changes(given.edits)):
