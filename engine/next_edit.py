@@ -2,28 +2,37 @@
 prompt format, the stops that end its answer, reading the answer back as a rewritten editable
 region, and that rewrite as minimal edits.
 
-A next-edit model is shown the user's recent edits (unified diffs) and the code around the
-cursor with an editable region marked in it; it answers with the region rewritten. The formats
-are the ones the published models were trained on, each checked against its makers' own code
-(cited at each format). Formats are named by the `nextEditFormat` setting (`zeta1`, `zeta2`,
-`none`), or detected from the tokenizer's special tokens like FIM families (engine/fim.py).
+A next-edit model is shown the user's recent edits (unified diffs, or old and new blocks) and
+the code around the cursor with an editable region marked in it; it answers with the region
+rewritten. The formats are the ones the published models were trained on, each checked against
+its makers' own code (cited at each format). Formats are named by the `nextEditFormat` setting
+(`zeta1`, `zeta2`, `sweep`, `none`), or detected from the tokenizer's special tokens like FIM
+families (engine/fim.py).
 
 Detection is deliberately narrow: a format is detected only when its own markers are special
 tokens of the tokenizer. Zeta v1 keeps its markers as plain text in its base model's tokenizer
 (Sweep's write-up, blog.sweep.dev/posts/oss-next-edit, counts 7 tokens each), and Zeta 2's
-FIM tokens are every Seed-Coder's: detecting on those would take any base coder for a
-next-edit model, so for such a model the setting names the format.
+FIM tokens are every Seed-Coder's, as Sweep's `<|file_sep|>` is every Qwen2.5-Coder's:
+detecting on those would take any base coder for a next-edit model, so for such a model the
+setting names the format.
 
 Prompts are pieces, as `fim.fim_pieces` makes them: a marker (special token by id where the
 tokenizer has it, text otherwise) or the user's text, which is never parsed for special tokens
 for a local model. A remote server gets the pieces' text.
 
-Left out, for want of a source by their makers to check them against: Sweep Next-Edit (its
-model card and code are not published, and the re-implementations found disagree on the
-section headers, a cursor marker and line ranges) and Continue Instinct (its training code,
-continuedev/instinct, was not available; Continue's client, core/nextEdit, shows it is chat
-messages with the model's chat template, Zeta v1's markers and a long system prompt of
-Continue's own: a chat rendering this module does not have, and text to copy verbatim).
+Sweep Next-Edit follows Sweep's own code: `sweep-autocomplete` (PyPI 0.1.1, Apache-2.0, by
+Sweep AI), the local server Sweep's VS Code extension (sweepai/vscode-nes, commit fa52a26)
+starts for its local mode, which builds the prompt, its stops and reads the answer
+(sweep_autocomplete/autocomplete/next_edit_autocomplete.py, cited at the format). The model
+cards on the Hugging Face hub could not be read here; re-implementations found elsewhere
+differ from Sweep's server in details (a `.diff` suffix on the edits' sections, no line
+ranges, conflict markers in place of `original:` / `updated:`), and were not followed.
+
+Left out, for want of a source by its makers to check it against: Continue Instinct (its
+training code, continuedev/instinct, was not available; Continue's client, core/nextEdit,
+shows it is chat messages with the model's chat template, Zeta v1's markers and a long system
+prompt of Continue's own: a chat rendering this module does not have, and text to copy
+verbatim).
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ class NextEditFamily(enum.StrEnum):
 
     ZETA1 = "zeta1"
     ZETA2 = "zeta2"
+    SWEEP = "sweep"
 
 
 #: What `nextEditFormat` may be: a family, or "none" for no next-edit model.
@@ -117,7 +127,9 @@ class NextEditFormat:
     (its own markers; see the module docstring). `markers`: every marker the format writes
     (a remote server reads them in the user's code too: a caller may refuse such code).
     `end`: the text that ends the rewrite; generation stops there, and it is kept in the
-    output so that `parse` can tell a finished rewrite from a cut one.
+    output so that `parse` can tell a finished rewrite from a cut one. `also_ends`: other
+    texts that end it as `end` does. `ends_at_eos`: the model's own end-of-generation token
+    (hidden, no stop reason) ends a rewrite too; otherwise a rewrite ended there is cut.
     """
 
     family: NextEditFamily
@@ -125,9 +137,16 @@ class NextEditFormat:
     markers: tuple[str, ...]
     end: str
     pieces: Callable[[NextEditInput], list[Piece]]
+    also_ends: tuple[str, ...] = ()
+    ends_at_eos: bool = False
     #: The rewritten region read from the model's answer (which ends with `end` when the
     #: model finished), for the prompt made of the input; None when it is no valid rewrite.
     parse: Callable[[str, NextEditInput], str | None]
+
+    @property
+    def ends(self) -> tuple[str, ...]:
+        """Every text that ends a rewrite, `end` first."""
+        return (self.end, *self.also_ends)
 
 
 def _hunks(diff: str) -> str:
@@ -337,8 +356,200 @@ ZETA2 = NextEditFormat(
 )
 
 
+# --- Sweep Next-Edit --------------------------------------------------------------------------
+# Sweep's Next-Edit models (sweepai/sweep-next-edit-0.5B and -1.5B, Qwen2.5-Coder tuned).
+# Followed: Sweep's own local server, the `sweep-autocomplete` package (PyPI 0.1.1, Apache-2.0,
+# by Sweep AI; what Sweep's VS Code extension, sweepai/vscode-nes at fa52a26, starts for its
+# local mode), sweep_autocomplete/autocomplete/next_edit_autocomplete.py (`prompt`,
+# `diff_format`, `format_recent_changes_and_prev_section`, `_fetch_next_edits_core`) and
+# next_edit_autocomplete_utils.py (`extract_diff_parts`, `parse_hunk`,
+# `strip_leading_empty_newlines`). Qwen2.5-Coder's repository layout: a `<|file_sep|>` before
+# each "file". First the file, as it was before the recent edits; then each recent edit as a
+# file named `path:start:end` holding `original:` and `updated:` (its changed lines with one
+# line of context), oldest first, the last six; then the region as `original/path:s:e` (the
+# recent edits undone in it), `current/path:s:e` (as it is, `<|cursor|>` at the cursor) and
+# `updated/path:s:e`, after which the model writes the new region and ends with `<|file_sep|>`
+# or `<|endoftext|>` (the server's stops). `s:e` are as the server writes them: the cursor's
+# line within the region (from 1), and that plus the region's line count.
+# Left as Sweep's server leaves them for its local model: no retrieved snippets of other files
+# and no prefill (the region's first lines written for the model: its `changes_above_cursor`
+# mode) - the region is the model's to rewrite whole, as with the Zeta formats. Two choices of
+# ours: the file section is the shown window with the edits undone in the region only (the
+# server has the file as it was opened), and only edits of this file are undone in it (the
+# server tries every file's).
+
+_SWEEP_FILE = "<|file_sep|>"
+_SWEEP_CURSOR = "<|cursor|>"
+_SWEEP_END_OF_TEXT = "<|endoftext|>"
+#: Recent edits shown: the server keeps the last six.
+_SWEEP_MAX_EDITS = 6
+#: A line the server's training data sometimes ends an answer with (its comment says so).
+_SWEEP_NO_NEWLINE = " No newline at end of file"
+
+
+def _diff_sides(hunks: str, context: int) -> tuple[str, str]:
+    """The old and the new text of a diff's body lines (`@@` lines skipped), from `context`
+    lines before its first changed line to `context` after its last."""
+    body = [line for line in hunks.splitlines(keepends=True) if not line.startswith("@@")]
+    changed = [i for i, line in enumerate(body) if line.startswith(("-", "+"))]
+    if not changed:
+        return "", ""
+    old: list[str] = []
+    new: list[str] = []
+    for line in body[max(0, changed[0] - context) : changed[-1] + context + 1]:
+        if not line.startswith("+"):
+            old.append(line[1:])
+        if not line.startswith("-"):
+            new.append(line[1:])
+    return "".join(old), "".join(new)
+
+
+def _sweep_lines(hunks: str) -> tuple[int, int]:
+    """The range a recent edit is named by, as the server's `parse_hunk` reads it: the new
+    side's first line from the first `@@` header, and its last (the server counts the new
+    side's lines from the second line after the header). (1, 1) without a header."""
+    lines = hunks.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith("@@")), None)
+    if header is None:
+        return 1, 1
+    fields = lines[header].split()
+    try:
+        start = int(fields[2].lstrip("+").split(",")[0])
+    except (IndexError, ValueError):
+        return 1, 1
+    count = sum(1 for line in lines[header + 2 :] if not line.startswith(("-", "@@")))
+    return start, start + count - 1
+
+
+def _sweep_changes(edits: Sequence[RecentEdit]) -> list[tuple[RecentEdit, str, str]]:
+    """The recent edits the prompt shows, oldest first, each with its old and new text (one
+    line of context): as the server, whitespace-only edits left out, the last six kept."""
+    shown = []
+    for edit in edits:
+        hunks = _hunks(edit.diff)
+        old, new = _diff_sides(hunks, 0)
+        if old.strip() == new.strip():
+            continue
+        shown.append((edit, *_diff_sides(hunks, 1)))
+    return shown[-_SWEEP_MAX_EDITS:]
+
+
+def _sweep_original(region: str, given: NextEditInput) -> str:
+    """The region before the recent edits of its file that the prompt shows: newest first,
+    each edit's new text (with a line of context, else without) put back to its old text,
+    until one is not found."""
+    for edit, _, _ in reversed(_sweep_changes(given.edits)):
+        if edit.path != given.path:
+            continue
+        hunks = _hunks(edit.diff)
+        for context in (1, 0):
+            old, new = _diff_sides(hunks, context)
+            if new.strip() and new in region:
+                region = region.replace(new, old, 1)
+                break
+        else:
+            break
+    return region
+
+
+def _sweep_cursor_line(region: str, at: int) -> int:
+    """The cursor's line in the region, from 0, as the server's `get_line_number_from_position`
+    counts it."""
+    if at <= 0:
+        return 0
+    if at >= len(region):
+        return max(0, len(region.splitlines()) - 1)
+    return region.count("\n", 0, at)
+
+
+def _sweep_pieces(given: NextEditInput) -> list[Piece]:
+    current = given.region
+    original = _sweep_original(current, given)
+    if current.endswith("\n") and original.endswith("\n"):
+        current, original = current[:-1], original[:-1]
+    line = _sweep_cursor_line(given.region, given.cursor - given.region_start)
+    span = f"{line + 1}:{line + len(current.splitlines()) + 1}"
+    out = _Pieces()
+    out.marker(_SWEEP_FILE)
+    # The file as it was: the region's full original (its line end kept).
+    out.text(f"{given.path}\n{given.before}{_sweep_original(given.region, given)}{given.after}")
+    out.text("\n")
+    for i, (edit, old, new) in enumerate(_sweep_changes(given.edits)):
+        if i:
+            out.text("\n")
+        start, end = _sweep_lines(_hunks(edit.diff))
+        out.marker(_SWEEP_FILE)
+        old, new = old.strip("\n"), new.strip("\n")
+        out.text(f"{edit.path}:{start}:{end}\noriginal:\n{old}\nupdated:\n{new}")
+    out.text("\n")
+    out.marker(_SWEEP_FILE)
+    out.text(f"original/{given.path}:{span}\n{original}\n")
+    out.marker(_SWEEP_FILE)
+    cut = given.cursor - given.region_start
+    out.text(f"current/{given.path}:{span}\n{current[:cut]}")
+    out.marker(_SWEEP_CURSOR)
+    out.text(f"{current[cut:]}\n")
+    out.marker(_SWEEP_FILE)
+    out.text(f"updated/{given.path}:{span}\n")
+    return out.items
+
+
+def _leading_blank_lines(text: str) -> int:
+    lines = text.split("\n")
+    count = 0
+    while count < len(lines) - 1 and not lines[count].strip():
+        count += 1
+    return count
+
+
+def _sweep_parse(answer: str, given: NextEditInput) -> str | None:
+    """The new region: the answer up to its end (`<|file_sep|>` or `<|endoftext|>`), read as
+    the server reads it: an answer opening with a special token is none, the line its
+    training data sometimes adds after the code dropped, blank lines the region does not start
+    with dropped from the start, the cursor marker removed (unless the code spells it), and
+    the line end the prompt put after the region dropped again. An empty answer is the region
+    unchanged, as the server reads it. None without the end, with text after it, or with a
+    section marker inside (the model writing another file)."""
+    for end in (_SWEEP_FILE, _SWEEP_END_OF_TEXT):
+        at = answer.find(end)
+        if at >= 0:
+            break
+    else:
+        return None
+    if answer[at + len(end) :].strip():
+        return None
+    region = answer[:at]
+    if _SWEEP_FILE in region or _SWEEP_END_OF_TEXT in region or region.startswith("<|"):
+        return None
+    if region.rstrip("\n").endswith(_SWEEP_NO_NEWLINE):
+        region = region.split(_SWEEP_NO_NEWLINE, 1)[0]
+    lines = region.split("\n")
+    extra = _leading_blank_lines(region) - _leading_blank_lines(given.region)
+    region = "\n".join(lines[max(0, extra) :])
+    if _SWEEP_CURSOR not in given.region:
+        region = region.replace(_SWEEP_CURSOR, "")
+    if not region.strip("\n"):
+        return given.region
+    region = region.removesuffix("\n")
+    return region + "\n" if given.region.endswith("\n") else region
+
+
+SWEEP = NextEditFormat(
+    family=NextEditFamily.SWEEP,
+    # `<|file_sep|>` alone is every Qwen2.5-Coder's: the cursor marker must be special too.
+    signature=(_SWEEP_FILE, _SWEEP_CURSOR),
+    markers=(_SWEEP_FILE, _SWEEP_CURSOR),
+    end=_SWEEP_FILE,
+    also_ends=(_SWEEP_END_OF_TEXT,),
+    # `<|endoftext|>` is Qwen2.5-Coder's end of generation: a backend that stops there on its
+    # own (hidden, as a model's EOS is) has still seen the rewrite end.
+    ends_at_eos=True,
+    pieces=_sweep_pieces,
+    parse=_sweep_parse,
+)
+
 #: Detection order: most specific signature first.
-NEXT_EDIT_FORMATS: tuple[NextEditFormat, ...] = (ZETA2, ZETA1)
+NEXT_EDIT_FORMATS: tuple[NextEditFormat, ...] = (ZETA2, SWEEP, ZETA1)
 NEXT_EDIT_FAMILIES: dict[str, NextEditFormat] = {f.family.value: f for f in NEXT_EDIT_FORMATS}
 
 
@@ -387,12 +598,21 @@ def next_edit_pieces(
 def next_edit_stops(
     fmt: NextEditFormat, special_token_id: Callable[[str], int | None]
 ) -> StopConditions:
-    """Where generation ends: at the format's end marker, kept in the output for `parse`
+    """Where generation ends: at the format's end markers, kept in the output for `parse`
     (a special token's id where the tokenizer has it as one, else the text)."""
-    token_id = special_token_id(fmt.end)
-    if token_id is not None:
-        return StopConditions(stop_token_ids_visible=(token_id,))
-    return StopConditions(stop=(fmt.end,), include_stop_str_in_output=True)
+    ids: list[int] = []
+    texts: list[str] = []
+    for end in fmt.ends:
+        token_id = special_token_id(end)
+        if token_id is not None:
+            ids.append(token_id)
+        else:
+            texts.append(end)
+    return StopConditions(
+        stop=tuple(texts),
+        stop_token_ids_visible=tuple(ids),
+        include_stop_str_in_output=bool(texts),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -184,10 +184,15 @@ class NextEditModel:
         if finish is FinishReason.ERROR:
             return result(RewriteOutcome.FAILED)
         answer = "".join(parts)
-        if finish is FinishReason.STOP and stop_reason == self.format.end:
-            # A server that keeps no stop string in its output (include_stop_str_in_output is
-            # vLLM's, not every server's) still said the answer ended at the end marker.
-            answer = answer if answer.endswith(self.format.end) else answer + self.format.end
+        ends = self.format.ends
+        if finish is FinishReason.STOP and not answer.endswith(ends):
+            if isinstance(stop_reason, str) and stop_reason in ends:
+                # A server that keeps no stop string in its output (include_stop_str_in_output
+                # is vLLM's, not every server's) still said the answer ended at an end marker.
+                answer += stop_reason
+            elif stop_reason is None and self.format.ends_at_eos:
+                # The model's own end of generation, hidden: where this format's rewrite ends.
+                answer += self.format.end
         region = parse_rewrite(self.format, answer, given)
         if region is None:
             return result(RewriteOutcome.INVALID)

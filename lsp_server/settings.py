@@ -185,9 +185,10 @@ class Settings:
     next_edit_format: str | None = _setting(
         _MODEL.next_edit_format,
         check_next_edit_format,
-        "The next-edit prompt format: `zeta1` (Zed's Zeta), `zeta2` (Zeta 2) or `none`. Null: "
-        "found from the tokenizer where the format's markers are special tokens; the published "
-        "Zeta models write theirs as text, so name it for them.",
+        "The next-edit prompt format: `zeta1` (Zed's Zeta), `zeta2` (Zeta 2), `sweep` (Sweep "
+        "Next-Edit) or `none`. Null: found from the tokenizer where the format's markers are "
+        "special tokens; the published Zeta and Sweep models have theirs as text or as every "
+        "base coder's tokens, so name it for them.",
     )
     # The remote backend (backend "openai"): an OpenAI-compatible server and its models.
     endpoint: str | None = _setting(

@@ -298,9 +298,9 @@ def test_a_named_next_edit_format_is_the_next_edit_models() -> None:
     assert result.returncode == 0, result.stderr
     next_edit = json.loads(result.stdout)["next_edit"]
     assert (next_edit["model_path"], next_edit["next_edit_format"]) == (chat_path, "zeta1")
-    refused = run_cli("doctor", "--next-edit-format", "sweep")
+    refused = run_cli("doctor", "--next-edit-format", "instinct")
     assert refused.returncode == 2
-    assert "--next-edit-format: must be one of zeta1, zeta2, none" in refused.stderr
+    assert "--next-edit-format: must be one of zeta1, zeta2, sweep, none" in refused.stderr
 
 
 #: Whether llama-cpp-python here can offload (CI's is a CPU build).

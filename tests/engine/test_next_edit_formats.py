@@ -4,7 +4,9 @@ tokens, the stops, reading answers back, and a rewrite as minimal edits.
 The golden prompts are derived from the tests beside the code each format follows: Zed's
 crates/zeta_prompt/src/zeta_prompt.rs (`test_seed_coder_basic_format`,
 `test_seed_coder_no_context`, `test_format_zeta1_from_input_basic`; Zeta v1's event path is
-quoted here as crates/zeta/src/zeta.rs wrote it, see the module).
+quoted here as crates/zeta/src/zeta.rs wrote it, see the module). Sweep's are written from its
+server's `prompt` and `diff_format` templates (sweep-autocomplete, cited in the module), which
+have no tests of their own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hf_tokenizer import HFTokenizerBackend
 
 from engine.next_edit import (
     NEXT_EDIT_FORMAT_SETTINGS,
+    SWEEP,
     ZETA1,
     ZETA2,
     NextEditFormat,
@@ -38,6 +41,8 @@ from engine.types import StopConditions
 QWEN_SPECIALS = ("<|endoftext|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 ZETA1_MARKERS = ("<|editable_region_start|>", "<|user_cursor_is_here|>", "<|editable_region_end|>")
 SEED_FIM = ("<[fim-suffix]>", "<[fim-prefix]>", "<[fim-middle]>", "<filename>")
+#: Qwen2.5-Coder's repository tokens: every Qwen2.5-Coder has them, Sweep's models too.
+QWEN_REPO = ("<|repo_name|>", "<|file_sep|>")
 
 
 def special_ids(*tokens: str) -> Callable[[str], int | None]:
@@ -47,6 +52,24 @@ def special_ids(*tokens: str) -> Callable[[str], int | None]:
 
 # --- exact prompts ----------------------------------------------------------------------------
 
+SWEEP_TEXT = "def f(a):\n    x = h(a)\n    y = g(a)\n    return x\n"
+#: The user changed `g` to `h` on the second line (in another file before that); the cursor
+#: is at the third line's `g`; the region is the last three lines.
+SWEEP_EDITED = NextEditInput(
+    path="m.py",
+    text=SWEEP_TEXT,
+    region_start=SWEEP_TEXT.index("    x"),
+    region_end=len(SWEEP_TEXT) - 1,
+    cursor=SWEEP_TEXT.index("g(a)"),
+    edits=(
+        RecentEdit(path="other.py", diff="@@ -7 +7 @@\n-old\n+new\n"),
+        RecentEdit(
+            path="m.py",
+            diff="--- a/m.py\n+++ b/m.py\n@@ -1,3 +1,3 @@\n def f(a):\n"
+            "-    x = g(a)\n+    x = h(a)\n     y = g(a)\n",
+        ),
+    ),
+)
 ZETA2_WITH_HISTORY = NextEditInput(
     path="test.rs",
     text="prefix\neditable\nsuffix",
@@ -138,6 +161,38 @@ ZETA1_AT_FILE_START = NextEditInput(
             "<|editable_region_end|>\nz = 3\n\n```\n\n### Response:\n",
             id="zeta1-two-edits-header-dropped-path-quoted",
         ),
+        pytest.param(
+            SWEEP,
+            SWEEP_EDITED,
+            "<|file_sep|>m.py\n"
+            "def f(a):\n    x = g(a)\n    y = g(a)\n    return x\n"
+            "\n"
+            "<|file_sep|>other.py:7:7\noriginal:\nold\nupdated:\nnew\n"
+            "<|file_sep|>m.py:1:2\noriginal:\ndef f(a):\n    x = g(a)\n    y = g(a)\n"
+            "updated:\ndef f(a):\n    x = h(a)\n    y = g(a)\n"
+            "<|file_sep|>original/m.py:2:5\n    x = g(a)\n    y = g(a)\n    return x\n"
+            "<|file_sep|>current/m.py:2:5\n    x = h(a)\n    y = <|cursor|>g(a)\n"
+            "    return x\n"
+            "<|file_sep|>updated/m.py:2:5\n",
+            id="sweep-edits-undone-in-the-original-sections",
+        ),
+        pytest.param(
+            SWEEP,
+            NextEditInput(
+                path="src/a.go",
+                text="package a\n\nvar x = 1\n",
+                region_start=11,
+                region_end=21,
+                cursor=11,
+                edits=(RecentEdit(path="src/a.go", diff="@@ -3 +3 @@\n-var x = 1 \n+var x = 1\n"),),
+            ),
+            "<|file_sep|>src/a.go\npackage a\n\nvar x = 1\n"
+            "\n\n"
+            "<|file_sep|>original/src/a.go:1:2\nvar x = 1\n"
+            "<|file_sep|>current/src/a.go:1:2\n<|cursor|>var x = 1\n"
+            "<|file_sep|>updated/src/a.go:1:2\n",
+            id="sweep-whitespace-edit-left-out-region-ending-a-line",
+        ),
     ],
 )
 def test_the_prompt_is_the_formats_own(
@@ -166,6 +221,10 @@ def test_an_input_with_the_cursor_outside_the_region_is_refused() -> None:
         # their markers as text, so these are what their tokenizers look like.
         pytest.param(QWEN_SPECIALS, None, id="qwen-coder"),
         pytest.param(SEED_FIM, None, id="seed-coder"),
+        pytest.param(
+            (*QWEN_SPECIALS, *QWEN_REPO, "<|cursor|>"), "sweep", id="sweep-cursor-special"
+        ),
+        pytest.param((*QWEN_SPECIALS, *QWEN_REPO), None, id="qwen-coder-repo-tokens"),
         pytest.param(ZETA1_MARKERS[:2], None, id="part-of-the-markers"),
         pytest.param((), None, id="nothing"),
     ],
@@ -180,12 +239,13 @@ def test_detection_needs_the_formats_own_markers_as_special_tokens(
 
 def test_the_setting_names_a_format_or_none() -> None:
     nothing = special_ids()
-    assert NEXT_EDIT_FORMAT_SETTINGS == ("zeta1", "zeta2", "none")
+    assert NEXT_EDIT_FORMAT_SETTINGS == ("zeta1", "zeta2", "sweep", "none")
     assert next_edit_format("zeta1", nothing) is ZETA1
     assert next_edit_format("zeta2", nothing) is ZETA2
+    assert next_edit_format("sweep", nothing) is SWEEP
     assert next_edit_format("none", special_ids(*ZETA1_MARKERS)) is None
-    with pytest.raises(ValueError, match="sweep"):
-        next_edit_format("sweep", nothing)
+    with pytest.raises(ValueError, match="instinct"):
+        next_edit_format("instinct", nothing)
 
 
 # --- local ids, remote text, stops ------------------------------------------------------------
@@ -226,6 +286,26 @@ def test_a_tokenizer_without_the_markers_reads_them_as_text() -> None:
     expected = StopConditions(stop=(">>>>>>> UPDATED",), include_stop_str_in_output=True)
     assert prompt.stops == expected
     assert render_next_edit_text(ZETA2, ZETA2_WITH_HISTORY).stops == expected
+
+
+def test_sweep_markers_are_ids_where_the_tokenizer_has_them_and_it_ends_at_either_end() -> None:
+    """Sweep's model is Qwen2.5-Coder's: `<|file_sep|>` and `<|endoftext|>` are its special
+    tokens, `<|cursor|>` is text unless the tokenizer has it; generation stops at both ends,
+    kept for parsing (by id where they are tokens, as text for a remote server)."""
+    backend = HFTokenizerBackend((*QWEN_SPECIALS, *QWEN_REPO), eos_token="<|endoftext|>")
+    prompt = build_next_edit_prompt(backend, SWEEP, SWEEP_EDITED)
+    assert prompt.token_ids is not None
+    file_sep = backend.special_token_id("<|file_sep|>")
+    end_of_text = backend.special_token_id("<|endoftext|>")
+    assert file_sep is not None
+    assert end_of_text is not None
+    assert prompt.token_ids.count(file_sep) == 6  # the file, two edits, three sections
+    assert prompt.text == render_next_edit_text(SWEEP, SWEEP_EDITED).text
+    assert backend.decode(prompt.token_ids) == prompt.text
+    assert prompt.stops == StopConditions(stop_token_ids_visible=(file_sep, end_of_text))
+    assert render_next_edit_text(SWEEP, SWEEP_EDITED).stops == StopConditions(
+        stop=("<|file_sep|>", "<|endoftext|>"), include_stop_str_in_output=True
+    )
 
 
 def test_a_local_prompt_starts_with_the_models_bos() -> None:
@@ -314,6 +394,50 @@ ZETA2_REGION = NextEditInput(
 )
 def test_zeta2_answers(given: NextEditInput, answer: str, region: str | None) -> None:
     assert parse_rewrite(ZETA2, answer, given) == region
+
+
+SWEEP_REGION = NextEditInput(
+    path="a.py", text="x = 1\ny = 2\nz = 3\n", region_start=6, region_end=11, cursor=6
+)
+SWEEP_LINE_REGION = NextEditInput(
+    path="a.py", text="x = 1\ny = 2\nz = 3\n", region_start=6, region_end=12, cursor=6
+)
+SWEEP_BLANK_FIRST = NextEditInput(
+    path="a.py", text="x = 1\n\ny = 2\n", region_start=6, region_end=12, cursor=7
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "answer", "region"),
+    [
+        pytest.param(SWEEP_REGION, "y = 20\n<|file_sep|>", "y = 20", id="rewrite"),
+        pytest.param(SWEEP_REGION, "y = 20\nw = 4\n<|endoftext|>", "y = 20\nw = 4", id="eos"),
+        pytest.param(SWEEP_REGION, "y = 20<|file_sep|>\n", "y = 20", id="no-line-end"),
+        pytest.param(SWEEP_LINE_REGION, "y = 20\n<|file_sep|>", "y = 20\n", id="line-kept"),
+        pytest.param(
+            SWEEP_REGION, "y = <|cursor|>2\n<|file_sep|>", "y = 2", id="cursor-marker-removed"
+        ),
+        pytest.param(
+            SWEEP_REGION, "\n\ny = 20\n<|file_sep|>", "y = 20", id="leading-blank-lines-dropped"
+        ),
+        pytest.param(
+            SWEEP_BLANK_FIRST, "\ny = 3\n<|file_sep|>", "\ny = 3", id="the-regions-blank-kept"
+        ),
+        pytest.param(
+            SWEEP_REGION,
+            "y = 20\n No newline at end of file\n<|file_sep|>",
+            "y = 20",
+            id="training-datas-line-dropped",
+        ),
+        pytest.param(SWEEP_REGION, "<|file_sep|>", "y = 2", id="empty-is-unchanged"),
+        pytest.param(SWEEP_REGION, "y = 20\n", None, id="cut-before-the-end"),
+        pytest.param(SWEEP_REGION, "y\n<|file_sep|>b.py\nmore", None, id="text-after-the-end"),
+        pytest.param(SWEEP_REGION, "<|im_start|>y\n<|file_sep|>", None, id="opens-with-a-token"),
+        pytest.param(SWEEP_REGION, "y\n<|endoftext|><|file_sep|>", None, id="two-ends"),
+    ],
+)
+def test_sweep_answers(given: NextEditInput, answer: str, region: str | None) -> None:
+    assert parse_rewrite(SWEEP, answer, given) == region
 
 
 # --- the rewrite as minimal edits -------------------------------------------------------------

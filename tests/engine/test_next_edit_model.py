@@ -46,6 +46,8 @@ CORPUS = ["def add(a, b):\n    return a + b\n", "MARK = 'text'\nx = 1\n"]
 
 #: Zeta 2's own tokens: Seed-Coder's FIM tokens and the cursor marker (engine/next_edit.py).
 ZETA2_MARKERS = ["<[fim-suffix]>", "<[fim-prefix]>", "<[fim-middle]>", "<|user_cursor|>"]
+#: Sweep's: Qwen2.5-Coder's file separator and end of text, and the cursor marker as a token.
+SWEEP_MARKERS = ["<|file_sep|>", "<|cursor|>", "<|endoftext|>"]
 
 
 def tiny_model(folder: Path, markers: list[str]) -> TransformersBackend:
@@ -91,6 +93,11 @@ def zeta2_backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBacke
     return tiny_model(tmp_path_factory.mktemp("tiny-zeta2-llama"), ZETA2_MARKERS)
 
 
+@pytest.fixture(scope="module")
+def sweep_backend(tmp_path_factory: pytest.TempPathFactory) -> TransformersBackend:
+    return tiny_model(tmp_path_factory.mktemp("tiny-sweep-llama"), SWEEP_MARKERS)
+
+
 def test_the_format_is_found_in_the_models_tokenizer(backend: TransformersBackend) -> None:
     assert detect_next_edit_format(backend.special_token_id) is ZETA1
 
@@ -123,7 +130,7 @@ def test_markers_are_single_ids_and_the_codes_spelling_stays_text(
     assert prompt.stops == StopConditions(stop_token_ids_visible=(end_id,))
 
 
-@pytest.mark.parametrize("family", ["zeta1", "zeta2"])
+@pytest.mark.parametrize("family", ["zeta1", "zeta2", "sweep"])
 async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
     family: str, request: pytest.FixtureRequest
 ) -> None:
@@ -131,7 +138,8 @@ async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
     the engine runs is the format's ids, the rewrite ends at the end marker's id or at its
     token limit, and what comes back is read as the format says (a random model's answer is
     no valid rewrite, or a rewrite whose edits rebuild it)."""
-    backend = request.getfixturevalue("backend" if family == "zeta1" else "zeta2_backend")
+    fixture = {"zeta1": "backend", "zeta2": "zeta2_backend", "sweep": "sweep_backend"}[family]
+    backend = request.getfixturevalue(fixture)
     fmt = NEXT_EDIT_FAMILIES[family]
     engine = Engine(backend)
     try:
@@ -156,6 +164,11 @@ async def test_a_rewrite_runs_on_the_model_with_its_own_prompt_and_stop(
         if family == "zeta1":  # its end marker is a special token here: stopped by id
             assert end_id is not None
             assert generation.stops == StopConditions(stop_token_ids_visible=(end_id,))
+        elif family == "sweep":  # at either of its ends, both special tokens here
+            also = backend.special_token_id("<|endoftext|>")
+            assert end_id is not None
+            assert also is not None
+            assert generation.stops == StopConditions(stop_token_ids_visible=(end_id, also))
         else:  # Zeta 2 ends at a line of text
             assert end_id is None
             assert generation.stops == StopConditions(
@@ -184,7 +197,7 @@ def test_a_model_without_next_edit_tokens_is_none_unless_its_format_is_named(
         named = NextEditModel.of(engine, "zeta2")
         assert named is not None
         assert named.format.family == "zeta2"
-        with pytest.raises(ValueError, match="nextEditFormat 'sweep'"):
-            NextEditModel.of(engine, "sweep")
+        with pytest.raises(ValueError, match="nextEditFormat 'instinct'"):
+            NextEditModel.of(engine, "instinct")
     finally:
         engine.close()

@@ -39,7 +39,7 @@ from engine.completion import CompletionModel
 from engine.engine import BaseEngine, Engine
 from engine.errors import EngineClosedError, EngineError, ModelLoadError
 from engine.models import model_spec
-from engine.next_edit import ZETA1, NextEditInput, render_next_edit_text
+from engine.next_edit import SWEEP, ZETA1, NextEditInput, render_next_edit_text
 from engine.next_edit_model import NextEditModel, RewriteOutcome
 from engine.specs import ModelOptions, RemoteSpec, remote_base_url
 from engine.types import (
@@ -1151,3 +1151,41 @@ async def test_a_next_edit_rewrite_through_a_server_that_cuts_the_end_marker(
     assert rewrite.outcome is RewriteOutcome.EDITED
     assert rewrite.region == "a = 2\nb = 2"
     assert [(e.start, e.end, e.text) for e in rewrite.edits] == [(4, 5, "2"), (10, 11, "2")]
+
+
+@pytest.mark.parametrize(
+    ("family", "stop_reason", "outcome_"),
+    [
+        pytest.param("sweep", None, RewriteOutcome.EDITED, id="sweep-at-the-models-eos"),
+        pytest.param("sweep", "<|endoftext|>", RewriteOutcome.EDITED, id="sweep-at-end-of-text"),
+        pytest.param("sweep", "<|file_sep|>", RewriteOutcome.EDITED, id="sweep-at-file-sep"),
+        pytest.param("zeta1", None, RewriteOutcome.INVALID, id="zeta1-cut-by-the-eos"),
+    ],
+)
+async def test_where_a_rewrite_through_a_server_may_end(
+    foreign: Foreign, family: str, stop_reason: str | None, outcome_: RewriteOutcome
+) -> None:
+    """Sweep's model ends its rewrite at `<|file_sep|>` or at its end of text, which a server
+    stops at on its own without a stop reason: each is a finished rewrite. A Zeta rewrite
+    ended there is cut short of its end marker: no rewrite."""
+    text = "a = 1\nb = 1\n"
+    given = NextEditInput(
+        path="m.py", text=text, region_start=0, region_end=len(text) - 1, cursor=1
+    )
+    written = "a = 2\nb = 2\n" if family == "sweep" else "<|editable_region_start|>\na = 2\n"
+    foreign.answers += [
+        events(piece("done", "stop", stop_reason=None)),  # says it reports stop reasons
+        events(piece(written), piece("", "stop", stop_reason=stop_reason)),
+    ]
+    engine = remote(foreign.url)
+    await deltas_of(engine, GenerationRequest(prompt="x"))
+    model = NextEditModel.of(engine, family)
+    assert model is not None
+    rewrite = await model.rewrite(given)
+    body = foreign.bodies[-1]
+    if family == "sweep":
+        assert body["prompt"] == render_next_edit_text(SWEEP, given).text
+        assert body["stop"] == ["<|file_sep|>", "<|endoftext|>"]
+    assert rewrite.outcome is outcome_
+    if outcome_ is RewriteOutcome.EDITED:
+        assert rewrite.region == "a = 2\nb = 2"

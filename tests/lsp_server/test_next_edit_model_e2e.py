@@ -121,6 +121,54 @@ async def test_the_models_rewrite_is_offered_as_the_minimal_edit(
         assert "-    xs = [p.x for p in points]\n+    xs = [p.x * 2 for p in points]\n" in prompt
 
 
+async def test_a_sweep_rewrite_is_offered_as_the_minimal_edit(tmp_path: Path) -> None:
+    """Sweep's format through the server: the user's edit shown as an original/updated block
+    (a line of context each side),
+    the region before it and as it is (the cursor marked), and the model's new region after
+    `updated/` read back as the one edit on the next line."""
+    region = REWRITTEN[REGION_START:]
+    async with server(tmp_path, [region + "<|file_sep|>"], "sweep") as (session, coder):
+        document = edited(session)
+        edits = await document.next_edits(CURSOR)
+        (edit,) = edits
+        assert edit["text"].strip() == "* 2"
+        assert edit["range"]["start"]["line"] == 4
+        document.accept(edits)
+        assert document.text == REWRITTEN
+
+        (prompt,) = rewrite_prompts(coder)
+        path = _prompt_path(session)
+        # The file comes first (after the scripted model's BOS), named as the client names it.
+        assert prompt.index("<|file_sep|>") == prompt.index(f"<|file_sep|>{path}\nimport math")
+        assert (
+            "original:\ndef scale(points):\n    xs = [p.x for p in points]\n"
+            "    ys = [p.y for p in points]\nupdated:\ndef scale(points):\n"
+            "    xs = [p.x * 2 for p in points]\n    ys = [p.y for p in points]\n"
+        ) in prompt
+        # The sections of the region depend on the edit's old and new text alone.
+        expected = NEXT_EDIT_FAMILIES["sweep"].pieces(
+            NextEditInput(
+                path=path,
+                text=EDITED,
+                region_start=REGION_START,
+                region_end=len(EDITED),
+                cursor=CURSOR,
+                edits=(
+                    RecentEdit(
+                        path=path,
+                        diff="@@ -4 +4 @@\n-    xs = [p.x for p in points]\n"
+                        "+    xs = [p.x * 2 for p in points]\n",
+                    ),
+                ),
+                at_file_start=True,
+            )
+        )
+        sections = "".join(text for _, text in expected)
+        tail = sections[sections.index(f"<|file_sep|>original/{path}") :]
+        assert prompt.endswith(tail)
+        assert "    xs = [p.x for p in points]\n" in tail.split("<|file_sep|>current/")[0]
+
+
 def _prompt_path(session: Session) -> str:
     """The path the prompt names the document by: its path, decoded (the session opens no
     workspace folder holding it)."""
@@ -154,6 +202,16 @@ def _diff(prompt: str) -> str:
 )
 async def test_an_answer_that_is_no_rewrite_gives_no_edit(tmp_path: Path, reply: str) -> None:
     async with server(tmp_path, [reply], "zeta1") as (session, coder):
+        document = edited(session)
+        assert await document.next_edits(CURSOR) == []
+        assert len(coder.starts()) == 1
+
+
+async def test_a_sweep_answer_opening_with_a_special_token_gives_no_edit(tmp_path: Path) -> None:
+    """Sweep's server reads an answer that opens with a special token as none: so does ours,
+    though the rest would be a good rewrite."""
+    reply = "<|im_start|>" + REWRITTEN[REGION_START:] + "<|file_sep|>"
+    async with server(tmp_path, [reply], "sweep") as (session, coder):
         document = edited(session)
         assert await document.next_edits(CURSOR) == []
         assert len(coder.starts()) == 1
