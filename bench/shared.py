@@ -1,7 +1,7 @@
 """One engine per machine: language servers on the user's shared engine against language servers
 that each hold their models, with the default models, in one run.
 
-    python -m bench shared [--windows 3] [--warm 16] [--rounds 2] [--tasks 40] [--json PATH]
+    python -m bench shared [--windows 3] [--warm 5] [--rounds 2] [--tasks 40] [--json PATH]
 
 Every language server is the real one over stdio (`infill-lsp serve`, bench/_lsp.py), `engine`
 `auto` (the shared engine, started by the first window in a runtime folder of the run's own) or
@@ -11,9 +11,9 @@ Every language server is the real one over stdio (`infill-lsp serve`, bench/_lsp
   real code, a request a keystroke): the resident memory of every process (the language
   servers, and the engine), and how many times the completion model was loaded. Targets: the
   model loaded once; all processes together at most 1.5x the engine alone.
-- warm: one window of each kind on the same file, a single-line request at `--warm` places,
-  the two kinds in turns (the order swapped at each place). Target: shared at most 1.1x here at
-  the median, or 5 ms more.
+- warm: one window of each kind, a warm request (its prompt in the KV cache) at each of the
+  latency suite's places, `--warm` times, the two kinds in turns (the order swapped each
+  time). Target: shared at most 1.1x here at the median, or 5 ms more.
 - typing: 2 and `--windows` windows on the shared engine typing a line each at once, each
   one's last keystroke to its answer against typing alone (bench/editors.py's typing, `--rounds`
   rounds). The target stays 1.3x; on a CPU without a spare core it is reported.
@@ -42,7 +42,6 @@ from typing import Any
 
 from bench._common import (
     RESULTS,
-    ROOT,
     humaneval_rows,
     median,
     rss_kib,
@@ -50,8 +49,9 @@ from bench._common import (
     suite_parser,
     write_json,
 )
+from bench._compare import bust_cache, ours_once
 from bench._lsp import ServerClient
-from bench._spots import typing_doc
+from bench._spots import default_spots, typing_doc
 from bench.editors import (
     TYPING_FILES,
     Typist,
@@ -142,29 +142,26 @@ async def memory(args: Any, runtime: Path) -> dict[str, Any]:
 
 
 async def warm(args: Any, runtime: Path) -> dict[str, Any]:
-    """Single-line requests at `--warm` places of one file, here and shared in turns."""
-    text = (ROOT / "engine" / "worker.py").read_text(encoding="utf-8")
-    lines = text.split("\n")
-    starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
-    places = [
-        starts[i] + len(lines[i]) // 2
-        for i in range(40, len(lines), max(1, (len(lines) - 40) // args.warm))
-        if len(lines[i].strip()) > 20
-    ][: args.warm]
+    """Warm requests (the prompt in the KV cache) at the latency suite's places, here and
+    through the shared engine in turns, `--warm` times each; only requests that ran the
+    model count."""
     clients = {"here": _window("here", runtime), "auto": _window("auto", runtime)}
     times: dict[str, list[float]] = {"here": [], "auto": []}
     try:
         await _start(list(clients.values()))
-        for kind, client in clients.items():
-            client.open(f"file:///bench/shared/warm-{kind}.py", text)
-            await client.inline(f"file:///bench/shared/warm-{kind}.py", places[0])  # warm-up
-        for number, place in enumerate(places[1:]):
-            order = ("here", "auto") if number % 2 == 0 else ("auto", "here")
-            for kind in order:
-                uri = f"file:///bench/shared/warm-{kind}.py"
-                started = time.perf_counter()
-                await clients[kind].inline(uri, place)
-                times[kind].append(time.perf_counter() - started)
+        for number, spot in enumerate(default_spots()):
+            for kind, client in clients.items():
+                uri = f"file:///bench/shared/warm-{kind}-{number}.py"
+                client.open(uri, spot.text)
+                await ours_once(client, uri, spot.offset)  # untimed: the prompt is kept
+            for repeat in range(args.warm):
+                order = ("here", "auto") if repeat % 2 == 0 else ("auto", "here")
+                for kind in order:
+                    uri = f"file:///bench/shared/warm-{kind}-{number}.py"
+                    bust_cache(clients[kind], uri)
+                    run = await ours_once(clients[kind], uri, spot.offset)
+                    if run.job is not None:
+                        times[kind].append(run.seconds)
     finally:
         await _stop(list(clients.values()))
     return {kind: [t * 1000 for t in values] for kind, values in times.items()}
@@ -311,13 +308,11 @@ def shared_metrics(result: dict[str, Any], windows: int) -> list[Metric]:
     if "warm" in result:
         here_ms, shared_ms = median(result["warm"]["here"]), median(result["warm"]["auto"])
         out += [
-            metric("warm single line, here, median", here_ms, "ms"),
-            metric("warm single line, shared engine, median", shared_ms, "ms"),
+            metric("warm request, here, median", here_ms, "ms"),
+            metric("warm request, shared engine, median", shared_ms, "ms"),
+            metric("warm request, shared / here, median", shared_ms / here_ms, target=("<=", 1.1)),
             metric(
-                "warm single line, shared / here, median", shared_ms / here_ms, target=("<=", 1.1)
-            ),
-            metric(
-                "warm single line, shared - here, median",
+                "warm request, shared - here, median",
                 shared_ms - here_ms,
                 "ms",
                 target=("<=", 5),
@@ -366,7 +361,7 @@ def shared_metrics(result: dict[str, Any], windows: int) -> list[Metric]:
 def main(argv: Sequence[str] | None = None) -> Outcome:
     parser = suite_parser("shared", __doc__)
     parser.add_argument("--windows", type=int, default=3, help="windows of each kind (3)")
-    parser.add_argument("--warm", type=int, default=16, help="warm places (16)")
+    parser.add_argument("--warm", type=int, default=5, help="warm requests a place (5)")
     parser.add_argument("--rounds", type=int, default=2, help="typing rounds (2)")
     parser.add_argument("--tasks", type=int, default=40, help="HumanEval holes (40)")
     parser.add_argument(

@@ -73,7 +73,7 @@ SUITES: dict[str, Suite] = {
         Suite(
             name="shared",
             summary="windows on one shared engine against each holding its models",
-            headline="warm single line, shared / here, median",
+            headline="warm request, shared / here, median",
         ),
         Suite(
             name="editors",
