@@ -215,6 +215,7 @@ class RemoteEngine(BaseEngine):
             "top": request.top,
         }
         tokens = sum(len(c) for c in request.continuations) + request.top
+        started = time.perf_counter()
         answer = await self._extension("/infill/score", body, request.cache_key, tokens)
         try:
             continuations = tuple(
@@ -225,6 +226,7 @@ class RemoteEngine(BaseEngine):
             raise self._malformed("a scoring", e) from None
         if len(continuations) != len(request.continuations):
             raise self._malformed("a scoring", "one answer per continuation")
+        self._record_call(request, started, ())
         return Scores(continuations=continuations, top=top)
 
     async def branch(self, request: BranchRequest) -> Branches | None:
@@ -247,6 +249,7 @@ class RemoteEngine(BaseEngine):
         if stops.stop_token_ids:
             body["stop_token_ids"] = list(stops.stop_token_ids)
         tokens = request.sampling.max_tokens * max(1, len(request.first_tokens))
+        started = time.perf_counter()
         answer = await self._extension("/infill/branch", body, request.cache_key, tokens)
         try:
             branches = answer["branches"]
@@ -256,7 +259,31 @@ class RemoteEngine(BaseEngine):
             raise self._malformed("a branching", e) from None
         if len(texts) != len(request.first_tokens):
             raise self._malformed("a branching", "one branch per first token")
+        self._record_call(request, started, reasons)
         return Branches(texts=texts, finish_reasons=reasons)
+
+    def _record_call(
+        self,
+        request: ScoreRequest | BranchRequest,
+        started: float,
+        reasons: tuple[FinishReason, ...],
+    ) -> None:
+        """A scoring's or branching's figures in the job record, as a local engine's are
+        (`infill/stats` counts the model work ranking and invoked alternatives cost)."""
+        self._record.add(
+            JobStats(
+                request_id=request.request_id,
+                prompt_tokens=len(request.prompt_token_ids),
+                prompt_evaluated=None,
+                generated_tokens=0,
+                queued_seconds=0.0,
+                first_token_seconds=None,
+                total_seconds=time.perf_counter() - started,
+                finish_reasons=reasons,
+                cache_key=request.cache_key,
+                client=self.spec.client,
+            )
+        )
 
     async def _extension(
         self, path: str, body: dict[str, Any], cache_key: str | None, tokens: int
