@@ -801,10 +801,13 @@ def test_stats_gives_each_finished_job_the_figures_of_infill_stats(
     assert model["jobs_finished"] >= len(model["recent"]) >= 1
 
 
-def test_a_dropped_request_cancels_its_job(make_server: Callable[..., Server]) -> None:
+@pytest.mark.parametrize("path", ["/v1/completions", "/generate"])
+def test_a_dropped_request_cancels_its_job(path: str, make_server: Callable[..., Server]) -> None:
+    """On OpenAI's route and the plain REST one: the job ends cancelled, and the next request
+    is served."""
     server = make_server({"script": ["x" * 2000], "step_seconds": 0.01})
     with httpx.Client(base_url=server.url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
-        http.post("/v1/completions", json={"prompt": "p", "max_tokens": 2000})
+        http.post(path, json={"prompt": "p", "max_tokens": 2000})
 
     def cancelled_job() -> dict[str, Any] | None:
         jobs = server.stats()["models"][0]["recent"]

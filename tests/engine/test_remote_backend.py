@@ -150,31 +150,6 @@ STOP_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("stops", "max_tokens"), STOP_CASES)
-async def test_the_remote_answer_is_the_local_engines(
-    make_server: Callable[..., Server], stops: StopConditions, max_tokens: int
-) -> None:
-    server = make_server({"script": [SCRIPT]})
-    local = Engine(FakeBackend(script=[SCRIPT]))
-    engine = remote(server.url)
-    request = GenerationRequest(
-        prompt="x", sampling=SamplingParams(max_tokens=max_tokens), stops=stops
-    )
-    try:
-        expected = await deltas_of(local, request)
-        got = await deltas_of(engine, request)
-    finally:
-        local.close()
-    assert outcome(got) == outcome(expected)
-    # Withholding: no piece shown ends in the start of a hidden stop string that matched later.
-    matched = got[-1].stop_reason
-    if isinstance(matched, str) and not stops.include_stop_str_in_output:
-        shown = ""
-        for delta in got[:-1]:
-            shown += delta.text
-            assert not any(shown.endswith(matched[:k]) for k in range(1, len(matched))), shown
-
-
 def logprobs_of(deltas: list[TextDelta]) -> list[float] | None:
     """A choice's log-probabilities as the language server gathers them (inline/answer.py):
     None where no delta brought any."""
@@ -183,12 +158,13 @@ def logprobs_of(deltas: list[TextDelta]) -> list[float] | None:
 
 
 @pytest.mark.parametrize(("stops", "max_tokens"), STOP_CASES)
-async def test_the_remote_log_probabilities_are_the_local_engines(
+async def test_the_remote_answer_and_its_log_probabilities_are_the_local_engines(
     make_server: Callable[..., Server], stops: StopConditions, max_tokens: int
 ) -> None:
-    """Our server is asked for `logprobs` and answers each token's: the remote backend gets
-    as many as the local engine, the same, whatever the stop held back or cut (tokens whose
-    text is withheld, the one that completes a stop string, the limit)."""
+    """The same text, end and stop reason as the local engine; our server is asked for
+    `logprobs` and answers each token's: as many as the local engine's, the same, whatever
+    the stop held back or cut (tokens whose text is withheld, the one that completes a stop
+    string, the limit)."""
     server = make_server({"script": [SCRIPT], "token_logprob": -0.5})
     local = Engine(FakeBackend(script=[SCRIPT], token_logprob=-0.5))
     engine = remote(server.url)
@@ -203,6 +179,13 @@ async def test_the_remote_log_probabilities_are_the_local_engines(
     assert outcome(got) == outcome(expected)
     assert logprobs_of(expected) is not None
     assert logprobs_of(got) == logprobs_of(expected)
+    # Withholding: no piece shown ends in the start of a hidden stop string that matched later.
+    matched = got[-1].stop_reason
+    if isinstance(matched, str) and not stops.include_stop_str_in_output:
+        shown = ""
+        for delta in got[:-1]:
+            shown += delta.text
+            assert not any(shown.endswith(matched[:k]) for k in range(1, len(matched))), shown
 
 
 async def test_the_document_is_sent_as_the_cache_key_to_our_server(
