@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from engine.api.clients import for_client
 from engine.api.generate import check_vocabulary, job_result
 from engine.api.loader import Loaded
 from engine.api.schema import ApiError, BranchParams, ScoreParams
@@ -63,6 +64,8 @@ async def score(request: Request, model: str, loaded: Loaded, params: ScoreParam
         request_id=ident,
         cache_key=params.cache_key,
     )
+    # The client's: its turns, and its document's kept state (the key its completions use).
+    job = for_client(request, job)
     scores = await job_result(request, loaded.engine.score(job), "prompt")
     if scores is None:
         raise ApiError(503, "the scoring was cancelled", code="cancelled")
@@ -86,6 +89,7 @@ async def branch(request: Request, model: str, loaded: Loaded, params: BranchPar
         request_id=ident,
         cache_key=params.cache_key,
     )
+    job = for_client(request, job)
     branches = await job_result(request, loaded.engine.branch(job), "prompt")
     if branches is None:
         raise ApiError(503, "the branching was cancelled", code="cancelled")

@@ -61,6 +61,27 @@ def test_a_named_clients_jobs_are_tagged_with_its_name(
 
 
 @pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/infill/score", {"prompt": [1, 2, 3], "continuations": [[4]], "top": 2}),
+        ("/v1/infill/branch", {"prompt": [1, 2, 3], "first_tokens": [4, 5], "max_tokens": 2}),
+        ("/generate", {"prompt": "x", "max_tokens": 2}),
+    ],
+)
+def test_scorings_branchings_and_rest_generations_are_the_clients_too(
+    path: str, body: dict[str, Any], make_server: Callable[..., Server]
+) -> None:
+    """Every route that runs the model takes the client's turns and counts as its job."""
+    server = make_server({"script": ["abc"], "log_prob": lambda ids, token: -1.0})
+    with server.http() as http:
+        response = http.post(path, json=body, headers={CLIENT_HEADER: "window-7"})
+    assert response.status_code == 200, response.text
+    jobs = wait_until(lambda: completion_stats(server, "window-7")["recent"], "the job's record")
+    assert [job["client"] for job in jobs] == ["window-7"]
+    assert completion_stats(server, "another")["recent"] == []
+
+
+@pytest.mark.parametrize(
     "name",
     ["", "two words", "w" * 65, "ünicode", "a/b", "a|b"],
     ids=["empty", "space", "too-long", "non-ascii", "slash", "bar"],
