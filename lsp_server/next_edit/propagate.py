@@ -52,12 +52,16 @@ import bisect
 import keyword
 import re
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from itertools import accumulate
 
+from tree_sitter import Node, Tree
+
 from engine.text import common_affixes, split_lines
-from lsp_server.action_logic import enclosing_block
+from lsp_server.blocks import enclosing_scope
 from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
+from lsp_server.postprocess.syntax import document_tree, error_rows, inert_spans
 
 #: Proposals returned at most: an editor shows one at a time and jumps to the next; more than
 #: this many uses of one name in a scope is a mass rename, the editor's own rename's business.
@@ -123,9 +127,47 @@ class _Inert:
     starts: list[int]
     ends: list[int]
     strings: frozenset[tuple[int, int]]
+    # Where the tree has an error (sorted spans of whole lines), the lexer's answer instead.
+    lexed: _Inert | None = None
+    lows: tuple[int, ...] = ()
+    highs: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, text: str) -> _Inert:
+    def of(cls, text: str, tree: Tree | None = None, language_id: str = "") -> _Inert:
+        """By the syntax tree where there is one and it has no error; else by the lexer's
+        rules (`_INERT`). Where the tree has errors, the lexer's spans on those lines replace
+        the tree's."""
+        spans = inert_spans(tree, language_id) if tree is not None else None
+        if spans is None or tree is None:
+            return cls._lexed(text)
+        offsets = _Offsets(text)
+        starts, ends, strings = [], [], set()
+        for start_byte, end_byte, is_string in spans:
+            start, end = offsets.char(start_byte), offsets.char(end_byte)
+            starts.append(start)
+            ends.append(end)
+            if is_string:
+                strings.add((start, end))
+        rows = error_rows(tree)
+        if not rows:
+            return cls(starts, ends, frozenset(strings))
+        lines = split_lines(text)
+        line_starts = list(accumulate(map(len, lines), initial=0))
+        last = len(lines) - 1
+        doubted = sorted(
+            (line_starts[min(a, last)], line_starts[min(b, last) + 1]) for a, b in rows
+        )
+        return cls(
+            starts,
+            ends,
+            frozenset(strings),
+            lexed=cls._lexed(text),
+            lows=tuple(lo for lo, _ in doubted),
+            highs=tuple(hi for _, hi in doubted),
+        )
+
+    @classmethod
+    def _lexed(cls, text: str) -> _Inert:
         starts, ends, strings = [], [], set()
         for match in _INERT[slash_comments(text)].finditer(text):
             starts.append(match.start())
@@ -134,8 +176,21 @@ class _Inert:
                 strings.add(match.span())
         return cls(starts, ends, frozenset(strings))
 
+    def is_string(self, start: int, end: int) -> bool:
+        """Whether `start`..`end` is exactly a string literal."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.is_string(start, end)
+        return (start, end) in self.strings
+
+    def _doubted(self, start: int, end: int) -> _Inert | None:
+        """The lexer's spans where `start`..`end` is on a line where the tree has an error."""
+        i = bisect.bisect_right(self.lows, end) - 1
+        return self.lexed if i >= 0 and self.highs[i] >= start else None
+
     def around(self, start: int, end: int) -> tuple[int, int] | None:
         """The span that holds all of `start`..`end`, strictly inside its delimiters' reach."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.around(start, end)
         i = bisect.bisect_right(self.starts, start) - 1
         if i >= 0 and self.starts[i] < start and end <= self.ends[i]:
             return self.starts[i], self.ends[i]
@@ -143,8 +198,35 @@ class _Inert:
 
     def touches(self, start: int, end: int) -> bool:
         """Whether any string or comment overlaps `start`..`end`."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.touches(start, end)
         i = bisect.bisect_right(self.starts, end - 1) - 1
         return i >= 0 and self.ends[i] > start
+
+
+class _Offsets:
+    """Byte offsets of UTF-8 `text` to code points: the tree's offsets are bytes."""
+
+    def __init__(self, text: str) -> None:
+        self.bytes_at: list[int] = []  # the byte offset after each non-ASCII character
+        self.extra: list[int] = []  # the bytes over one counted up to it
+        if text.isascii():
+            return
+        more = 0
+        for match in _NON_ASCII.finditer(text):
+            more += len(match[0].encode("utf-8", "surrogatepass")) - 1
+            self.bytes_at.append(match.end() + more)
+            self.extra.append(more)
+
+    def char(self, byte: int) -> int:
+        i = bisect.bisect_right(self.bytes_at, byte) - 1
+        return byte - (self.extra[i] if i >= 0 else 0)
+
+    def byte(self, char: int, text: str) -> int:
+        return char if not self.bytes_at else len(text[:char].encode("utf-8", "surrogatepass"))
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,21 +248,36 @@ def propagate(
     group: EditGroup,
     *,
     reverted: frozenset[tuple[str, str]] = frozenset(),
+    language_id: str = "",
 ) -> tuple[ProposedEdit, ...]:
     """The same change as `group` (the document's last edit group) at the other places of
-    `text` (the current text) that still hold its old tokens, nearest first."""
+    `text` (the current text) that still hold its old tokens, nearest first. `language_id`
+    picks the syntax tree (none: the lexer's and indentation's rules)."""
     # 1. Undone, reverted or stale.
     if group.undoes or group.substitution in reverted:
         return ()
     if text[group.start : group.end] != group.inserted:
         return ()
-    inert = _Inert.of(text)
+    tree = document_tree(text, language_id) if language_id else None
+    inert = _Inert.of(text, tree, language_id)
     # 2. Whole tokens, an exact pattern.
     sub = _substitution(text, group, inert)
-    if sub is None or (sub.old, sub.new) in reverted:
-        return ()
+    if sub is not None and (sub.old, sub.new) not in reverted:
+        found = _matches(text, sub, inert, tree)
+        if found:
+            return _proposed(sub, found, sub.start)
+    # Step 6: what the substitution leaves silent.
+    if not group.removed or not group.inserted:
+        return _anchored(text, group, inert, tree, reverted)
+    return _split(text, group, inert, tree, reverted)
+
+
+def _matches(
+    text: str, sub: _Substitution, inert: _Inert, tree: Tree | None
+) -> list[tuple[int, int]]:
+    """Steps 3 and 4: where `sub.old` stands again, in its scope."""
     # 3. Scope.
-    lo, hi = _scope(text, sub)
+    lo, hi = _scope(text, sub, tree)
     # 4. Matches.
     after_dot = text[sub.start - 1 : sub.start] == "."
     # A method renamed at its definition or at a call through `self.`: the other side too.
@@ -214,7 +311,7 @@ def propagate(
         if ok and sub.after_call is not None:
             ok = _call_before(text, at, inert) == sub.after_call
         if ok and sub.in_string:
-            ok = (at, end) in inert.strings
+            ok = inert.is_string(at, end)
         elif ok and not sub.in_inert:
             ok = not inert.touches(at, end)
         elif ok and not is_name:
@@ -222,10 +319,16 @@ def propagate(
         if ok:
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
-    # 5. Minimal, nearest first, non-overlapping (matches of one string never overlap).
+    return found
+
+
+def _proposed(
+    sub: _Substitution, found: list[tuple[int, int]], near: int
+) -> tuple[ProposedEdit, ...]:
+    """5. Minimal, nearest to `near` first (matches of one string never overlap)."""
     prefix, suffix = common_affixes(sub.old, sub.new)
     replacement = sub.new[prefix : len(sub.new) - suffix]
-    found.sort(key=lambda span: abs(span[0] - sub.start))
+    found.sort(key=lambda span: abs(span[0] - near))
     return tuple(
         ProposedEdit(start=at + prefix, end=end - suffix, text=replacement)
         for at, end in found[:MAX_PROPOSALS]
@@ -239,7 +342,7 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     span = inert.around(a, b)
     in_inert = span is not None
     quotes = any(q in group.removed or q in group.inserted for q in "\"'`")
-    if span is not None and span in inert.strings and not quotes and _one_word(text, span):
+    if span is not None and inert.is_string(*span) and not quotes and _one_word(text, span):
         i, j = span  # a changed one-word literal ("light", "GET"): the whole literal
         old = text[i:a] + group.removed + text[b:j]
         return _Substitution(i, j, old, text[i:j], in_string=True, in_inert=True)
@@ -408,19 +511,17 @@ def _closer(text: str, opener: int, j: int, line_hi: int, inert: _Inert) -> int:
     return -1
 
 
-def _scope(text: str, sub: _Substitution) -> tuple[int, int]:
+def _scope(text: str, sub: _Substitution, tree: Tree | None) -> tuple[int, int]:
     """The part of `text` searched (step 3), as offsets."""
     lines = split_lines(text)
     offsets = list(accumulate(map(len, lines), initial=0))  # each line's start, then the end
     edit_line = bisect.bisect_right(offsets, sub.start) - 1
-    block = enclosing_block(text, min(edit_line, len(lines) - 1))
+    block = enclosing_scope(text, min(edit_line, len(lines) - 1), tree)
     if block is None:
         return 0, len(text)
-    lo, hi = offsets[block.start], offsets[block.end + 1]
-    header = block.start
-    while header < block.end and text[offsets[header] : offsets[header + 1]].lstrip()[:1] == "@":
-        header += 1
-    if edit_line <= header and text.find(sub.old, offsets[header + 1], hi) < 0:
+    lo, hi = offsets[block.start], offsets[min(block.end + 1, len(lines))]
+    header = block.header
+    if edit_line <= header and text.find(sub.old, offsets[min(header + 1, len(lines))], hi) < 0:
         return 0, len(text)
     # Judged on the text before the edit: the edited place may be the binding itself.
     before = text[: sub.start] + sub.old + text[sub.end :]
@@ -499,3 +600,198 @@ def _binds(text: str, name: str, lo: int, hi: int) -> bool:
 #: many are kept.
 _BINDING: dict[str, re.Pattern[str]] = {}
 _KEPT_PATTERNS = 64
+
+
+#: Tokens an anchor takes at most on each side of an inserted or deleted text.
+_ANCHOR_TOKENS = 4
+#: Ancestors of the nodes at an anchor compared between the edited place and a candidate.
+_ANCHOR_DEPTH = 3
+
+
+def _anchored(
+    text: str,
+    group: EditGroup,
+    inert: _Inert,
+    tree: Tree | None,
+    reverted: frozenset[tuple[str, str]],
+) -> tuple[ProposedEdit, ...]:
+    """Step 6: tokens only added (`await `, `;`, a modifier, an argument) or only removed (a
+    parameter, a cast, a modifier), made again where the same anchors stand on both sides: the
+    tokens before the edit point back to a name (else the line's start with the same
+    indentation), and after it up to a name (else the line's end), exact; where there is a
+    tree, the innermost nodes ending before and starting after the point have the same kinds
+    and parents. Never where the new text already stands; lines added or removed are not
+    (their anchors would be other lines)."""
+    added = group.inserted
+    piece = added or group.removed
+    if not piece.strip() or _breaks(piece) or (group.removed, added) in reverted:
+        return ()
+    at = group.start
+    after = group.end if added else group.start
+    left = _left_anchor(text, at)
+    right = _right_anchor(text, after)
+    if left is None or right is None:
+        return ()
+    if not any(_WORD.match(t) and t not in _KEYWORDS for t in _TOKEN.findall(left[0] + right[0])):
+        return ()  # punctuation and keywords alone anchor nothing: `()` is everywhere
+    in_inert = inert.around(at, after) is not None
+    pattern = left[0] + ("" if added else piece) + right[0]
+    offsets = _Offsets(text) if tree is not None else None
+    shape = _shape(tree, offsets, text, at, after) if tree is not None else None
+    found: list[tuple[int, int]] = []
+    k = text.find(pattern)
+    while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
+        q = k + len(left[0])  # the point, at the candidate
+        q_after = q + (0 if added else len(piece))
+        ok = (
+            not (k <= after and k + len(pattern) >= at)
+            and (left[1] or _line_start_at(text, k))
+            and (right[1] or _line_end_at(text, k + len(pattern)))
+            and not (added and (text.startswith(added, q) or text.endswith(added, 0, q)))
+            and not (left[0] and _WORD.match(left[0][0]) and _WORD.match(text[k - 1 : k]))
+            and not (
+                right[0]
+                and _WORD.match(right[0][-1])
+                and _WORD.match(text[k + len(pattern) : k + len(pattern) + 1])
+            )
+        )
+        if ok:
+            ok = (inert.around(k, k + len(pattern)) is not None) == in_inert
+            if ok and not in_inert:
+                ok = not inert.touches(k, k + len(pattern))
+        if ok and shape is not None:
+            ok = _shape(tree, offsets, text, q, q_after) == shape
+        if ok:
+            found.append((q, q_after))
+        k = text.find(pattern, k + 1)
+    found.sort(key=lambda span: abs(span[0] - at))
+    return tuple(
+        ProposedEdit(start=q, end=q_after, text=added) for q, q_after in found[:MAX_PROPOSALS]
+    )
+
+
+def _left_anchor(text: str, at: int) -> tuple[str, bool] | None:
+    """The text before `at` back to its nearest name token, on its line (`(str, True)`), else
+    back to the line's start after the indentation (`(str, False)`: it must start a line)."""
+    line_start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at)) + 1
+    head = text[line_start:at]
+    tokens = list(_TOKEN.finditer(head))
+    for n, match in enumerate(reversed(tokens), 1):
+        if _NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS:
+            return head[match.start() :], True
+        if n == _ANCHOR_TOKENS:
+            return head[match.start() :], True
+    return head.lstrip(" \t"), False
+
+
+def _right_anchor(text: str, at: int) -> tuple[str, bool] | None:
+    """The text after `at` up to its nearest name token on its line (`(str, True)`), else to
+    the line's end, blanks aside (`(str, False)`: it must end a line)."""
+    line_end = min(
+        (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
+    )
+    tail = text[at:line_end]
+    for n, match in enumerate(_TOKEN.finditer(tail), 1):
+        if (_NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS) or n == _ANCHOR_TOKENS:
+            return tail[: match.end()], True
+    return tail.rstrip(" \t"), False
+
+
+def _line_start_at(text: str, k: int) -> bool:
+    """Whether only blanks stand before `k` on its line."""
+    line_start = max(text.rfind("\n", 0, k), text.rfind("\r", 0, k)) + 1
+    return not text[line_start:k].strip(" \t")
+
+
+def _line_end_at(text: str, k: int) -> bool:
+    """Whether only blanks stand after `k` on its line."""
+    line_end = min(
+        (m for m in (text.find("\n", k), text.find("\r", k)) if m >= 0), default=len(text)
+    )
+    return not text[k:line_end].strip(" \t")
+
+
+def _shape(
+    tree: Tree | None, offsets: _Offsets | None, text: str, at: int, after: int
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The kinds of the innermost named node ending at `at` and of the one starting at `after`,
+    each with `_ANCHOR_DEPTH` parents: an argument list, a statement, a modifier list."""
+    if tree is None or offsets is None:
+        return None
+    root = tree.root_node
+    return (
+        _kinds(_ending(root, offsets.byte(at, text))),
+        _kinds(_starting(root, offsets.byte(after, text))),
+    )
+
+
+def _ending(root: Node, byte: int) -> Node | None:
+    if byte == 0:
+        return None
+    node = root.named_descendant_for_byte_range(byte - 1, byte)
+    while node is not None and node.end_byte != byte and node.parent is not None:
+        node = node.parent if node.end_byte < byte else None
+    return node
+
+
+def _starting(root: Node, byte: int) -> Node | None:
+    node = root.named_descendant_for_byte_range(byte, byte + 1)
+    while node is not None and node.start_byte > byte:
+        node = node.parent
+    return node
+
+
+def _kinds(node: Node | None) -> tuple[str, ...]:
+    kinds: list[str] = []
+    while node is not None and len(kinds) <= _ANCHOR_DEPTH:
+        kinds.append(node.type)
+        node = node.parent
+    return tuple(kinds)
+
+
+def _split(
+    text: str,
+    group: EditGroup,
+    inert: _Inert,
+    tree: Tree | None,
+    reverted: frozenset[tuple[str, str]],
+) -> tuple[ProposedEdit, ...]:
+    """Step 7: several tokens or lines replaced at once (a selection retyped, a multi-cursor
+    edit in one change), split by a token diff of the old and new text into its one-for-one
+    replacements of a name or a literal; each is propagated as a rename, the proposals
+    combined without overlap and never inside the edited span."""
+    a, b = group.start, group.end
+    while a > 0 and _WORD.match(text[a - 1]):
+        a -= 1
+    while b < len(text) and _WORD.match(text[b]):
+        b += 1
+    old_text = text[a : group.start] + group.removed + text[group.end : b]
+    old = [m[0] for m in _TOKEN.finditer(old_text)]
+    new = list(_TOKEN.finditer(text, a, b))
+    matcher = SequenceMatcher(None, old, [m[0] for m in new], autojunk=False)
+    pairs: dict[tuple[str, str], int] = {}
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op != "replace" or i2 - i1 != 1 or j2 - j1 != 1:
+            continue
+        before, after = old[i1], new[j1][0]
+        if (
+            _WORD.match(before)
+            and _WORD.match(after)
+            and before not in _KEYWORDS | _CONSTANTS
+            and (before, after) not in reverted
+        ):
+            pairs.setdefault((before, after), new[j1].start())
+    if not pairs or len(pairs) > _ANCHOR_TOKENS:
+        return ()
+    taken: list[ProposedEdit] = []
+    for (before, after), at in pairs.items():
+        in_inert = inert.around(at, at + len(after)) is not None
+        sub = _Substitution(at, at + len(after), before, after, False, in_inert)
+        spans = [(i, j) for i, j in _matches(text, sub, inert, tree) if j <= a or i >= b]
+        taken.extend(_proposed(sub, spans, group.start))
+    taken.sort(key=lambda e: abs(e.start - group.start))
+    kept: list[ProposedEdit] = []
+    for edit in taken:
+        if all(edit.end <= k.start or edit.start >= k.end for k in kept):
+            kept.append(edit)
+    return tuple(kept[:MAX_PROPOSALS])
