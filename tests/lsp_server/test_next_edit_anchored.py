@@ -1,0 +1,109 @@
+"""Propagation of what a substitution leaves silent: tokens only added or only removed, made
+again where the same anchors (and, with a grammar, the same syntax nodes) stand; several tokens
+replaced at once, split into renames; scope, strings and comments from the syntax tree; and no
+proposal while the word at the cursor is half typed."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.documents import DocumentSnapshot
+from lsp_server.next_edit.editor import half_typed
+from lsp_server.next_edit.history import EditHistory
+from lsp_server.next_edit.propagate import propagate
+
+URI = "file:///work/src/example"
+
+# (name, language, before, (old, new) made at the first `old`, the document after every proposal)
+CASES = [
+    (
+        "python: await added before one call, at the same call elsewhere",
+        "python",
+        "async def a():\n    x = fetch(1)\n    y = fetch(2)\n    s = 'x = fetch(3)'\n",
+        ("x = fetch(1)", "x = await fetch(1)"),
+        "async def a():\n    x = await fetch(1)\n    y = await fetch(2)\n    s = 'x = fetch(3)'\n",
+    ),
+    (
+        "typescript: a statement's semicolon added after the same call",
+        "typescript",
+        "function f() {\n  log()\n  run(1);\n  log()\n  // log()\n}\n",
+        ("log()\n  run", "log();\n  run"),
+        "function f() {\n  log();\n  run(1);\n  log();\n  // log()\n}\n",
+    ),
+    (
+        "go: an argument removed where the same anchors stand",
+        "go",
+        'func f() {\n\tlog(ctx, msg)\n\tx := 1\n\tlog(ctx, msg)\n\ts := "log(ctx, msg)"\n}\n',
+        ("log(ctx, msg)", "log(msg)"),
+        'func f() {\n\tlog(msg)\n\tx := 1\n\tlog(msg)\n\ts := "log(ctx, msg)"\n}\n',
+    ),
+    (
+        "java: a modifier already there is not added again",
+        "java",
+        "class A {\n  void run() {}\n  final void run() {}\n}\n",
+        ("  void run()", "  final void run()"),
+        "class A {\n  final void run() {}\n  final void run() {}\n}\n",
+    ),
+    (
+        "rust: two names replaced in one change are each renamed",
+        "rust",
+        "fn f(a: u32, b: u32) -> u32 {\n    let c = a + b;\n    a * b + c\n}\n",
+        ("a: u32, b: u32", "x: u32, y: u32"),
+        "fn f(x: u32, y: u32) -> u32 {\n    let c = x + y;\n    x * y + c\n}\n",
+    ),
+    (
+        "python: a name in a string or comment is left alone by a multi-token edit",
+        "python",
+        "def f(a, b):\n    # a and b\n    return a + b, 'a'\n",
+        ("a, b", "p, q"),
+        "def f(p, q):\n    # a and b\n    return p + q, 'a'\n",
+    ),
+]
+
+
+def proposed(language: str, before: str, old: str, new: str) -> str:
+    after = before.replace(old, new, 1)
+    history = EditHistory()
+    history.opened(URI, before)
+    group = history.changed(URI, after, now=0.0)
+    assert group is not None
+    edits = propagate(after, group, reverted=history.reverted(URI), language_id=language)
+    text = after
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[: edit.start] + edit.text + text[edit.end :]
+    return text
+
+
+@pytest.mark.parametrize(
+    ("language", "before", "edit", "expected"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_the_same_change_reaches_the_places_a_user_expects(
+    language: str, before: str, edit: tuple[str, str], expected: str
+) -> None:
+    assert proposed(language, before, *edit) == expected
+
+
+@pytest.mark.parametrize("language", ["python", "typescript", "go"])
+def test_a_word_typed_letter_by_letter_waits_until_the_cursor_leaves_it(language: str) -> None:
+    history = EditHistory()
+    text = "count = 1\nuse(count)\n"
+    history.opened(URI, text)
+    typed = text
+    for n in range(1, 4):  # `count` erased, then `t`, `o`, `t` typed one change at a time
+        typed = "total"[:n] + text[len("count") :]
+        group = history.changed(URI, typed, now=0.1 * n)
+    assert group is not None
+    at_word = DocumentSnapshot.at(typed, 3, uri=URI, language_id=language)
+    elsewhere = DocumentSnapshot.at(typed, len(typed), uri=URI, language_id=language)
+    assert half_typed(at_word, group)
+    assert not half_typed(elsewhere, group)
+
+
+def test_a_whole_word_inserted_at_once_is_finished() -> None:
+    history = EditHistory()
+    history.opened(URI, "count = 1\n")
+    group = history.changed(URI, "total = 1\n", now=0.0)
+    assert group is not None
+    assert not half_typed(DocumentSnapshot.at("total = 1\n", 5, uri=URI), group)
