@@ -28,6 +28,7 @@ from pygls.workspace.position_codec import PositionCodec
 
 from bench._common import ROOT
 from lsp_server.client import InfillClient, insert_text_of, items_of
+from lsp_server.next_edit.requests import INLINE_EDIT_REQUEST
 from lsp_server.postprocess import CursorContext, decide_mode
 
 #: A typist's pace in the typing benchmarks: one character every 60 ms.
@@ -132,6 +133,14 @@ def offset_of(text: str, position: types.Position) -> int:
     return start + len(line)
 
 
+def _position_json(position: types.Position) -> dict[str, int]:
+    return {"line": position.line, "character": position.character}
+
+
+def _position(value: dict[str, Any]) -> types.Position:
+    return types.Position(line=int(value["line"]), character=int(value["character"]))
+
+
 def apply_item(text: str, item: types.InlineCompletionItem, cursor: int) -> tuple[str, int, int]:
     """The document after accepting `item`, and where the inserted text starts and ends in it.
     An item without a range inserts at the cursor."""
@@ -154,11 +163,12 @@ class ServerClient:
         env: dict[str, str] | None = None,
     ) -> None:
         # The benchmarks count the engine's jobs per request: no work ahead after each answer
-        # unless a benchmark measures it. The models run in the server's process unless a
-        # benchmark asks for the shared engine (`engine`: the `shared` suite compares both).
-        self.settings = {"speculativeSuggestions": 0, "engine": "here", **(settings or {})}
+        # unless a benchmark measures it. The models run where a user's do (the shared engine,
+        # `engine` `auto`; the `shared` suite compares it with `here`), and an engine left idle
+        # exits within seconds rather than holding its memory through the next part.
+        self.settings = {"speculativeSuggestions": 0, "engineIdleExit": 5, **(settings or {})}
         self.model = model
-        self.env = env  # added to this process's environment for the server
+        self.env = env  # added to the server's environment (after its own runtime folder)
         self.shown: list[str] = []  # window/showMessage texts
         self.client = InfillClient("infill-lsp-bench", on_show=self._show)
         self._docs: dict[str, _Doc] = {}
@@ -181,12 +191,15 @@ class ServerClient:
         if self.model:
             args += ["--model", self.model]
         try:
+            # A shared engine of its own, started from this tree: one another checkout or an
+            # earlier run left would answer with other code, and compute beside the raw side.
+            env = {**os.environ, "XDG_RUNTIME_DIR": self._tmp.name, **(self.env or {})}
             await self.client.start(
                 root_uri=root.as_uri(),
                 options=self.settings,
                 server_args=args,
                 cwd=str(ROOT),
-                env=None if self.env is None else {**os.environ, **self.env},
+                env=env,
             )
             deadline = time.monotonic() + wait_s
             while True:
@@ -295,6 +308,26 @@ class ServerClient:
         if text.endswith("\n\n"):
             return (len(text) - 1, len(text), "")
         return (len(text), len(text), "\n")
+
+    # --- next edits ---------------------------------------------------------------------------
+
+    async def next_edits(self, uri: str, offset: int) -> list[tuple[int, int, str]]:
+        """`textDocument/copilotInlineEdit` for the cursor at `offset` of the document as it
+        is: the proposed edits as (start, end, new text) in its code points, nearest first."""
+        doc = self._docs[uri]
+        params = {
+            "textDocument": {"uri": uri, "version": doc.version},
+            "position": _position_json(position_of(doc.text, offset)),
+        }
+        answer = await self.client.request(INLINE_EDIT_REQUEST, params)
+        return [
+            (
+                offset_of(doc.text, _position(edit["range"]["start"])),
+                offset_of(doc.text, _position(edit["range"]["end"])),
+                str(edit["text"]),
+            )
+            for edit in answer["edits"]
+        ]
 
     # --- inline completion --------------------------------------------------------------------
 

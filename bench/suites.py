@@ -93,6 +93,11 @@ SUITES: dict[str, Suite] = {
             headline="same-substitution hunks reproduced, propagation",
         ),
         Suite(
+            name="next_edit_commits",
+            summary="next edits on real commits in six languages, through the real server",
+            headline="same-change cases hit",
+        ),
+        Suite(
             name="template_limits",
             summary="hostile chat templates against the sandbox's limits",
         ),

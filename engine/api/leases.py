@@ -17,6 +17,11 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+#: The routes the completion model answers (the chat model waits for them to be quiet before
+#: it loads: engine/api/loader.py).
+COMPLETION_PATHS = frozenset(
+    {"/v1/completions", "/v1/infill/score", "/v1/infill/branch", "/generate", "/generate/raw"}
+)
 #: Seconds a lease lasts without being renewed: three renewals missed (a language server whose
 #: event loop is busy for a few seconds keeps its lease).
 LEASE_SECONDS = 30.0
@@ -49,6 +54,8 @@ class Leases:
     _requests: int = 0
     #: Since when no lease was held nor request under way; None: since the first look.
     _idle_since: float | None = None
+    _completions: int = 0  # requests under way on COMPLETION_PATHS
+    _completion_ended_at: float | None = None
 
     def renew(self, name: str, now: float | None = None) -> None:
         """`name` holds a lease for `LEASE_SECONDS` more."""
@@ -69,12 +76,25 @@ class Leases:
         self._expire(time.monotonic() if now is None else now)
         return list(self._leases)
 
-    def request_started(self) -> None:
+    def request_started(self, path: str = "") -> None:
         self._requests += 1
+        if path in COMPLETION_PATHS:
+            self._completions += 1
 
-    def request_ended(self, now: float | None = None) -> None:
+    def request_ended(self, path: str = "", now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         self._requests -= 1
-        self._idle_since = time.monotonic() if now is None else now
+        self._idle_since = now
+        if path in COMPLETION_PATHS:
+            self._completions -= 1
+            self._completion_ended_at = now
+
+    def busy(self, quiet: float = 2.0) -> bool:
+        """Whether the completion model is answering a request, or answered one less than
+        `quiet` seconds ago (read from the model loader's thread: plain numbers, each read
+        whole)."""
+        ended = self._completion_ended_at
+        return bool(self._completions) or (ended is not None and time.monotonic() - ended < quiet)
 
     def should_exit(self, now: float | None = None) -> bool:
         """Whether the engine has had no lease and no request for `idle_exit` seconds."""
@@ -119,8 +139,9 @@ class RequestCount:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        self._leases.request_started()
+        path = scope["path"]
+        self._leases.request_started(path)
         try:
             await self.app(scope, receive, send)
         finally:
-            self._leases.request_ended()
+            self._leases.request_ended(path)

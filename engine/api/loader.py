@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from engine.types import LoadState, Role
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "the engine server is shutting down"
+#: Seconds between two looks at whether requests are being answered (`ModelLoader`'s `busy`).
+BUSY_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,11 +102,14 @@ class ModelLoader:
         models: Mapping[Role, tuple[str, str]],
         *,
         close: Callable[[], None] | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         """`models`: (id, path) per role; roles with the same id share one model. `close`
-        frees what `load` loaded (default: close each engine)."""
+        frees what `load` loaded (default: close each engine). `busy`: whether requests are
+        being answered; a role after the first waits until it says no (polled)."""
         self._load = load
         self._close = close
+        self._busy = busy
         self._lock = threading.Lock()
         self._models: dict[str, _Model] = {}
         self._by_role: dict[Role, _Model] = {}
@@ -120,7 +126,7 @@ class ModelLoader:
         self._closing = False
 
     @classmethod
-    def for_model_set(cls, models: ModelSet) -> ModelLoader:
+    def for_model_set(cls, models: ModelSet, busy: Callable[[], bool] | None = None) -> ModelLoader:
         """Load `models`' roles through `ModelSet.engine`, freed by `ModelSet.close`."""
         ids: dict[Role, tuple[str, str]] = {}
         by_spec: dict[object, str] = {}
@@ -137,7 +143,7 @@ class ModelLoader:
                     ident = f"{ident}-{role.value}"
                 by_spec[spec] = ident
             ids[role] = (ident, str(spec.path))
-        return cls(models.engine, ids, close=models.close)
+        return cls(models.engine, ids, close=models.close, busy=busy)
 
     @classmethod
     def from_engines(cls, engines: Mapping[Role, Engine]) -> ModelLoader:
@@ -156,7 +162,12 @@ class ModelLoader:
     def load_all(self) -> None:
         """Load every role now, on this thread; failures are recorded, not raised."""
         try:
-            for role, model in list(self._by_role.items()):
+            for number, (role, model) in enumerate(list(self._by_role.items())):
+                # The chat model loads once the completion model's first requests are
+                # answered: loading it beside a user's first suggestion made that one 1.5x
+                # slower on 2 cores (docs/decisions/cold-prompt.md).
+                while number and self._busy is not None and self._busy() and not self._closing:
+                    time.sleep(BUSY_POLL_SECONDS)
                 if self._closing:
                     break
                 self._load_role(role, model)

@@ -125,6 +125,9 @@ class ModelEntry(_Answer):
     context_size: int | None
     max_model_len: int | None
     fim_family: str | None
+    device: str | None = Field(
+        None, description='where the model computes ("cpu", "cuda:0", ...); null until loaded'
+    )
     capabilities: list[Literal["score", "branch", "token_ids"]] = Field(
         description="our extensions the model offers: /v1/infill/score, /v1/infill/branch, "
         "prompts as token ids"

@@ -125,6 +125,8 @@ class Routes:
                 "context_size": m["context_size"],
                 "max_model_len": m["context_size"],
                 "fim_family": m["fim_family"],
+                # Where it computes: a client decides by it what pays (ranking lines on a CPU).
+                "device": m["device"],
                 "capabilities": self._capabilities(m["id"]),
                 **({"model_path": m["path"]} if trusted else {}),
             }

@@ -239,8 +239,8 @@ def run_server(
         log.warning("%s", warning)
     # Resolving the paths first: a default model that is not installed fails here, clearly.
     specs = {role: model_spec(role, options) for role in (Role.COMPLETION, Role.CHAT)}
-    models = ModelLoader.for_model_set(ModelSet(specs))
     leases = Leases(idle_exit=idle_exit)
+    models = ModelLoader.for_model_set(ModelSet(specs), busy=leases.busy)
     app = build_app(
         models,
         api_key=api_key,

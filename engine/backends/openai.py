@@ -135,7 +135,11 @@ class RemoteEngine(BaseEngine):
             name=discovery.model or "(the server's model)",
             path=spec.endpoint,
             backend=REMOTE_BACKEND,
-            device="remote",
+            # Our own engine server says where its model computes, and the language server
+            # decides by it as for a model here: on a CPU, suffix ranking's scorings and
+            # branches made a cold request 3.1-3.4x the raw engine's
+            # (docs/decisions/cold-prompt.md).
+            device=discovery.device or "remote",
             context_size=discovery.context_size,
             vocab_size=0,
             eog_tokens=(),
@@ -441,7 +445,9 @@ class RemoteEngine(BaseEngine):
         pieces = sum(processor.generated_tokens(i) for i in range(n))
         stats = JobStats(
             request_id=request.request_id,
-            prompt_tokens=usage.prompt_tokens or 0,
+            # A stream closed at its stop ends before the usage chunk: the ids sent, where
+            # the prompt went as ids, are its tokens.
+            prompt_tokens=usage.prompt_tokens or len(request.prompt_token_ids or ()),
             prompt_evaluated=None,
             generated_tokens=max(usage.completion_tokens, pieces),
             queued_seconds=0.0,

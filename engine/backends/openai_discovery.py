@@ -58,6 +58,9 @@ class Discovery:
     #: The model file our own engine server serves (it tells a caller it trusts): where its
     #: tokenizer can be loaded from on the same machine. None elsewhere.
     model_path: str | None = None
+    #: Where our own engine server's model computes ("cpu", "cuda:0"): what pays on it. None
+    #: for every other server.
+    device: str | None = None
 
 
 def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discovery:
@@ -106,6 +109,7 @@ def discover(spec: RemoteSpec, *, client: httpx.Client | None = None) -> Discove
         extensions=entry.get("owned_by") not in OPENAI_OWNERS,
         capabilities=_capabilities(entry) if ours else frozenset(),
         model_path=_model_path(entry) if ours else None,
+        device=_device(entry) if ours else None,
     )
 
 
@@ -119,6 +123,11 @@ def _capabilities(entry: dict[str, Any]) -> frozenset[str]:
 def _model_path(entry: dict[str, Any]) -> str | None:
     path = entry.get("model_path")
     return path if isinstance(path, str) and path else None
+
+
+def _device(entry: dict[str, Any]) -> str | None:
+    device = entry.get("device")
+    return device if isinstance(device, str) and device else None
 
 
 def _model_entries(content: bytes, endpoint: str) -> list[dict[str, Any]]:

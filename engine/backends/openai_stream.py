@@ -109,6 +109,41 @@ def loads(data: str | bytes) -> Any:
         raise ValueError("it nests too deeply") from e
 
 
+#: Seconds between two tries of a request our engine server answered "the model is loading"
+#: (a chat model it loads once the completion model's first requests are answered).
+LOADING_RETRY_SECONDS = 0.25
+
+
+async def send_waiting(
+    client: httpx.AsyncClient, spec: RemoteSpec, path: str, body: dict[str, Any]
+) -> tuple[httpx.Response, bytes]:
+    """POST `body` to `path`, streamed; an answer of 503 whose error is `model_loading` (the
+    model is loading: our engine server says so) is asked again until it is not, within the
+    caller's deadline. The response, and the body of an error answer (else empty)."""
+    while True:
+        request = client.build_request(
+            "POST", spec.endpoint + path, json=body, headers=headers(spec)
+        )
+        response = await client.send(request, stream=True)
+        if response.status_code < 400:
+            return response, b""
+        content = await _read_error_body(response)
+        if response.status_code != 503 or _error_code(content) != "model_loading":
+            return response, content
+        await asyncio.shield(response.aclose())
+        await asyncio.sleep(LOADING_RETRY_SECONDS)
+
+
+def _error_code(content: bytes) -> str | None:
+    """OpenAI's `error.code` of an error answer, if it has one."""
+    with contextlib.suppress(ValueError):
+        body = loads(content[:ERROR_BODY_BYTES])
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            code = body["error"].get("code")
+            return code if isinstance(code, str) else None
+    return None
+
+
 def error_message(content: bytes) -> str:
     """The message of an error answer: OpenAI's `{"error": {"message"}}`, FastAPI's
     `{"detail"}`, or the text itself, shortened."""
@@ -346,19 +381,19 @@ class ChoiceReader:
 
         try:
             async with asyncio.timeout(limits.seconds):
-                response = await self._send(client, path, body)
-                if response.status_code >= 400:
-                    content = await _read_error_body(response)
-                    if LOGPROBS_FIELD in body and refuses_logprobs(response, content):
-                        refused = status(response)
-                        first, response = response, None
-                        await asyncio.shield(first.aclose())  # shielded: see `finally`
-                        without = {k: v for k, v in body.items() if k != LOGPROBS_FIELD}
-                        response = await self._send(client, path, without)
-                        if response.status_code < 400:
-                            self._stop_asking_logprobs(refused)
-                        else:
-                            content = await _read_error_body(response)
+                response, content = await self._send(client, path, body)
+                if (
+                    response.status_code >= 400
+                    and LOGPROBS_FIELD in body
+                    and refuses_logprobs(response, content)
+                ):
+                    refused = status(response)
+                    first, response = response, None
+                    await asyncio.shield(first.aclose())  # shielded: see `finally`
+                    without = {k: v for k, v in body.items() if k != LOGPROBS_FIELD}
+                    response, content = await self._send(client, path, without)
+                    if response.status_code < 400:
+                        self._stop_asking_logprobs(refused)
                 if response.status_code >= 400:
                     deliver(
                         Failed(f"{endpoint} answered {status(response)}: {error_message(content)}")
@@ -415,11 +450,8 @@ class ChoiceReader:
 
     async def _send(
         self, client: httpx.AsyncClient, path: str, body: dict[str, Any]
-    ) -> httpx.Response:
-        request = client.build_request(
-            "POST", self.spec.endpoint + path, json=body, headers=headers(self.spec)
-        )
-        return await client.send(request, stream=True)
+    ) -> tuple[httpx.Response, bytes]:
+        return await send_waiting(client, self.spec, path, body)
 
     def _event(self, line: str, chat: bool, usage: Usage) -> object | None:
         """What one line of the event stream means: a piece, the end, a failure, or nothing."""
@@ -564,12 +596,8 @@ async def post_json(
     response: httpx.Response | None = None
     try:
         async with asyncio.timeout(limits.seconds):
-            request = client.build_request(
-                "POST", spec.endpoint + path, json=body, headers=headers(spec)
-            )
-            response = await client.send(request, stream=True)
+            response, error = await send_waiting(client, spec, path, body)
             if response.status_code >= 400:
-                error = await _read_error_body(response)
                 raise AnswerRefused(f"answered {status(response)}: {error_message(error)}")
             content = bytearray()
             async for chunk in raw_chunks(response):

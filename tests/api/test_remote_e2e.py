@@ -70,6 +70,7 @@ from engine.types import (
     TextDelta,
 )
 from lsp_server.documents import DocumentSnapshot
+from lsp_server.inline.plan import ranks_lines
 from lsp_server.inline.suggest import suggest
 from lsp_server.settings import Settings
 
@@ -420,6 +421,25 @@ def remote_engines(
     }
     yield engines
     for engine in engines.values():
+        engine.close()
+
+
+@pytest.mark.parametrize("setting", ["auto", "on", "off"])
+async def test_candidate_lines_are_ranked_through_the_engine_server_as_here(
+    engine_server: ServerProcess, completion_engine: Engine, setting: str
+) -> None:
+    """docs/engine-server.md: our engine server says where its model computes, and the
+    language server decides by it whether to rank candidate lines, as with the model in its own
+    process (off on a CPU by default: the scorings and branches made a cold request 4x)."""
+    engine = RemoteEngine.connect(RemoteSpec(role=Role.COMPLETION, endpoint=engine_server.api))
+    try:
+        model = CompletionModel.of(engine, None)
+        assert model.scorer is not None  # it can rank: the device alone decides
+        assert engine.info.device == completion_engine.info.device
+        settings = Settings(suffix_ranking=setting)
+        here = CompletionModel.of(completion_engine, None)
+        assert ranks_lines(model, settings) == ranks_lines(here, settings)
+    finally:
         engine.close()
 
 

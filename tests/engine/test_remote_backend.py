@@ -116,7 +116,7 @@ def test_token_estimates_stay_above_what_code_tokenizers_take() -> None:
 # --- our engine server ---------------------------------------------------------------------------
 
 
-def test_our_server_names_each_roles_model_its_context_and_fim_family(
+def test_our_server_names_each_roles_model_its_context_fim_family_and_device(
     make_server: Callable[..., Server],
 ) -> None:
     server = make_server()
@@ -127,6 +127,7 @@ def test_our_server_names_each_roles_model_its_context_and_fim_family(
     assert completion.discovery.ours
     assert completion.info.context_size == FakeBackend().context_size
     assert (completion.info.backend, completion.info.path) == ("openai", f"{server.url}/v1")
+    assert completion.info.device == "cpu"  # where the served model computes, as it says
     assert chat.discovery.model == "fake-chat"
     # A family named in the settings wins; "none" is none.
     assert remote(server.url, fim_family="qwen").discovery.fim_family == "qwen"

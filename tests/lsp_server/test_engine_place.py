@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from engine.api.leases import LEASE_SECONDS, Leases
+from engine.api.loader import ModelLoader
 from engine.errors import EngineError
 from engine.models import resolve_model_path
 from engine.shared import SharedEngine, SharedEngineLink, private_folder, runtime_folder
@@ -165,3 +167,37 @@ def test_a_request_under_way_keeps_the_engine() -> None:
 
 def test_an_engine_without_an_idle_exit_never_exits_on_its_own() -> None:
     assert not Leases().should_exit(now=1e12)
+
+
+def test_only_the_completion_models_requests_keep_the_chat_model_waiting() -> None:
+    leases = Leases()
+    leases.request_started("/v1/chat/completions")
+    leases.request_started("/health")
+    assert not leases.busy()
+    leases.request_started("/v1/completions")
+    assert leases.busy()
+    leases.request_ended("/v1/completions")
+    assert leases.busy(quiet=60)  # it answered one a moment ago
+    assert not leases.busy(quiet=0)
+
+
+def test_the_chat_model_loads_once_the_completion_model_is_quiet() -> None:
+    loaded: list[Role] = []
+    quiet = threading.Event()
+
+    def load(role: Role) -> object:
+        loaded.append(role)
+        raise EngineError("a double: nothing is loaded")
+
+    def busy() -> bool:
+        return not quiet.is_set()
+
+    loader = ModelLoader(
+        load, {Role.COMPLETION: ("coder", "/c"), Role.CHAT: ("chat", "/t")}, busy=busy
+    )
+    loader.start()
+    assert not loader.wait(0.5)
+    assert loaded == [Role.COMPLETION]
+    quiet.set()
+    assert loader.wait(5)
+    assert loaded == [Role.COMPLETION, Role.CHAT]
