@@ -197,6 +197,13 @@ def enclosing_scope(text: str, line: int, tree: Tree | None) -> Scope | None:
 _DOUBTED = object()
 
 
+def scope_at(tree: Tree, line: int, column: int) -> Scope | None:
+    """The scope around the (0-based) `line` and byte `column` by the tree alone; None where
+    no block holds it or an error on the line makes the tree's answer a guess."""
+    found = _tree_scope(tree, line, column)
+    return found if isinstance(found, Scope) else None
+
+
 def _tree_scope(tree: Tree, line: int, column: int) -> Scope | object | None:
     root = tree.root_node
     if not 0 <= line <= root.end_point.row:

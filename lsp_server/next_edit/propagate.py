@@ -58,7 +58,7 @@ from itertools import accumulate
 from tree_sitter import Node, Tree
 
 from engine.text import common_affixes, split_lines
-from lsp_server.blocks import enclosing_scope
+from lsp_server.blocks import enclosing_scope, scope_at
 from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
 from lsp_server.postprocess.syntax import document_tree, error_rows, inert_spans
@@ -144,6 +144,8 @@ class _Inert:
         starts, ends, strings = [], [], set()
         for start_byte, end_byte, is_string in spans:
             start, end = offsets.char(start_byte), offsets.char(end_byte)
+            if is_string and (prefix := _STRING_PREFIX.match(text, start, end)) is not None:
+                start = prefix.end()  # `br"..."`: the prefix is code, as for the lexer
             starts.append(start)
             ends.append(end)
             if is_string:
@@ -227,6 +229,9 @@ class _Offsets:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+#: A string literal's prefix letters (`br"`, `f'`, `u8"`, `r#"`), which the tree counts as the
+#: string's: a change of `br` to `rb` is a change of code.
+_STRING_PREFIX = re.compile(r"[A-Za-z]\w{0,2}(?=[\"'`#])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +246,10 @@ class _Substitution:
     # An operator changed after a call (`type(a) == B` -> `type(a) is B`): the call's name,
     # which the operand before every match must be a call of too.
     after_call: str | None = None
+    # A keyword added before a call's name: where there is a tree, a match must be the same
+    # kind of node as the edited place (`A(` of a constructor, not of `new A(`). Not for other
+    # tokens added or dropped: those change the edited place's nodes (`fn: fn` -> `fn`).
+    shaped: bool = False
 
 
 def propagate(
@@ -277,7 +286,7 @@ def _matches(
 ) -> list[tuple[int, int]]:
     """Steps 3 and 4: where `sub.old` stands again, in its scope."""
     # 3. Scope.
-    lo, hi = _scope(text, sub, tree)
+    lo, hi, block, line_starts = _scope(text, sub, tree)
     # 4. Matches.
     after_dot = text[sub.start - 1 : sub.start] == "."
     # A method renamed at its definition or at a call through `self.`: the other side too.
@@ -290,6 +299,8 @@ def _matches(
     # A place that already reads as the new side (`await fetch(` when `await` was added).
     added_before = sub.new[: -len(sub.old)] if sub.new.endswith(sub.old) else ""
     added_after = sub.new[len(sub.old) :] if sub.new.startswith(sub.old) else ""
+    shape = _node_shape(text, sub, tree)
+    offsets = _Offsets(text) if shape is not None else None
     found: list[tuple[int, int]] = []
     at = text.find(sub.old, lo, hi)
     while at >= 0:
@@ -310,6 +321,9 @@ def _matches(
             ok = _line_content(text, at, end)
         if ok and sub.after_call is not None:
             ok = _call_before(text, at, inert) == sub.after_call
+        if ok and shape is not None and tree is not None and offsets is not None:
+            byte = offsets.byte(at + shape[0], text)
+            ok = _kinds(_starting(tree.root_node, byte))[:2] == shape[1]
         if ok and sub.in_string:
             ok = inert.is_string(at, end)
         elif ok and not sub.in_inert:
@@ -319,7 +333,62 @@ def _matches(
         if ok:
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
+    if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
+        return _not_local_elsewhere(text, sub.old, found, tree, block, line_starts)
     return found
+
+
+def _node_shape(
+    text: str, sub: _Substitution, tree: Tree | None
+) -> tuple[int, tuple[str, ...]] | None:
+    """For a keyword added before a call, where in the old side a token both sides share
+    starts (its first, else the start of the shared end) and the kinds of the node starting
+    there at the edited place, with its parent's; None where nothing is compared."""
+    if not sub.shaped or tree is None:
+        return None
+    prefix, suffix = common_affixes(sub.old, sub.new)
+    if prefix:
+        in_old, in_new = 0, 0
+    elif suffix:
+        in_old, in_new = len(sub.old) - suffix, len(sub.new) - suffix
+    else:
+        return None
+    byte = _Offsets(text).byte(sub.start + in_new, text)
+    return in_old, _kinds(_starting(tree.root_node, byte))[:2]
+
+
+def _not_local_elsewhere(
+    text: str,
+    name: str,
+    found: list[tuple[int, int]],
+    tree: Tree,
+    block: tuple[int, int],
+    line_starts: list[int],
+) -> list[tuple[int, int]]:
+    """`found` less the uses outside the edited `block` that are in a function binding `name`
+    of its own: a parameter or a local there is another thing of the same name (measured on
+    commits, bench/next_edit_commits.py: `e` fixed to `exc` in one handler was proposed in
+    every function with an `e` of its own). By the tree only; without one, all are kept."""
+    kept: list[tuple[int, int]] = []
+    binds: dict[tuple[int, int], bool] = {}
+    last = len(line_starts) - 2
+    for at, end in found:
+        if block[0] <= at < block[1]:
+            kept.append((at, end))
+            continue
+        row = min(bisect.bisect_right(line_starts, at) - 1, last)
+        column = len(text[line_starts[row] : at].encode("utf-8", "surrogatepass"))
+        scope = scope_at(tree, row, column)
+        if scope is not None:
+            key = (scope.start, scope.end)
+            if key not in binds:
+                lo, hi = line_starts[scope.start], line_starts[min(scope.end + 1, last + 1)]
+                head = line_starts[min(scope.header + 1, last + 1)]
+                binds[key] = _declares(text, name, lo, head, hi)
+            if binds[key]:
+                continue
+        kept.append((at, end))
+    return kept
 
 
 def _proposed(
@@ -374,6 +443,7 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     ):
         j += 1  # a keyword before a call (`await fetch(`): the pattern is the call
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
+        return _Substitution(i, j, old, new, False, in_inert, shaped=True)
     elif adds or drops or (old in _CONSTANTS and not in_inert):
         i, j, whole_line = _exact_pattern(text, i, j, inert)
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
@@ -401,15 +471,16 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
 def _operator(text: str, i: int, j: int, old: str, inert: _Inert) -> _Substitution | None:
     """An operator (or keyword) replaced at `i`..`j`, as a pattern with what makes it due:
     the constant it compares with (`== None` -> `is None`), else the function whose result
-    it compares (`type(a) == B` -> `type(a) is B`), the two comparisons linters ask to
-    change everywhere; None for any other operator (`a == b` -> `a != b` is one place's
-    logic)."""
+    it compares into an identity (`type(a) == B` -> `type(a) is B`), the two comparisons
+    linters ask to change everywhere; None for any other operator (`a == b` -> `a != b` is
+    one place's logic)."""
     constant = _CONSTANT_AFTER.match(text, j)
     if constant is not None:
         end = constant.end()
         return _Substitution(i, end, old + text[j:end], text[i:end], False, False)
     name = _call_before(text, i, inert)
-    if name is None:
+    if name is None or text[i:j].split() not in (["is"], ["is", "not"]):
+        # The other way (`fn(a) is B` -> `fn(a) == B`) is one comparison's meaning changed.
         return None
     return _Substitution(i, j, old, text[i:j], False, False, after_call=name)
 
@@ -511,18 +582,22 @@ def _closer(text: str, opener: int, j: int, line_hi: int, inert: _Inert) -> int:
     return -1
 
 
-def _scope(text: str, sub: _Substitution, tree: Tree | None) -> tuple[int, int]:
-    """The part of `text` searched (step 3), as offsets."""
+def _scope(
+    text: str, sub: _Substitution, tree: Tree | None
+) -> tuple[int, int, tuple[int, int], list[int]]:
+    """The part of `text` searched (step 3), as offsets; the edited block's span (the whole
+    text outside any); each line's start, then the text's end."""
     lines = split_lines(text)
     offsets = list(accumulate(map(len, lines), initial=0))  # each line's start, then the end
     edit_line = bisect.bisect_right(offsets, sub.start) - 1
     block = enclosing_scope(text, min(edit_line, len(lines) - 1), tree)
+    whole = (0, len(text))
     if block is None:
-        return 0, len(text)
+        return *whole, whole, offsets
     lo, hi = offsets[block.start], offsets[min(block.end + 1, len(lines))]
     header = block.header
     if edit_line <= header and text.find(sub.old, offsets[min(header + 1, len(lines))], hi) < 0:
-        return 0, len(text)
+        return *whole, (lo, hi), offsets
     # Judged on the text before the edit: the edited place may be the binding itself.
     before = text[: sub.start] + sub.old + text[sub.end :]
     shift = len(sub.old) - (sub.end - sub.start)
@@ -533,17 +608,17 @@ def _scope(text: str, sub: _Substitution, tree: Tree | None) -> tuple[int, int]:
         # uses are anywhere in the file, as a rename of it is (measured on release diffs,
         # bench/next_edit.py). So is a word of prose (in a string or a comment): a typo fixed
         # once is fixed everywhere.
-        return (0, len(text)) if sub.in_inert or not local else (lo, hi)
+        return *(whole if sub.in_inert or not local else (lo, hi)), (lo, hi), offsets
     if sub.in_string or (
         not sub.in_inert and sub.after_call is None and len(_TOKEN.findall(sub.old)) == 1
     ):
         # A literal keeps to its block: the same number elsewhere is usually another number.
-        return lo, hi
+        return lo, hi, (lo, hi), offsets
     # Several tokens (a call with its arguments, an expression, a phrase or a version of
     # prose, `removed in 2.4`) are one thing wherever they stand: a sentence repeated in
     # each function's docstring, a statement repeated in each test (measured on release
     # diffs, bench/next_edit.py).
-    return 0, len(text)
+    return *whole, (lo, hi), offsets
 
 
 def _line_content(text: str, at: int, end: int) -> bool:
@@ -596,6 +671,21 @@ def _binds(text: str, name: str, lo: int, hi: int) -> bool:
     return pattern.search(text, lo, hi) is not None
 
 
+def _declares(text: str, name: str, lo: int, head: int, hi: int) -> bool:
+    """Whether the function at `lo`..`hi` (its header ending at `head`) declares `name`
+    itself: a parameter in its header, or a plain assignment, loop variable or declaration in
+    it. Stricter than `_binds`, which also takes a call's argument or a keyword argument for
+    a binding: that only narrows the edited block's own scope, where this would drop uses
+    (`pytest.raises(Exception, ...)` is no binding of `Exception`)."""
+    word = re.escape(name)
+    parameter = re.compile(rf"[(,]\s*(?:&\s*)?(?:mut\s+)?{word}\s*[,):=]")
+    local = re.compile(
+        rf"(?m:^)[ \t]*{word}\s*(?::=|=(?!=))"
+        rf"|\b(?:let|const|var|mut|auto|for|as)\s+{word}\b"
+    )
+    return parameter.search(text, lo, head) is not None or local.search(text, lo, hi) is not None
+
+
 #: Each name's binding pattern, compiled once (renames repeat while the user types), and how
 #: many are kept.
 _BINDING: dict[str, re.Pattern[str]] = {}
@@ -628,16 +718,15 @@ def _anchored(
         return ()
     at = group.start
     after = group.end if added else group.start
-    left = _left_anchor(text, at)
+    left = _left_anchor(text, at, inert)
     right = _right_anchor(text, after)
-    if left is None or right is None:
-        return ()
     if not any(_WORD.match(t) and t not in _KEYWORDS for t in _TOKEN.findall(left[0] + right[0])):
         return ()  # punctuation and keywords alone anchor nothing: `()` is everywhere
     in_inert = inert.around(at, after) is not None
     pattern = left[0] + ("" if added else piece) + right[0]
     offsets = _Offsets(text) if tree is not None else None
-    shape = _shape(tree, offsets, text, at, after) if tree is not None else None
+    sides = (bool(left[0].strip()), bool(right[0].strip()))
+    shape = _shape(tree, offsets, text, at, after, sides) if tree is not None else None
     found: list[tuple[int, int]] = []
     k = text.find(pattern)
     while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
@@ -660,7 +749,7 @@ def _anchored(
             if ok and not in_inert:
                 ok = not inert.touches(k, k + len(pattern))
         if ok and shape is not None:
-            ok = _shape(tree, offsets, text, q, q_after) == shape
+            ok = _shape(tree, offsets, text, q, q_after, sides) == shape
         if ok:
             found.append((q, q_after))
         k = text.find(pattern, k + 1)
@@ -670,21 +759,46 @@ def _anchored(
     )
 
 
-def _left_anchor(text: str, at: int) -> tuple[str, bool] | None:
+def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:
     """The text before `at` back to its nearest name token, on its line (`(str, True)`), else
-    back to the line's start after the indentation (`(str, False)`: it must start a line)."""
+    back to the line's start after the indentation (`(str, False)`: it must start a line).
+    Inside brackets, back to the called name at least (`f(a, ` for an argument added after
+    `a`): an argument list is that function's, and `g(a)` has other parameters (measured on
+    commits, bench/next_edit_commits.py: an argument added to one of several look-alike
+    helpers was proposed at all of them)."""
     line_start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at)) + 1
     head = text[line_start:at]
     tokens = list(_TOKEN.finditer(head))
+    found: tuple[str, bool] = (head.lstrip(" \t"), False)
     for n, match in enumerate(reversed(tokens), 1):
-        if _NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS:
-            return head[match.start() :], True
-        if n == _ANCHOR_TOKENS:
-            return head[match.start() :], True
-    return head.lstrip(" \t"), False
+        if (_NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS) or n == _ANCHOR_TOKENS:
+            found = (head[match.start() :], True)
+            break
+    callee = _callee_start(text, line_start, at, inert)
+    if callee is not None and at - callee > len(found[0]):
+        return text[callee:at], True
+    return found
 
 
-def _right_anchor(text: str, at: int) -> tuple[str, bool] | None:
+def _callee_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
+    """Where the name stands before the innermost bracket still open at `at` on its line
+    (`foo` of `foo(a, `); None where no bracket is open or no name precedes it."""
+    depth = 0
+    for k in range(at - 1, line_start - 1, -1):
+        char = text[k]
+        if char not in "()[]{}" or inert.touches(k, k + 1):
+            continue
+        if char in ")]}":
+            depth += 1
+        elif depth:
+            depth -= 1
+        else:
+            name = _CALLED.search(text, line_start, k)
+            return name.start() if name is not None else None
+    return None
+
+
+def _right_anchor(text: str, at: int) -> tuple[str, bool]:
     """The text after `at` up to its nearest name token on its line (`(str, True)`), else to
     the line's end, blanks aside (`(str, False)`: it must end a line)."""
     line_end = min(
@@ -712,16 +826,23 @@ def _line_end_at(text: str, k: int) -> bool:
 
 
 def _shape(
-    tree: Tree | None, offsets: _Offsets | None, text: str, at: int, after: int
+    tree: Tree | None,
+    offsets: _Offsets | None,
+    text: str,
+    at: int,
+    after: int,
+    sides: tuple[bool, bool],
 ) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The kinds of the innermost named node ending at `at` and of the one starting at `after`,
-    each with `_ANCHOR_DEPTH` parents: an argument list, a statement, a modifier list."""
+    each with `_ANCHOR_DEPTH` parents: an argument list, a statement, a modifier list. Only
+    for the sides (before, after) whose anchor is a token: a line's start or end is no
+    node's."""
     if tree is None or offsets is None:
         return None
     root = tree.root_node
     return (
-        _kinds(_ending(root, offsets.byte(at, text))),
-        _kinds(_starting(root, offsets.byte(after, text))),
+        _kinds(_ending(root, offsets.byte(at, text))) if sides[0] else (),
+        _kinds(_starting(root, offsets.byte(after, text))) if sides[1] else (),
     )
 
 
@@ -749,6 +870,47 @@ def _kinds(node: Node | None) -> tuple[str, ...]:
     return tuple(kinds)
 
 
+def _renames(
+    old: list[str], new: list[re.Match[str]], reverted: frozenset[tuple[str, str]]
+) -> dict[tuple[str, str], int] | None:
+    """The one-for-one renames that turn the `old` tokens into the `new` ones, each with where
+    its new name first stands; None unless that is all the edit is: every difference one name
+    (or number) for another, each old name replaced everywhere it stood and by the same new
+    one, at least two of them (one alone is the substitution's case, step 2). Anything added
+    or dropped makes the edit new code, whose tokens pair by chance (measured on release
+    diffs and commits, bench/next_edit.py and bench/next_edit_commits.py: `frame` ->
+    `f_back` out of a rewritten statement, `0` -> `rows` out of a rewritten assertion)."""
+    new_tokens = [m[0] for m in new]
+    matcher = SequenceMatcher(None, old, new_tokens, autojunk=False)
+    pairs: dict[tuple[str, str], int] = {}
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if op != "replace" or i2 - i1 != j2 - j1:
+            return None
+        for before, at in zip(old[i1:i2], new[j1:j2], strict=True):
+            after = at[0]
+            if (
+                not (
+                    (_NAME.fullmatch(before) and _NAME.fullmatch(after))
+                    or (before.isdigit() and after.isdigit())
+                )
+                or before in _KEYWORDS | _CONSTANTS
+                or after in _KEYWORDS | _CONSTANTS
+            ):
+                return None
+            pairs.setdefault((before, after), at.start())
+    renamed = {before for before, _ in pairs}
+    if (
+        len(pairs) < 2
+        or len(renamed) < len(pairs)  # one name made into two
+        or renamed & set(new_tokens)  # a name still there: not renamed
+        or any(pair in reverted for pair in pairs)
+    ):
+        return None
+    return pairs
+
+
 def _split(
     text: str,
     group: EditGroup,
@@ -768,20 +930,8 @@ def _split(
     old_text = text[a : group.start] + group.removed + text[group.end : b]
     old = [m[0] for m in _TOKEN.finditer(old_text)]
     new = list(_TOKEN.finditer(text, a, b))
-    matcher = SequenceMatcher(None, old, [m[0] for m in new], autojunk=False)
-    pairs: dict[tuple[str, str], int] = {}
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op != "replace" or i2 - i1 != 1 or j2 - j1 != 1:
-            continue
-        before, after = old[i1], new[j1][0]
-        if (
-            _WORD.match(before)
-            and _WORD.match(after)
-            and before not in _KEYWORDS | _CONSTANTS
-            and (before, after) not in reverted
-        ):
-            pairs.setdefault((before, after), new[j1].start())
-    if not pairs or len(pairs) > _ANCHOR_TOKENS:
+    pairs = _renames(old, new, reverted)
+    if not pairs:
         return ()
     taken: list[ProposedEdit] = []
     for (before, after), at in pairs.items():

@@ -58,6 +58,50 @@ CASES = [
         ("a, b", "p, q"),
         "def f(p, q):\n    # a and b\n    return p + q, 'a'\n",
     ),
+    (
+        "python: an argument added to one helper's call is not added to another helper's",
+        "python",
+        "x = (\n    dict_attrs(defaults)\n    | str_attrs(defaults)\n"
+        "    | dict_attrs(defaults)\n)\n",
+        ("dict_attrs(defaults)", "dict_attrs(defaults, strict)"),
+        "x = (\n    dict_attrs(defaults, strict)\n    | str_attrs(defaults)\n"
+        "    | dict_attrs(defaults, strict)\n)\n",
+    ),
+    (
+        "java: a modifier added to a constructor is not added to a `new` of its class",
+        "java",
+        "class A {\n  A(int a) {}\n  static A make() { return new A(1); }\n}\n",
+        ("  A(int a)", "  public A(int a)"),
+        "class A {\n  public A(int a) {}\n  static A make() { return new A(1); }\n}\n",
+    ),
+    (
+        "go: a statement rewritten around its names is new code, not renames",
+        "go",
+        "func f() {\n\tdt := g(t)\n\tuse(t)\n}\n\nfunc h() {\n\tuse(t)\n}\n",
+        ("dt := g(t)", "x := tmp.g(dt, 0)"),
+        "func f() {\n\tx := tmp.g(dt, 0)\n\tuse(t)\n}\n\nfunc h() {\n\tuse(t)\n}\n",
+    ),
+    (
+        "python: a name fixed in one function is not changed where another binds its own",
+        "python",
+        "def a(exc):\n    log(e)\n\n\ndef b(items):\n    for e in items:\n        log(e)\n",
+        ("log(e)", "log(exc)"),
+        "def a(exc):\n    log(exc)\n\n\ndef b(items):\n    for e in items:\n        log(e)\n",
+    ),
+    (
+        "python: a string's prefix is code: `br` -> `rb` reaches the other prefixes",
+        "python",
+        'def f():\n    a = br"x"\n    b = br"y"\n    return a + b\n',
+        ('br"x"', 'rb"x"'),
+        'def f():\n    a = rb"x"\n    b = rb"y"\n    return a + b\n',
+    ),
+    (
+        "python: an identity made a comparison is that one place's meaning",
+        "python",
+        "def t():\n    assert fn(1) is A\n    assert fn(2) is B\n",
+        ("fn(1) is A", "fn(1) == A"),
+        "def t():\n    assert fn(1) == A\n    assert fn(2) is B\n",
+    ),
 ]
 
 
