@@ -275,10 +275,15 @@ def propagate(
         found = _matches(text, sub, inert, tree)
         if found:
             return _proposed(sub, found, sub.start)
-    # Step 6: what the substitution leaves silent.
+    # Steps 6 and 7: what the substitution leaves silent.
     if not group.removed or not group.inserted:
-        return _anchored(text, group, inert, tree, reverted)
-    return _split(text, group, inert, tree, reverted)
+        found_edits = _anchored(text, group, inert, tree, reverted)
+    else:
+        found_edits = _split(text, group, inert, tree, reverted)
+    if found_edits or not group.removed or not group.inserted:
+        return found_edits
+    # Step 8: the same change where one name differs.
+    return _analogous(text, group, inert, reverted)
 
 
 def _matches(
@@ -723,6 +728,10 @@ def _anchored(
     if not any(_WORD.match(t) and t not in _KEYWORDS for t in _TOKEN.findall(left[0] + right[0])):
         return ()  # punctuation and keywords alone anchor nothing: `()` is everywhere
     in_inert = inert.around(at, after) is not None
+    if in_inert and not (left[1] and right[1]):
+        # In prose a line's start or end is no anchor: a ` \` added at the end of one
+        # docstring line is not due at every line ending in the same word.
+        return ()
     pattern = left[0] + ("" if added else piece) + right[0]
     offsets = _Offsets(text) if tree is not None else None
     sides = (bool(left[0].strip()), bool(right[0].strip()))
@@ -777,7 +786,30 @@ def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:
     callee = _callee_start(text, line_start, at, inert)
     if callee is not None and at - callee > len(found[0]):
         return text[callee:at], True
+    opener = _group_start(text, line_start, at, inert)
+    if opener is not None and at - opener > len(found[0]):
+        # Right after a closed bracket, the whole group: `-> None` added after one method's
+        # `(self, md)` is due after the others' `(self, md)`, not after `(self, a, md)`.
+        return text[opener:at], True
     return found
+
+
+def _group_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
+    """Where the bracket group closed right before `at` (blanks aside) opens on its line."""
+    k = at
+    while k > line_start and text[k - 1] in " \t":
+        k -= 1
+    if k == line_start or text[k - 1] not in ")]}" or inert.touches(k - 1, k):
+        return None
+    depth = 0
+    for m in range(k - 1, line_start - 1, -1):
+        char = text[m]
+        if char not in "()[]{}" or inert.touches(m, m + 1):
+            continue
+        depth += 1 if char in ")]}" else -1
+        if depth == 0:
+            return m
+    return None
 
 
 def _callee_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
@@ -875,11 +907,12 @@ def _renames(
 ) -> dict[tuple[str, str], int] | None:
     """The one-for-one renames that turn the `old` tokens into the `new` ones, each with where
     its new name first stands; None unless that is all the edit is: every difference one name
-    (or number) for another, each old name replaced everywhere it stood and by the same new
-    one, at least two of them (one alone is the substitution's case, step 2). Anything added
-    or dropped makes the edit new code, whose tokens pair by chance (measured on release
-    diffs and commits, bench/next_edit.py and bench/next_edit_commits.py: `frame` ->
-    `f_back` out of a rewritten statement, `0` -> `rows` out of a rewritten assertion)."""
+    for another, each old name replaced everywhere it stood and by the same new one, at least
+    two of them (one alone is the substitution's case, step 2). Anything added or dropped
+    makes the edit new code, whose tokens pair by chance (measured on release diffs and
+    commits, bench/next_edit.py and bench/next_edit_commits.py: `frame` -> `f_back` out of a
+    rewritten statement, `0` -> `rows` out of a rewritten assertion); numbers changed
+    together are one value (a date's `2019, 1` -> `2020, 7`), not renames."""
     new_tokens = [m[0] for m in new]
     matcher = SequenceMatcher(None, old, new_tokens, autojunk=False)
     pairs: dict[tuple[str, str], int] = {}
@@ -891,10 +924,7 @@ def _renames(
         for before, at in zip(old[i1:i2], new[j1:j2], strict=True):
             after = at[0]
             if (
-                not (
-                    (_NAME.fullmatch(before) and _NAME.fullmatch(after))
-                    or (before.isdigit() and after.isdigit())
-                )
+                not (_NAME.fullmatch(before) and _NAME.fullmatch(after))
                 or before in _KEYWORDS | _CONSTANTS
                 or after in _KEYWORDS | _CONSTANTS
             ):
@@ -945,3 +975,109 @@ def _split(
         if all(edit.end <= k.start or edit.start >= k.end for k in kept):
             kept.append(edit)
     return tuple(kept[:MAX_PROPOSALS])
+
+
+#: A lexeme of an analogous edit's pattern: a string literal on one line is one, else a word or
+#: a punctuation mark.
+_LEXEME = re.compile(r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'|\w+|[^\w\s]""")
+
+
+def _analogous(
+    text: str, group: EditGroup, inert: _Inert, reverted: frozenset[tuple[str, str]]
+) -> tuple[ProposedEdit, ...]:
+    """Step 8: the same replacement where one name differs (`Base.setup(self, cfg)` ->
+    `super().setup(cfg)`, then `Other.setup(self, cfg)`): one name of the old side is let
+    vary; every other lexeme must match exactly, in code (or in prose where the edit was), and
+    the rest must hold a name of its own (a distinctive pattern, not `(x)`), two where the new
+    side drops the varying name. Where the new side carries it over (`typeof a !==
+    'undefined'` -> `a !== undefined`), it is written with that place's name in it. One
+    line's change only, of at least three lexemes, that replaced text: a pure insertion or
+    deletion is step 6's, and a literal let vary made
+    rewrites of look-alike lines (measured on release diffs, bench/next_edit.py: a test's
+    `pytest.raises(E, f("..."))` made an `assert`, proposed at its neighbours with other
+    strings, which the release left alone)."""
+    a, b = group.start, group.end
+    while a > 0 and _WORD.match(text[a - 1]):
+        a -= 1
+    while b < len(text) and _WORD.match(text[b]):
+        b += 1
+    old = text[a : group.start] + group.removed + text[group.end : b]
+    new = text[a:b]
+    if _breaks(old) or _breaks(new) or (old, new) in reverted:
+        return ()
+    old_lexemes = [m[0] for m in _LEXEME.finditer(old)]
+    new_lexemes = {m[0] for m in _LEXEME.finditer(new)}
+    if len(old_lexemes) < 3:
+        return ()
+    in_inert = inert.around(a, b) is not None
+    found: dict[tuple[int, int], str] = {}
+    for varying in dict.fromkeys(old_lexemes):
+        kind = _lexeme_kind(varying)
+        if kind is None:
+            continue
+        names = {x for x in old_lexemes if x != varying and _lexeme_kind(x) is not None}
+        if len(names) < (1 if varying in new_lexemes else 2):
+            continue
+        pattern = _wildcard(old, varying, kind)
+        for match in pattern.finditer(text):
+            at, end = match.span()
+            other = match["v"]
+            if other == varying or (at < b and end > a) or (at, end) in found:
+                continue
+            if in_inert != (inert.around(at, end) is not None):
+                continue
+            if not in_inert and inert.touches(*match.span("v")):
+                continue
+            found[(at, end)] = _carried(new, varying, other)
+    if not found:
+        return ()
+    edits: list[ProposedEdit] = []
+    for (at, end), replacement in sorted(found.items(), key=lambda x: abs(x[0][0] - a)):
+        if any(at < e.end and end > e.start for e in edits):
+            continue
+        was = text[at:end]
+        prefix, suffix = common_affixes(was, replacement)
+        edits.append(
+            ProposedEdit(
+                start=at + prefix,
+                end=end - suffix,
+                text=replacement[prefix : len(replacement) - suffix],
+            )
+        )
+    return tuple(sorted(edits, key=lambda e: abs(e.start - a))[:MAX_PROPOSALS])
+
+
+def _lexeme_kind(lexeme: str) -> str | None:
+    """What may vary in place of `lexeme`: a name (not a keyword); None for anything else."""
+    if _NAME.fullmatch(lexeme) and lexeme not in _KEYWORDS | _CONSTANTS:
+        return r"[^\W\d]\w*"
+    return None
+
+
+def _wildcard(old: str, varying: str, kind: str) -> re.Pattern[str]:
+    """`old` as a pattern in which each whole lexeme `varying` is one lexeme of its kind, the
+    same one each time (group `v`), the rest exact, on whole-word boundaries."""
+    parts: list[str] = []
+    last, seen = 0, False
+    for match in _LEXEME.finditer(old):
+        if match[0] != varying:
+            continue
+        parts.append(re.escape(old[last : match.start()]))
+        parts.append("(?P=v)" if seen else f"(?P<v>{kind})")
+        seen, last = True, match.end()
+    parts.append(re.escape(old[last:]))
+    head = r"(?<!\w)" if _WORD.match(old[:1]) else ""
+    tail = r"(?!\w)" if _WORD.match(old[-1:]) else ""
+    return re.compile(head + "".join(parts) + tail)
+
+
+def _carried(new: str, varying: str, other: str) -> str:
+    """`new` with each whole lexeme `varying` written as `other`."""
+    out: list[str] = []
+    last = 0
+    for match in _LEXEME.finditer(new):
+        if match[0] == varying:
+            out.append(new[last : match.start()] + other)
+            last = match.end()
+    out.append(new[last:])
+    return "".join(out)

@@ -96,6 +96,31 @@ CASES = [
         'def f():\n    a = rb"x"\n    b = rb"y"\n    return a + b\n',
     ),
     (
+        "typescript: the same rewrite of a check where the checked name differs",
+        "typescript",
+        "function f(a, b) {\n  if (typeof a !== 'undefined') {}\n"
+        "  if (typeof b !== 'undefined') {}\n  const s = \"typeof c !== 'undefined'\"\n}\n",
+        ("typeof a !== 'undefined'", "a !== undefined"),
+        "function f(a, b) {\n  if (a !== undefined) {}\n"
+        "  if (b !== undefined) {}\n  const s = \"typeof c !== 'undefined'\"\n}\n",
+    ),
+    (
+        "python: a call rewritten where its receiver differs, not where more differs",
+        "python",
+        "class A(B):\n    def setup(self, cfg):\n        B.setup(self, cfg)\n"
+        "        C.setup(self, cfg)\n        D.setup(self, other)\n",
+        ("B.setup(self, cfg)", "super().setup(cfg)"),
+        "class A(B):\n    def setup(self, cfg):\n        super().setup(cfg)\n"
+        "        super().setup(cfg)\n        D.setup(self, other)\n",
+    ),
+    (
+        "go: numbers changed together are one value, not renames",
+        "go",
+        "var d = date(2019, 1, 1)\nvar opts = []int{1, 2}\n",
+        ("date(2019, 1, 1)", "date(2020, 7, 1)"),
+        "var d = date(2020, 7, 1)\nvar opts = []int{1, 2}\n",
+    ),
+    (
         "python: an identity made a comparison is that one place's meaning",
         "python",
         "def t():\n    assert fn(1) is A\n    assert fn(2) is B\n",
