@@ -291,7 +291,10 @@ def _matches(
 ) -> list[tuple[int, int]]:
     """Steps 3 and 4: where `sub.old` stands again, in its scope."""
     # 3. Scope.
-    lo, hi, block, line_starts = _scope(text, sub, tree)
+    reach = _scope(text, sub, tree)
+    lo, hi, block = reach.lo, reach.hi, reach.block
+    if _retargeted(text, sub, reach):
+        return []
     # 4. Matches.
     after_dot = text[sub.start - 1 : sub.start] == "."
     # A method renamed at its definition or at a call through `self.`: the other side too.
@@ -339,8 +342,27 @@ def _matches(
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
     if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
-        return _not_local_elsewhere(text, sub.old, found, tree, block, line_starts)
+        return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts)
     return found
+
+
+def _retargeted(text: str, sub: _Substitution, reach: _Reach) -> bool:
+    """Whether a name was changed into one the edited function already declares (`e` -> `exc`
+    under `except ... as exc`): one reference pointed at another variable, not a rename,
+    whose new name would be taken (measured on commits, bench/next_edit_commits.py: the
+    loop's `e` was proposed as `exc` at its every use). Not for an attribute: a call switched
+    to another existing method (`r.matchesLetter()` -> `r.matchesAsciiAlpha()`) is due at
+    the other calls."""
+    if sub.in_inert or not (_NAME.fullmatch(sub.old) and _NAME.fullmatch(sub.new)):
+        return False
+    if text[sub.start - 1 : sub.start] == ".":
+        return False
+    before = text[: sub.start] + sub.old + text[sub.end :]
+    lo, hi = reach.block
+    if not reach.head:
+        return False  # no function holds the edit
+    shift = len(sub.old) - (sub.end - sub.start)
+    return _declares(before, sub.new, lo, reach.head, hi + shift)
 
 
 def _node_shape(
@@ -587,22 +609,37 @@ def _closer(text: str, opener: int, j: int, line_hi: int, inert: _Inert) -> int:
     return -1
 
 
-def _scope(
-    text: str, sub: _Substitution, tree: Tree | None
-) -> tuple[int, int, tuple[int, int], list[int]]:
-    """The part of `text` searched (step 3), as offsets; the edited block's span (the whole
-    text outside any); each line's start, then the text's end."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reach:
+    """Step 3's answer: the part of the text searched, the edited block (the whole text outside
+    any) and where its header ends (0 outside any), as offsets; each line's start, then the
+    text's end."""
+
+    lo: int
+    hi: int
+    block: tuple[int, int]
+    head: int
+    line_starts: list[int]
+
+
+def _scope(text: str, sub: _Substitution, tree: Tree | None) -> _Reach:
+    """The part of `text` searched (step 3)."""
     lines = split_lines(text)
     offsets = list(accumulate(map(len, lines), initial=0))  # each line's start, then the end
     edit_line = bisect.bisect_right(offsets, sub.start) - 1
     block = enclosing_scope(text, min(edit_line, len(lines) - 1), tree)
     whole = (0, len(text))
     if block is None:
-        return *whole, whole, offsets
+        return _Reach(lo=0, hi=len(text), block=whole, head=0, line_starts=offsets)
     lo, hi = offsets[block.start], offsets[min(block.end + 1, len(lines))]
     header = block.header
-    if edit_line <= header and text.find(sub.old, offsets[min(header + 1, len(lines))], hi) < 0:
-        return *whole, (lo, hi), offsets
+    head = offsets[min(header + 1, len(lines))]
+
+    def reach(span: tuple[int, int]) -> _Reach:
+        return _Reach(lo=span[0], hi=span[1], block=(lo, hi), head=head, line_starts=offsets)
+
+    if edit_line <= header and text.find(sub.old, head, hi) < 0:
+        return reach(whole)
     # Judged on the text before the edit: the edited place may be the binding itself.
     before = text[: sub.start] + sub.old + text[sub.end :]
     shift = len(sub.old) - (sub.end - sub.start)
@@ -613,17 +650,17 @@ def _scope(
         # uses are anywhere in the file, as a rename of it is (measured on release diffs,
         # bench/next_edit.py). So is a word of prose (in a string or a comment): a typo fixed
         # once is fixed everywhere.
-        return *(whole if sub.in_inert or not local else (lo, hi)), (lo, hi), offsets
+        return reach(whole if sub.in_inert or not local else (lo, hi))
     if sub.in_string or (
         not sub.in_inert and sub.after_call is None and len(_TOKEN.findall(sub.old)) == 1
     ):
         # A literal keeps to its block: the same number elsewhere is usually another number.
-        return lo, hi, (lo, hi), offsets
+        return reach((lo, hi))
     # Several tokens (a call with its arguments, an expression, a phrase or a version of
     # prose, `removed in 2.4`) are one thing wherever they stand: a sentence repeated in
     # each function's docstring, a statement repeated in each test (measured on release
     # diffs, bench/next_edit.py).
-    return *whole, (lo, hi), offsets
+    return reach(whole)
 
 
 def _line_content(text: str, at: int, end: int) -> bool:
@@ -686,6 +723,8 @@ def _declares(text: str, name: str, lo: int, head: int, hi: int) -> bool:
     parameter = re.compile(rf"[(,]\s*(?:&\s*)?(?:mut\s+)?{word}\s*[,):=]")
     local = re.compile(
         rf"(?m:^)[ \t]*{word}\s*(?::=|=(?!=))"
+        rf"|(?<![\w.]){word}\s*(?:,\s*\w+\s*)*:="
+        rf"|,\s*{word}\s*(?:,\s*\w+\s*)*:="
         rf"|\b(?:let|const|var|mut|auto|for|as)\s+{word}\b"
     )
     return parameter.search(text, lo, head) is not None or local.search(text, lo, hi) is not None

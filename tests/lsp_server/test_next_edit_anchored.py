@@ -89,6 +89,15 @@ CASES = [
         "def a(exc):\n    log(exc)\n\n\ndef b(items):\n    for e in items:\n        log(e)\n",
     ),
     (
+        "go: a use pointed at another declared variable is not a rename of the first",
+        "go",
+        "package p\n\nfunc f(flags []Flag) {\n\tflag := flags[0]\n\tfor _, f := range flags {\n"
+        "\t\tuse(flag.Names())\n\t\tlog(flag)\n\t}\n}\n",
+        ("use(flag.Names())", "use(f.Names())"),
+        "package p\n\nfunc f(flags []Flag) {\n\tflag := flags[0]\n\tfor _, f := range flags {\n"
+        "\t\tuse(f.Names())\n\t\tlog(flag)\n\t}\n}\n",
+    ),
+    (
         "python: a string's prefix is code: `br` -> `rb` reaches the other prefixes",
         "python",
         'def f():\n    a = br"x"\n    b = br"y"\n    return a + b\n',
