@@ -34,8 +34,17 @@ def half_typed(snap: DocumentSnapshot, group: EditGroup) -> bool:
     word character and the cursor stands right after it. A client
     that asks on every change (Neovim with sidekick) would otherwise be offered `count` ->
     `tot` on the way to `total`; the word is finished once the cursor leaves it or a non-word
-    character is typed after it (a new change, not `typing`)."""
-    return group.typing and snap.offset == group.end
+    character is typed after it (a new change, not `typing`). The group is trimmed to what
+    changed, so the letters typed last may stand after its end (`count` retyped up to `t`
+    is `coun` removed, the `t` kept): the cursor may follow them, word characters only."""
+    if not group.typing or snap.offset < group.end:
+        return False
+    typed = snap.text[group.end : snap.offset]
+    return len(typed) <= _WORD_LIMIT and all(c.isalnum() or c == "_" for c in typed)
+
+
+#: Characters after a typing group's end that still read as the word being typed.
+_WORD_LIMIT = 64
 
 
 class NextEditor:
