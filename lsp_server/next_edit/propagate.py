@@ -754,12 +754,15 @@ def _anchored(
     tokens before the edit point back to a name (else the line's start with the same
     indentation), and after it up to a name (else the line's end), exact; where there is a
     tree, the innermost nodes ending before and starting after the point have the same kinds
-    and parents. Never where the new text already stands; lines added or removed are not
-    (their anchors would be other lines)."""
+    and parents. Never where the new text already stands. Whole lines added: `_lines_added`;
+    other line breaks added or removed are not propagated (their anchors would be other
+    lines)."""
     added = group.inserted
     piece = added or group.removed
-    if not piece.strip() or _breaks(piece) or (group.removed, added) in reverted:
+    if not piece.strip() or (group.removed, added) in reverted:
         return ()
+    if _breaks(piece):
+        return _lines_added(text, group, inert) if added else ()
     at = group.start
     after = group.end if added else group.start
     left = _left_anchor(text, at, inert)
@@ -1120,3 +1123,50 @@ def _carried(new: str, varying: str, other: str) -> str:
             last = match.end()
     out.append(new[last:])
     return "".join(out)
+
+
+#: Names (not keywords) the line after inserted lines must hold to anchor them: `}` or
+#: `return nil` follows too much to say where lines belong.
+_LINE_ANCHOR_NAMES = 2
+
+
+def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """Whole lines inserted (a statement, a field, a call in a chain) before a line that
+    names at least `_LINE_ANCHOR_NAMES` things: the same lines inserted between each other
+    pair of lines that read exactly as the lines around them, indentation included, in code,
+    unless they already stand there. The line after alone let lines be proposed in functions
+    the commit left alone (measured on commits, bench/next_edit_commits.py: a test's
+    `set.SetOutput(ioutil.Discard)` before `_ = fl.Apply(set)`). The editor may report the lines
+    rotated (`HideHelp = true\n\tapp.` after `\tapp.`): they are taken at a line's start."""
+    n = len(group.inserted)
+    at = group.start
+    while not (_line_start_at(text, at) and text[at + n - 1 : at + n] == "\n"):
+        if at == 0 or text[at - 1] != text[at + n - 1] or group.start - at >= n:
+            return ()
+        at -= 1
+    lines = text[at : at + n]
+    next_end = text.find("\n", at + n)
+    anchor = text[at + n : next_end + 1 if next_end >= 0 else len(text)]
+    names = [t for t in _TOKEN.findall(anchor) if _NAME.fullmatch(t) and t not in _KEYWORDS]
+    if (
+        len(names) < _LINE_ANCHOR_NAMES
+        or not anchor.endswith("\n")
+        or inert.touches(at, at + n)
+        or inert.touches(at + n, at + n + len(anchor))
+    ):
+        return ()
+    above = text[text.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
+    found: list[int] = []
+    k = text.find(anchor)
+    while k >= 0 and len(found) < MAX_PROPOSALS:
+        if (
+            k != at + n
+            and (k == 0 or text[k - 1] == "\n")
+            and text.endswith(above, 0, k)
+            and not text.endswith(lines, 0, k)
+            and not inert.touches(k, k + len(anchor))
+        ):
+            found.append(k)
+        k = text.find(anchor, k + 1)
+    found.sort(key=lambda k: abs(k - at))
+    return tuple(ProposedEdit(start=k, end=k, text=lines) for k in found)

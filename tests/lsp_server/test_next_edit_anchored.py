@@ -98,6 +98,18 @@ CASES = [
         "\t\tuse(f.Names())\n\t\tlog(flag)\n\t}\n}\n",
     ),
     (
+        "go: a line inserted between the same two lines in each test, not elsewhere",
+        "go",
+        "package p\n\nfunc A(t *T) {\n\tapp := New()\n\tapp.Commands = []Command{}\n}\n\n"
+        "func B(t *T) {\n\tapp := New()\n\tapp.Commands = []Command{}\n}\n\n"
+        "func C(t *T) {\n\tapp := Other()\n\tapp.Commands = []Command{}\n}\n",
+        ("\tapp := New()\n\tapp.Commands", "\tapp := New()\n\tapp.HideHelp = true\n\tapp.Commands"),
+        "package p\n\nfunc A(t *T) {\n\tapp := New()\n\tapp.HideHelp = true\n"
+        "\tapp.Commands = []Command{}\n}\n\n"
+        "func B(t *T) {\n\tapp := New()\n\tapp.HideHelp = true\n\tapp.Commands = []Command{}\n}\n\n"
+        "func C(t *T) {\n\tapp := Other()\n\tapp.Commands = []Command{}\n}\n",
+    ),
+    (
         "python: a string's prefix is code: `br` -> `rb` reaches the other prefixes",
         "python",
         'def f():\n    a = br"x"\n    b = br"y"\n    return a + b\n',
