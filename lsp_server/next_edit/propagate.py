@@ -342,7 +342,7 @@ def _matches(
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
     if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
-        return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts)
+        return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts, sub.start)
     return found
 
 
@@ -391,6 +391,7 @@ def _not_local_elsewhere(
     tree: Tree,
     block: tuple[int, int],
     line_starts: list[int],
+    near: int,
 ) -> list[tuple[int, int]]:
     """`found` less the uses outside the edited `block` that are in a function binding `name`
     of its own: a parameter or a local there is another thing of the same name (measured on
@@ -399,7 +400,11 @@ def _not_local_elsewhere(
     kept: list[tuple[int, int]] = []
     binds: dict[tuple[int, int], bool] = {}
     last = len(line_starts) - 2
-    for at, end in found:
+    # Nearest first, and no further than the proposals kept: a name with 400 uses costs what
+    # one with `MAX_PROPOSALS` does.
+    for at, end in sorted(found, key=lambda span: abs(span[0] - near)):
+        if len(kept) == MAX_PROPOSALS:
+            break
         if block[0] <= at < block[1]:
             kept.append((at, end))
             continue
@@ -719,6 +724,18 @@ def _declares(text: str, name: str, lo: int, head: int, hi: int) -> bool:
     it. Stricter than `_binds`, which also takes a call's argument or a keyword argument for
     a binding: that only narrows the edited block's own scope, where this would drop uses
     (`pytest.raises(Exception, ...)` is no binding of `Exception`)."""
+    patterns = _DECLARING.get(name)
+    if patterns is None:
+        patterns = _declaring(name)
+        if len(_DECLARING) >= _KEPT_PATTERNS:
+            _DECLARING.clear()
+        _DECLARING[name] = patterns
+    parameter, local = patterns
+    return parameter.search(text, lo, head) is not None or local.search(text, lo, hi) is not None
+
+
+def _declaring(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """`_declares`'s two patterns for `name`: a parameter, a local's declaration."""
     word = re.escape(name)
     parameter = re.compile(rf"[(,]\s*(?:&\s*)?(?:mut\s+)?{word}\s*[,):=]")
     local = re.compile(
@@ -727,8 +744,11 @@ def _declares(text: str, name: str, lo: int, head: int, hi: int) -> bool:
         rf"|,\s*{word}\s*(?:,\s*\w+\s*)*:="
         rf"|\b(?:let|const|var|mut|auto|for|as)\s+{word}\b"
     )
-    return parameter.search(text, lo, head) is not None or local.search(text, lo, hi) is not None
+    return parameter, local
 
+
+#: Each name's `_declares` patterns, compiled once.
+_DECLARING: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {}
 
 #: Each name's binding pattern, compiled once (renames repeat while the user types), and how
 #: many are kept.
