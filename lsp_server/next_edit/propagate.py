@@ -1,49 +1,70 @@
-"""Next edits without a model: the last edit's token substitution, at the other places that
-still hold the old tokens.
+"""Next edits without a model: the last edit made again at the other places where it is due.
 
-`propagate(text, group)` answers in milliseconds on any model, local or remote: a rename
-`count` -> `total`, a changed literal `8080` -> `9090`, a changed string literal, an added
-argument or keyword where the pattern around it is exact. Steps, each with its reason:
+`propagate(text, group, language_id=...)` answers in milliseconds on any model, local or
+remote: a rename `count` -> `total`, a changed literal `8080` -> `9090`, a changed string
+literal, a keyword or argument added, a parameter or modifier removed, several names replaced
+at once, whole lines inserted between the same two lines, and the same rewrite of a call whose
+receiver differs. Where the language has a grammar (`postprocess/syntax.py`), the document's
+tree (re-parsed incrementally) gives the scope and the strings and comments; where it has none,
+or an error on a line makes the tree a guess there, indentation and the lexer's rules (`_INERT`)
+do. Steps, each with its reason:
 
 1. Nothing for a group that undoes an earlier one, for a substitution the user reverted, or
-   for a group that no longer matches the text (stale).
+   for a group that no longer matches the text (stale). (A word still being typed is the
+   editor's to hold back: `editor.half_typed`.)
 2. The substitution is widened to whole tokens: the words the change touches (`count` ->
    `counter` is a word replaced, not "er" added), less whole tokens both sides share. An edit
-   inside a string literal substitutes the whole literal. A change that adds or removes line
-   breaks is new code or a restructuring, not a substitution: nothing. A change that only
-   adds or drops tokens, on either side of the old ones (`2` -> `2, strict=True`, `def` ->
-   `async def`, `x` -> `f(x)`), or that changes a constant with no identity (`None`, `True`)
-   says nothing on its own about where else it belongs, so its pattern grows to be exact: a
-   keyword before a name is added before its calls (`await fetch(`); else the call or
-   bracket around it with the name before it (`foo(1, 2)`); else the whole line (`def
-   f(x):`), which then matches whole lines only. A place that already reads as the new side
-   is skipped. An old side of only punctuation and keywords (`==` -> `!=`, `try` -> `if`)
-   is propagated only as a comparison linters fix everywhere: with the constant after it
-   (`== None` -> `is None`) or after a call of the same function (`type(a) == B`).
-3. Scope: the enclosing function (else block) from `action_logic.enclosing_block`, found by
-   indentation. An edit on the block's header (a definition's name or parameters) reaches the
-   whole document when the old tokens do not occur in the block's body (a renamed function:
-   its callers are outside). A name reaches the whole document unless the block binds it (a
-   local, a parameter); a word of prose does too. A lone literal (a number, a string) keeps
-   to its block. Several tokens (a call, an expression, a phrase or version in prose) are
-   one thing wherever they stand: the whole document. An edit outside any block reaches the
-   whole document.
+   inside a string literal substitutes the whole literal (a string's prefix, `br"`, is code).
+   A change that adds or removes line breaks is not a substitution (steps 6 and 7 take it). A
+   change that only adds or drops tokens, on either side of the old ones (`2` -> `2,
+   strict=True`, `def` -> `async def`, `x` -> `f(x)`), or that changes a constant with no
+   identity (`None`, `True`) says nothing on its own about where else it belongs, so its
+   pattern grows to be exact: a keyword before a name is added before its calls (`await
+   fetch(`), where the tree has one only where the same kind of node stands (a constructor's
+   `A(`, not `new A(`); else the call or bracket around it with the name before it (`foo(1,
+   2)`); else the whole line (`def f(x):`), which then matches whole lines only. A place that
+   already reads as the new side is skipped. An old side of only punctuation and keywords
+   (`==` -> `!=`, `try` -> `if`) is propagated only as a comparison linters fix everywhere:
+   with the constant after it (`== None` -> `is None`) or into an identity after a call of the
+   same function (`type(a) == B` -> `type(a) is B`).
+3. Scope: the enclosing function (else block) from `blocks.enclosing_scope`. An edit on the
+   block's header (a definition's name or parameters) reaches the whole document when the old
+   tokens do not occur in the block's body (a renamed function: its callers are outside). A
+   name reaches the whole document unless the block binds it (a local, a parameter), less the
+   functions that declare a variable of that name of their own (by the tree); a word of prose
+   does too. A name changed into one the edited function already declares (`e` -> `exc` under
+   `except ... as exc`) is one reference pointed elsewhere: nothing. A lone literal keeps to its
+   block. Several tokens (a call, an expression, a phrase or version in prose) are one thing
+   wherever they stand: the whole document. An edit outside any block reaches the whole
+   document.
 4. Matches: exact occurrences of the old side starting and ending at token boundaries, with
    the same "after a dot" as the edited place (`self.count` is not `count`) except that a
    method's `def load` and its calls `self.load` are one name, never overlapping the place
-   just edited, and never inside a string or comment unless the edit was in one (strings and
-   comments from `_INERT`, below); a phrase or number changed in prose only in prose.
+   just edited, and never inside a string or comment unless the edit was in one; a phrase or
+   number changed in prose only in prose.
 5. Each match becomes a minimal `ProposedEdit` (common prefix and suffix trimmed), nearest to
    the edit first, non-overlapping, at most `MAX_PROPOSALS`.
+6. When the substitution finds nothing, tokens only added or only removed are anchored
+   (`_anchored`): the same text on both sides of the edit point (back to the nearest name, to
+   the called name inside brackets, to the whole group after a closed bracket, else the line's
+   start; forward to the nearest name, else the line's end), the same node kinds there where
+   the tree has them, in prose a token on both sides; whole lines inserted go between each
+   other pair of the same two lines (`_lines_added`).
+7. Several names replaced in one change (a selection retyped, a multi-cursor edit) are split
+   by a token diff into renames (`_split`), each propagated as in steps 3 to 5, only when the
+   diff is nothing but two or more names each replaced everywhere by one new name.
+8. A replacement where one name differs (`Base.setup(self, cfg)` -> `super().setup(cfg)`, then
+   `Other.setup(self, cfg)`) is made where every other lexeme matches exactly, the varying
+   name carried into the new side where it stood there (`_analogous`).
 
-Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on 2
-CPU cores shared with other work: a local's rename in one function, 6-9 ms; a top-level name's
-rename with 400 uses (64 proposed), 7-10 ms. Most of it is step 4's scan of the whole document for
-strings and comments (a string may open far above the scope) and `enclosing_block`'s split into
-lines; bench/next_edit.py's target is under 20 ms on a 2,000-line file. The same two measured after
-the rules settled on bench/next_edit.py's misses (the whole-file scope of patterns of several
-tokens among them), on the same cores less loaded: 1.2 ms and 1.6 ms, against 1.3 ms and 1.7 ms
-without those rules.
+Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on
+2 CPU cores shared with other work, with the Python tree: a local's rename in one function,
+0.8 ms; a top-level name's rename with 400 uses (64 proposed), 2.1 ms; each of the two asked in
+turn, so that every call re-parses the changed text and queries its strings and comments, 6.6
+ms. Without a tree: 1.5 ms, 2.0 ms and 1.8 ms. The tree's query of strings and comments (2 ms
+here) runs once per tree; a name's uses in other functions are checked nearest first, no
+further than the proposals kept (the 400-use rename took 9.8 ms before). bench/next_edit.py's
+target is under 20 ms on a 2,000-line file.
 """
 
 from __future__ import annotations
