@@ -838,8 +838,15 @@ def _anchored(
         )
         if ok:
             ok = (inert.around(k, k + len(pattern)) is not None) == in_inert
-            if ok and not in_inert:
+            if ok and not in_inert and added:
+                # Anchors holding a string are a statement repeated with its values (a test's
+                # `storage_class(foo="bar")`, given an argument in one test alone, measured on
+                # release diffs, bench/next_edit.py).
                 ok = not inert.touches(k, k + len(pattern))
+            elif ok and not in_inert:
+                # A removed string is the distinctive part (`markdownit('full', x)`): whole
+                # strings may stand in the pattern, none cut by its ends or the point.
+                ok = not any(_cuts(inert, p) for p in (k, q, q_after, k + len(pattern)))
         if ok and shape is not None:
             ok = _shape(tree, offsets, text, q, q_after, sides) == shape
         if ok:
@@ -849,6 +856,12 @@ def _anchored(
     return tuple(
         ProposedEdit(start=q, end=q_after, text=added) for q, q_after in found[:MAX_PROPOSALS]
     )
+
+
+def _cuts(inert: _Inert, at: int) -> bool:
+    """Whether `at` falls strictly inside a string or comment."""
+    span = inert.around(at, at)
+    return span is not None and at < span[1]
 
 
 def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:

@@ -110,6 +110,15 @@ CASES = [
         "func C(t *T) {\n\tapp := Other()\n\tapp.Commands = []Command{}\n}\n",
     ),
     (
+        "javascript: a removed string argument is removed where the same call holds it",
+        "javascript",
+        "function f() {\n  a = md('full', defaults)\n  b = md('full', defaults)\n"
+        "  c = md('zero', defaults)\n  s = \"md('full', defaults)\"\n}\n",
+        ("a = md('full', defaults)", "a = md(defaults)"),
+        "function f() {\n  a = md(defaults)\n  b = md(defaults)\n"
+        "  c = md('zero', defaults)\n  s = \"md('full', defaults)\"\n}\n",
+    ),
+    (
         "python: a string's prefix is code: `br` -> `rb` reaches the other prefixes",
         "python",
         'def f():\n    a = br"x"\n    b = br"y"\n    return a + b\n',
