@@ -41,7 +41,8 @@ do. Steps, each with its reason:
    the same "after a dot" as the edited place (`self.count` is not `count`) except that a
    method's `def load` and its calls `self.load` are one name, never overlapping the place
    just edited, and never inside a string or comment unless the edit was in one; a phrase or
-   number changed in prose only in prose.
+   number changed in prose only in prose; where tokens were only dropped from a function's
+   header (a parameter), not at a function whose body still uses the dropped name.
 5. Each match becomes a minimal `ProposedEdit` (common prefix and suffix trimmed), nearest to
    the edit first, non-overlapping, at most `MAX_PROPOSALS`.
 6. When the substitution finds nothing, tokens only added or only removed are anchored
@@ -82,7 +83,12 @@ from engine.text import common_affixes, split_lines
 from lsp_server.blocks import enclosing_scope, scope_at
 from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
-from lsp_server.postprocess.syntax import document_tree, error_rows, inert_spans
+from lsp_server.postprocess.syntax import (
+    FUNCTION_TYPES,
+    document_tree,
+    error_rows,
+    inert_spans,
+)
 
 #: Proposals returned at most: an editor shows one at a time and jumps to the next; more than
 #: this many uses of one name in a scope is a mass rename, the editor's own rename's business.
@@ -362,6 +368,8 @@ def _matches(
         if ok:
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
+    if tree is not None and not sub.in_inert:
+        found = _still_used(text, sub, found, tree)
     if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
         return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts, sub.start)
     return found
@@ -403,6 +411,56 @@ def _node_shape(
         return None
     byte = _Offsets(text).byte(sub.start + in_new, text)
     return in_old, _kinds(_starting(tree.root_node, byte))[:2]
+
+
+def _still_used(
+    text: str,
+    sub: _Substitution,
+    found: list[tuple[int, int]],
+    tree: Tree,
+) -> list[tuple[int, int]]:
+    """`found` less the function headers whose body still uses a name the change drops from
+    them (a parameter removed): without it the body would not compile (measured on commits,
+    bench/next_edit_commits.py: `rc` removed from the one callback that ignored it was
+    proposed at five that use it). By the tree only."""
+    new_tokens = _TOKEN.findall(sub.new)
+    rest = iter(_TOKEN.findall(sub.old))
+    if not all(token in rest for token in new_tokens):
+        return found  # tokens replaced, not only dropped: a rename keeps its uses
+    new_names = set(new_tokens)
+    dropped = {
+        t
+        for t in _TOKEN.findall(sub.old)
+        if _NAME.fullmatch(t) and t not in _KEYWORDS and t not in new_names
+    }
+    if not dropped or not found:
+        return found
+    patterns = [re.compile(rf"(?<![\w.]){re.escape(name)}(?!\w)") for name in dropped]
+    offsets = _Offsets(text)
+    kept: list[tuple[int, int]] = []
+    for at, end in found:
+        body = _body_after(tree.root_node, offsets.byte(at, text))
+        if body is not None:
+            lo, hi = offsets.char(body[0]), offsets.char(body[1])
+            # The match itself may reach into the body (a closure's `|| vec![]`).
+            if any(not at <= m.start() < end for p in patterns for m in p.finditer(text, lo, hi)):
+                continue
+        kept.append((at, end))
+    return kept
+
+
+def _body_after(root: Node, byte: int) -> tuple[int, int] | None:
+    """The body (bytes) of the innermost function whose header holds `byte` (its name or
+    parameters, before its body); None where no function's header does."""
+    node: Node | None = root.descendant_for_byte_range(byte, byte)
+    while node is not None:
+        if node.type in FUNCTION_TYPES:
+            body = node.child_by_field_name("body")
+            if body is None or byte >= body.start_byte:
+                return None
+            return body.start_byte, body.end_byte
+        node = node.parent
+    return None
 
 
 def _not_local_elsewhere(

@@ -119,6 +119,17 @@ CASES = [
         "  c = md('zero', defaults)\n  s = \"md('full', defaults)\"\n}\n",
     ),
     (
+        "go: a parameter removed only from the callbacks whose body does not use it",
+        "go",
+        "package p\n\nfunc A() {\n\tOsExiter = func(rc int) {\n\t\tcalled = true\n\t}\n}\n\n"
+        "func B() {\n\tOsExiter = func(rc int) {\n\t\tcode = rc\n\t}\n}\n\n"
+        "func C() {\n\tOsExiter = func(rc int) {\n\t\tcalled = true\n\t}\n}\n",
+        ("func A() {\n\tOsExiter = func(rc int)", "func A() {\n\tOsExiter = func(int)"),
+        "package p\n\nfunc A() {\n\tOsExiter = func(int) {\n\t\tcalled = true\n\t}\n}\n\n"
+        "func B() {\n\tOsExiter = func(rc int) {\n\t\tcode = rc\n\t}\n}\n\n"
+        "func C() {\n\tOsExiter = func(int) {\n\t\tcalled = true\n\t}\n}\n",
+    ),
+    (
         "python: a string's prefix is code: `br` -> `rb` reaches the other prefixes",
         "python",
         'def f():\n    a = br"x"\n    b = br"y"\n    return a + b\n',
