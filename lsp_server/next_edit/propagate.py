@@ -61,7 +61,7 @@ do. Steps, each with its reason:
 Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on
 2 CPU cores shared with other work, with the Python tree: a local's rename in one function,
 0.8 ms; a top-level name's rename with 400 uses (64 proposed), 2.1 ms; each of the two asked in
-turn, so that every call re-parses the changed text and queries its strings and comments, 6.6
+turn, so that every call re-parses the changed text and queries its strings and comments, 6.5
 ms. Without a tree: 1.5 ms, 2.0 ms and 1.8 ms. The tree's query of strings and comments (2 ms
 here) runs once per tree; a name's uses in other functions are checked nearest first, no
 further than the proposals kept (the 400-use rename took 9.8 ms before). bench/next_edit.py's
