@@ -38,6 +38,7 @@ of the hunks reproduced; false edits under 5% of all cases.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import platform
@@ -196,21 +197,44 @@ SEED = 24
 DOWNLOAD_TIMEOUT = 300
 
 
-def propagation(before: str, after: str, first: Edit) -> list[Edit]:
+def propagation(before: str, after: str, first: Edit, language_id: str = "") -> list[Edit]:
     """The project's own next edits without a model, as the server makes them: the edit history
-    reads the change from the two texts (as from a `didChange`), and `propagate` answers."""
+    reads the change from the two texts (as from a `didChange`), and `propagate` answers, with
+    the file's syntax tree where `language_id` has a grammar (as the editor's language id
+    gives it)."""
     history = EditHistory()
     history.opened(CASE_URI, before)
     history.changed(CASE_URI, after, 0.0)
     group = history.last_group(CASE_URI)
     if group is None:
         return []
-    proposed = propagate(after, group, reverted=history.reverted(CASE_URI))
+    proposed = propagate(after, group, reverted=history.reverted(CASE_URI), language_id=language_id)
     return [Edit(start=e.start, end=e.end, new_text=e.text) for e in proposed]
 
 
 #: The document every case is, for the edit history (one case at a time).
 CASE_URI = "file:///bench/case.py"
+
+#: The language id an editor gives each source suffix (Cython's files have no grammar).
+LANGUAGE_IDS = {
+    ".py": "python",
+    ".pyi": "python",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "cpp",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".go": "go",
+    ".rs": "rust",
+}
+
+
+def with_language(predictor: Predictor, path: str) -> Predictor:
+    """`predictor` told the language of the file at `path`, where it takes one (propagation)."""
+    if predictor is not propagation:
+        return predictor
+    return functools.partial(propagation, language_id=LANGUAGE_IDS.get(Path(path).suffix, ""))
+
 
 PREDICTORS: dict[str, Predictor] = {
     "none": no_suggestion,
@@ -352,7 +376,7 @@ def replay(case: Case, name: str, predictor: Predictor) -> Outcome:
     text = apply_edits(case.before, [first])
     remaining = shifted(case.hunks[0], case.hunks[1:])
     started = time.perf_counter()
-    proposed = predictor(case.before, text, first)
+    proposed = with_language(predictor, case.path)(case.before, text, first)
     seconds = time.perf_counter() - started
     return Outcome(
         case=case.name,
@@ -421,7 +445,8 @@ def latency(cases: Sequence[Case]) -> dict[str, Any]:
     first = Edit(start=at.start(), end=at.end(), new_text=name + "_renamed")
     after = apply_edits(text, [first])
     figures: dict[str, Any] = {"lines": LATENCY_LINES, "renamed": name, "uses": uses}
-    for label, predictor in PREDICTORS.items():
+    for label, plain in PREDICTORS.items():
+        predictor = with_language(plain, "latency.py")
         times = []
         for _ in range(LATENCY_RUNS):
             started = time.perf_counter()

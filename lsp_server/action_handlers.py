@@ -40,11 +40,11 @@ from lsp_server.action_logic import (
     UnusableAnswer,
     code_from_answer,
     document_uses_tabs,
-    enclosing_code,
     explain_messages,
     fix_instruction,
     rewrite_messages,
 )
+from lsp_server.blocks import enclosing_code
 from lsp_server.commands import (
     EXPLAIN_COMMAND,
     REWRITE_COMMAND,

@@ -7,16 +7,12 @@ No model and no protocol here; `action_handlers` adapts these to LSP.
 from __future__ import annotations
 
 import ast
-import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from engine.markdown import fenced_code
 from engine.text import TAB_WIDTH, indent_width, split_lines, strip_ending
 from engine.types import ChatMessage
-from lsp_server.postprocess import line_opens_block
-from lsp_server.postprocess.syntax import enclosing_function
 
 #: Editors' language ids to the names people write on markdown fences.
 FENCE_NAMES: dict[str, tuple[str, ...]] = {
@@ -45,130 +41,6 @@ PRESET_INSTRUCTIONS = (
     "Make it iterative instead of recursive.",
     "Make it faster.",
 )
-
-# --- what the action is about ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LineSpan:
-    """Whole lines `start`..`end` (0-based, inclusive)."""
-
-    start: int
-    end: int
-
-
-def _is_blank(line: str) -> bool:
-    return not strip_ending(line).strip()
-
-
-_FUNCTION = re.compile(
-    r"^\s*(?:@|(?:async\s+)?def\s|class\s|(?:export\s+)?(?:async\s+)?function\b|"
-    r"(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?fn\s|func\s|local\s+function\s|"
-    r"(?:public|private|protected|static|\w[\w<>\[\],\s]*)\s+\w+\s*\([^;]*\)\s*(?:throws\s[^{]*)?\{\s*$)"
-)
-
-
-def enclosing_code(text: str, line: int, language_id: str) -> LineSpan | None:
-    """What an action with an empty selection is about: the function around `line`, found in
-    the syntax tree where the language has a grammar (`syntax.enclosing_function`), else by
-    indentation (`enclosing_block`, which also gives the innermost block when no function
-    holds the line)."""
-    found = enclosing_function(text, line, language_id)
-    if found is not None:
-        return LineSpan(start=found.start, end=found.end)
-    return enclosing_block(text, line)
-
-
-def enclosing_block(text: str, line: int) -> LineSpan | None:
-    """The function (else the innermost block) around `line`, found by indentation.
-
-    Going up from the cursor line, every line less indented than everything below it so far
-    is a block header if it opens a block (`engine.text.opens_block`: ends with `:`, `{`,
-    `(`, `[`, `=>`, `->`, or `do`, `then`, ..., a trailing comment aside). The nearest header
-    that starts a function or class (`def`, `function`, `fn`, `func`, a C-like signature) is
-    taken, else the nearest header. The block runs down while lines are more indented than
-    its header (blank lines included), plus a closing line at the header's indentation that
-    starts with a closing bracket (`}`, `end`). Decorators right above a `def` belong to it.
-    """
-    lines = split_lines(text)
-    if not lines or not 0 <= line < len(lines):
-        return None
-    # The line whose indentation counts: the cursor line, or the next non-blank one.
-    anchor = line
-    while anchor < len(lines) and _is_blank(lines[anchor]):
-        anchor += 1
-    if anchor == len(lines):
-        anchor = line
-        while anchor >= 0 and _is_blank(lines[anchor]):
-            anchor -= 1
-        if anchor < 0:
-            return None
-    # A decorator belongs to the definition below it.
-    while anchor + 1 < len(lines) and strip_ending(lines[anchor]).lstrip().startswith("@"):
-        anchor += 1
-    level = indent_width(lines[anchor])
-    if strip_ending(lines[anchor]).lstrip().startswith(("}", ")", "]", "end")):
-        level += 1  # a closing line belongs to the block it closes
-    # The cursor may be on a header itself: then its own block is meant.
-    headers: list[int] = []
-    if _is_header(lines, anchor, text) and _next_is_deeper(lines, anchor):
-        headers.append(anchor)
-    for i in range(anchor - 1, -1, -1):
-        if _is_blank(lines[i]):
-            continue
-        width = indent_width(lines[i])
-        if width < level:
-            level = width
-            if _is_header(lines, i, text):
-                headers.append(i)
-        if width == 0 and headers:
-            break
-    if not headers:
-        return None
-    header = next((h for h in headers if _FUNCTION.match(lines[h])), headers[0])
-    start = header
-    while start > 0 and strip_ending(lines[start - 1]).lstrip().startswith("@"):
-        start -= 1
-    return LineSpan(start=start, end=_block_end(lines, header))
-
-
-def _is_header(lines: Sequence[str], i: int, text: str) -> bool:
-    """Whether line `i` opens a block: by its last token, or, for languages whose function
-    header ends in nothing special (Lua's `function f(x)`, Ruby's `def f`), by starting a
-    function with a deeper body below it."""
-    if line_opens_block(strip_ending(lines[i]), text):
-        return True
-    stripped = strip_ending(lines[i]).lstrip()
-    return (
-        not stripped.startswith("@")
-        and bool(_FUNCTION.match(lines[i]))
-        and (_next_is_deeper(lines, i))
-    )
-
-
-def _next_is_deeper(lines: Sequence[str], header: int) -> bool:
-    width = indent_width(lines[header])
-    for line in lines[header + 1 :]:
-        if not _is_blank(line):
-            return indent_width(line) > width
-    return False
-
-
-def _block_end(lines: Sequence[str], header: int) -> int:
-    width = indent_width(lines[header])
-    end = header
-    for i in range(header + 1, len(lines)):
-        if _is_blank(lines[i]):
-            continue
-        if indent_width(lines[i]) > width:
-            end = i
-            continue
-        stripped = strip_ending(lines[i]).strip()
-        if stripped.startswith(("}", ")", "]", "end")):
-            end = i
-        break
-    return end
-
 
 # --- chat messages --------------------------------------------------------------------------
 

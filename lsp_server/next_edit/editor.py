@@ -29,6 +29,24 @@ class Suggestion:
     offer: Offer
 
 
+def half_typed(snap: DocumentSnapshot, group: EditGroup) -> bool:
+    """Whether the word at the cursor is still being typed: the group's last change typed one
+    word character and the cursor stands right after it. A client
+    that asks on every change (Neovim with sidekick) would otherwise be offered `count` ->
+    `tot` on the way to `total`; the word is finished once the cursor leaves it or a non-word
+    character is typed after it (a new change, not `typing`). The group is trimmed to what
+    changed, so the letters typed last may stand after its end (`count` retyped up to `t`
+    is `coun` removed, the `t` kept): the cursor may follow them, word characters only."""
+    if not group.typing or snap.offset < group.end:
+        return False
+    typed = snap.text[group.end : snap.offset]
+    return len(typed) <= _WORD_LIMIT and all(c.isalnum() or c == "_" for c in typed)
+
+
+#: Characters after a typing group's end that still read as the word being typed.
+_WORD_LIMIT = 64
+
+
 class NextEditor:
     """Next edits for every open document: the edit history each `didChange` feeds, the
     edits proposed from it (propagation first, a next-edit model's rewrite when propagation
@@ -75,7 +93,16 @@ class NextEditor:
         group = self.history.last_group(snap.uri)
         if group is None:
             return ()
-        edits = propagate(snap.text, group, reverted=self.history.reverted(snap.uri))
+        edits = (
+            ()
+            if half_typed(snap, group)
+            else propagate(
+                snap.text,
+                group,
+                reverted=self.history.reverted(snap.uri),
+                language_id=snap.language_id,
+            )
+        )
         if edits:
             return self._offered(snap, edits, Source.PROPAGATION)
         if model is None:

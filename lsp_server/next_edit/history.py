@@ -105,6 +105,10 @@ class EditGroup:
     context_before: str
     context_after: str
     undoes: bool = False
+    #: Its last change typed one word character at its end: the word at its end may be half
+    #: typed (`tot` on the way to `total`). A paste, a completion or a rename sent in one
+    #: notification inserts the whole word at once.
+    typing: bool = False
 
     @property
     def end(self) -> int:
@@ -335,6 +339,12 @@ class EditHistory:
                 context_line=0,
                 context_before="",
                 context_after="",
+                typing=(
+                    not removed
+                    and len(inserted) == 1
+                    and (inserted.isalnum() or inserted == "_")
+                    and start + 1 == span.start + len(span.inserted)
+                ),
             ),
             new,
             mark,

@@ -1,49 +1,71 @@
-"""Next edits without a model: the last edit's token substitution, at the other places that
-still hold the old tokens.
+"""Next edits without a model: the last edit made again at the other places where it is due.
 
-`propagate(text, group)` answers in milliseconds on any model, local or remote: a rename
-`count` -> `total`, a changed literal `8080` -> `9090`, a changed string literal, an added
-argument or keyword where the pattern around it is exact. Steps, each with its reason:
+`propagate(text, group, language_id=...)` answers in milliseconds on any model, local or
+remote: a rename `count` -> `total`, a changed literal `8080` -> `9090`, a changed string
+literal, a keyword or argument added, a parameter or modifier removed, several names replaced
+at once, whole lines inserted between the same two lines, and the same rewrite of a call whose
+receiver differs. Where the language has a grammar (`postprocess/syntax.py`), the document's
+tree (re-parsed incrementally) gives the scope and the strings and comments; where it has none,
+or an error on a line makes the tree a guess there, indentation and the lexer's rules (`_INERT`)
+do. Steps, each with its reason:
 
 1. Nothing for a group that undoes an earlier one, for a substitution the user reverted, or
-   for a group that no longer matches the text (stale).
+   for a group that no longer matches the text (stale). (A word still being typed is the
+   editor's to hold back: `editor.half_typed`.)
 2. The substitution is widened to whole tokens: the words the change touches (`count` ->
    `counter` is a word replaced, not "er" added), less whole tokens both sides share. An edit
-   inside a string literal substitutes the whole literal. A change that adds or removes line
-   breaks is new code or a restructuring, not a substitution: nothing. A change that only
-   adds or drops tokens, on either side of the old ones (`2` -> `2, strict=True`, `def` ->
-   `async def`, `x` -> `f(x)`), or that changes a constant with no identity (`None`, `True`)
-   says nothing on its own about where else it belongs, so its pattern grows to be exact: a
-   keyword before a name is added before its calls (`await fetch(`); else the call or
-   bracket around it with the name before it (`foo(1, 2)`); else the whole line (`def
-   f(x):`), which then matches whole lines only. A place that already reads as the new side
-   is skipped. An old side of only punctuation and keywords (`==` -> `!=`, `try` -> `if`)
-   is propagated only as a comparison linters fix everywhere: with the constant after it
-   (`== None` -> `is None`) or after a call of the same function (`type(a) == B`).
-3. Scope: the enclosing function (else block) from `action_logic.enclosing_block`, found by
-   indentation. An edit on the block's header (a definition's name or parameters) reaches the
-   whole document when the old tokens do not occur in the block's body (a renamed function:
-   its callers are outside). A name reaches the whole document unless the block binds it (a
-   local, a parameter); a word of prose does too. A lone literal (a number, a string) keeps
-   to its block. Several tokens (a call, an expression, a phrase or version in prose) are
-   one thing wherever they stand: the whole document. An edit outside any block reaches the
-   whole document.
+   inside a string literal substitutes the whole literal (a string's prefix, `br"`, is code).
+   A change that adds or removes line breaks is not a substitution (steps 6 and 7 take it). A
+   change that only adds or drops tokens, on either side of the old ones (`2` -> `2,
+   strict=True`, `def` -> `async def`, `x` -> `f(x)`), or that changes a constant with no
+   identity (`None`, `True`) says nothing on its own about where else it belongs, so its
+   pattern grows to be exact: a keyword before a name is added before its calls (`await
+   fetch(`), where the tree has one only where the same kind of node stands (a constructor's
+   `A(`, not `new A(`); else the call or bracket around it with the name before it (`foo(1,
+   2)`); else the whole line (`def f(x):`), which then matches whole lines only. A place that
+   already reads as the new side is skipped. An old side of only punctuation and keywords
+   (`==` -> `!=`, `try` -> `if`) is propagated only as a comparison linters fix everywhere:
+   with the constant after it (`== None` -> `is None`) or into an identity after a call of the
+   same function (`type(a) == B` -> `type(a) is B`).
+3. Scope: the enclosing function (else block) from `blocks.enclosing_scope`. An edit on the
+   block's header (a definition's name or parameters) reaches the whole document when the old
+   tokens do not occur in the block's body (a renamed function: its callers are outside). A
+   name reaches the whole document unless the block binds it (a local, a parameter), less the
+   functions that declare a variable of that name of their own (by the tree); a word of prose
+   does too. A name changed into one the edited function already declares (`e` -> `exc` under
+   `except ... as exc`) is one reference pointed elsewhere: nothing. A lone literal keeps to its
+   block. Several tokens (a call, an expression, a phrase or version in prose) are one thing
+   wherever they stand: the whole document. An edit outside any block reaches the whole
+   document.
 4. Matches: exact occurrences of the old side starting and ending at token boundaries, with
    the same "after a dot" as the edited place (`self.count` is not `count`) except that a
    method's `def load` and its calls `self.load` are one name, never overlapping the place
-   just edited, and never inside a string or comment unless the edit was in one (strings and
-   comments from `_INERT`, below); a phrase or number changed in prose only in prose.
+   just edited, and never inside a string or comment unless the edit was in one; a phrase or
+   number changed in prose only in prose; where tokens were only dropped from a function's
+   header (a parameter), not at a function whose body still uses the dropped name.
 5. Each match becomes a minimal `ProposedEdit` (common prefix and suffix trimmed), nearest to
    the edit first, non-overlapping, at most `MAX_PROPOSALS`.
+6. When the substitution finds nothing, tokens only added or only removed are anchored
+   (`_anchored`): the same text on both sides of the edit point (back to the nearest name, to
+   the called name inside brackets, to the whole group after a closed bracket, else the line's
+   start; forward to the nearest name, else the line's end), the same node kinds there where
+   the tree has them, in prose a token on both sides; whole lines inserted go between each
+   other pair of the same two lines (`_lines_added`).
+7. Several names replaced in one change (a selection retyped, a multi-cursor edit) are split
+   by a token diff into renames (`_split`), each propagated as in steps 3 to 5, only when the
+   diff is nothing but two or more names each replaced everywhere by one new name.
+8. A replacement where one name differs (`Base.setup(self, cfg)` -> `super().setup(cfg)`, then
+   `Other.setup(self, cfg)`) is made where every other lexeme matches exactly, the varying
+   name carried into the new side where it stood there (`_analogous`).
 
-Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on 2
-CPU cores shared with other work: a local's rename in one function, 6-9 ms; a top-level name's
-rename with 400 uses (64 proposed), 7-10 ms. Most of it is step 4's scan of the whole document for
-strings and comments (a string may open far above the scope) and `enclosing_block`'s split into
-lines; bench/next_edit.py's target is under 20 ms on a 2,000-line file. The same two measured after
-the rules settled on bench/next_edit.py's misses (the whole-file scope of patterns of several
-tokens among them), on the same cores less loaded: 1.2 ms and 1.6 ms, against 1.3 ms and 1.7 ms
-without those rules.
+Measured with `timeit` (median of 30) on a 2,000-line Python file of 200 ten-line functions, on
+2 CPU cores shared with other work, with the Python tree: a local's rename in one function,
+0.8 ms; a top-level name's rename with 400 uses (64 proposed), 2.1 ms; each of the two asked in
+turn, so that every call re-parses the changed text and queries its strings and comments, 6.5
+ms. Without a tree: 1.5 ms, 2.0 ms and 1.8 ms. The tree's query of strings and comments (2 ms
+here) runs once per tree; a name's uses in other functions are checked nearest first, no
+further than the proposals kept (the 400-use rename took 9.8 ms before). bench/next_edit.py's
+target is under 20 ms on a 2,000-line file.
 """
 
 from __future__ import annotations
@@ -52,12 +74,21 @@ import bisect
 import keyword
 import re
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from itertools import accumulate
 
+from tree_sitter import Node, Tree
+
 from engine.text import common_affixes, split_lines
-from lsp_server.action_logic import enclosing_block
+from lsp_server.blocks import enclosing_scope, scope_at
 from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
+from lsp_server.postprocess.syntax import (
+    FUNCTION_TYPES,
+    document_tree,
+    error_rows,
+    inert_spans,
+)
 
 #: Proposals returned at most: an editor shows one at a time and jumps to the next; more than
 #: this many uses of one name in a scope is a mass rename, the editor's own rename's business.
@@ -123,9 +154,49 @@ class _Inert:
     starts: list[int]
     ends: list[int]
     strings: frozenset[tuple[int, int]]
+    # Where the tree has an error (sorted spans of whole lines), the lexer's answer instead.
+    lexed: _Inert | None = None
+    lows: tuple[int, ...] = ()
+    highs: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, text: str) -> _Inert:
+    def of(cls, text: str, tree: Tree | None = None, language_id: str = "") -> _Inert:
+        """By the syntax tree where there is one and it has no error; else by the lexer's
+        rules (`_INERT`). Where the tree has errors, the lexer's spans on those lines replace
+        the tree's."""
+        spans = inert_spans(tree, language_id) if tree is not None else None
+        if spans is None or tree is None:
+            return cls._lexed(text)
+        offsets = _Offsets(text)
+        starts, ends, strings = [], [], set()
+        for start_byte, end_byte, is_string in spans:
+            start, end = offsets.char(start_byte), offsets.char(end_byte)
+            if is_string and (prefix := _STRING_PREFIX.match(text, start, end)) is not None:
+                start = prefix.end()  # `br"..."`: the prefix is code, as for the lexer
+            starts.append(start)
+            ends.append(end)
+            if is_string:
+                strings.add((start, end))
+        rows = error_rows(tree)
+        if not rows:
+            return cls(starts, ends, frozenset(strings))
+        lines = split_lines(text)
+        line_starts = list(accumulate(map(len, lines), initial=0))
+        last = len(lines) - 1
+        doubted = sorted(
+            (line_starts[min(a, last)], line_starts[min(b, last) + 1]) for a, b in rows
+        )
+        return cls(
+            starts,
+            ends,
+            frozenset(strings),
+            lexed=cls._lexed(text),
+            lows=tuple(lo for lo, _ in doubted),
+            highs=tuple(hi for _, hi in doubted),
+        )
+
+    @classmethod
+    def _lexed(cls, text: str) -> _Inert:
         starts, ends, strings = [], [], set()
         for match in _INERT[slash_comments(text)].finditer(text):
             starts.append(match.start())
@@ -134,8 +205,21 @@ class _Inert:
                 strings.add(match.span())
         return cls(starts, ends, frozenset(strings))
 
+    def is_string(self, start: int, end: int) -> bool:
+        """Whether `start`..`end` is exactly a string literal."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.is_string(start, end)
+        return (start, end) in self.strings
+
+    def _doubted(self, start: int, end: int) -> _Inert | None:
+        """The lexer's spans where `start`..`end` is on a line where the tree has an error."""
+        i = bisect.bisect_right(self.lows, end) - 1
+        return self.lexed if i >= 0 and self.highs[i] >= start else None
+
     def around(self, start: int, end: int) -> tuple[int, int] | None:
         """The span that holds all of `start`..`end`, strictly inside its delimiters' reach."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.around(start, end)
         i = bisect.bisect_right(self.starts, start) - 1
         if i >= 0 and self.starts[i] < start and end <= self.ends[i]:
             return self.starts[i], self.ends[i]
@@ -143,8 +227,38 @@ class _Inert:
 
     def touches(self, start: int, end: int) -> bool:
         """Whether any string or comment overlaps `start`..`end`."""
+        if (lexed := self._doubted(start, end)) is not None:
+            return lexed.touches(start, end)
         i = bisect.bisect_right(self.starts, end - 1) - 1
         return i >= 0 and self.ends[i] > start
+
+
+class _Offsets:
+    """Byte offsets of UTF-8 `text` to code points: the tree's offsets are bytes."""
+
+    def __init__(self, text: str) -> None:
+        self.bytes_at: list[int] = []  # the byte offset after each non-ASCII character
+        self.extra: list[int] = []  # the bytes over one counted up to it
+        if text.isascii():
+            return
+        more = 0
+        for match in _NON_ASCII.finditer(text):
+            more += len(match[0].encode("utf-8", "surrogatepass")) - 1
+            self.bytes_at.append(match.end() + more)
+            self.extra.append(more)
+
+    def char(self, byte: int) -> int:
+        i = bisect.bisect_right(self.bytes_at, byte) - 1
+        return byte - (self.extra[i] if i >= 0 else 0)
+
+    def byte(self, char: int, text: str) -> int:
+        return char if not self.bytes_at else len(text[:char].encode("utf-8", "surrogatepass"))
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+#: A string literal's prefix letters (`br"`, `f'`, `u8"`, `r#"`), which the tree counts as the
+#: string's: a change of `br` to `rb` is a change of code.
+_STRING_PREFIX = re.compile(r"[A-Za-z]\w{0,2}(?=[\"'`#])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +273,10 @@ class _Substitution:
     # An operator changed after a call (`type(a) == B` -> `type(a) is B`): the call's name,
     # which the operand before every match must be a call of too.
     after_call: str | None = None
+    # A keyword added before a call's name: where there is a tree, a match must be the same
+    # kind of node as the edited place (`A(` of a constructor, not of `new A(`). Not for other
+    # tokens added or dropped: those change the edited place's nodes (`fn: fn` -> `fn`).
+    shaped: bool = False
 
 
 def propagate(
@@ -166,21 +284,44 @@ def propagate(
     group: EditGroup,
     *,
     reverted: frozenset[tuple[str, str]] = frozenset(),
+    language_id: str = "",
 ) -> tuple[ProposedEdit, ...]:
     """The same change as `group` (the document's last edit group) at the other places of
-    `text` (the current text) that still hold its old tokens, nearest first."""
+    `text` (the current text) that still hold its old tokens, nearest first. `language_id`
+    picks the syntax tree (none: the lexer's and indentation's rules)."""
     # 1. Undone, reverted or stale.
     if group.undoes or group.substitution in reverted:
         return ()
     if text[group.start : group.end] != group.inserted:
         return ()
-    inert = _Inert.of(text)
+    tree = document_tree(text, language_id) if language_id else None
+    inert = _Inert.of(text, tree, language_id)
     # 2. Whole tokens, an exact pattern.
     sub = _substitution(text, group, inert)
-    if sub is None or (sub.old, sub.new) in reverted:
-        return ()
+    if sub is not None and (sub.old, sub.new) not in reverted:
+        found = _matches(text, sub, inert, tree)
+        if found:
+            return _proposed(sub, found, sub.start)
+    # Steps 6 and 7: what the substitution leaves silent.
+    if not group.removed or not group.inserted:
+        found_edits = _anchored(text, group, inert, tree, reverted)
+    else:
+        found_edits = _split(text, group, inert, tree, reverted)
+    if found_edits or not group.removed or not group.inserted:
+        return found_edits
+    # Step 8: the same change where one name differs.
+    return _analogous(text, group, inert, reverted)
+
+
+def _matches(
+    text: str, sub: _Substitution, inert: _Inert, tree: Tree | None
+) -> list[tuple[int, int]]:
+    """Steps 3 and 4: where `sub.old` stands again, in its scope."""
     # 3. Scope.
-    lo, hi = _scope(text, sub)
+    reach = _scope(text, sub, tree)
+    lo, hi, block = reach.lo, reach.hi, reach.block
+    if _retargeted(text, sub, reach):
+        return []
     # 4. Matches.
     after_dot = text[sub.start - 1 : sub.start] == "."
     # A method renamed at its definition or at a call through `self.`: the other side too.
@@ -193,6 +334,8 @@ def propagate(
     # A place that already reads as the new side (`await fetch(` when `await` was added).
     added_before = sub.new[: -len(sub.old)] if sub.new.endswith(sub.old) else ""
     added_after = sub.new[len(sub.old) :] if sub.new.startswith(sub.old) else ""
+    shape = _node_shape(text, sub, tree)
+    offsets = _Offsets(text) if shape is not None else None
     found: list[tuple[int, int]] = []
     at = text.find(sub.old, lo, hi)
     while at >= 0:
@@ -213,8 +356,11 @@ def propagate(
             ok = _line_content(text, at, end)
         if ok and sub.after_call is not None:
             ok = _call_before(text, at, inert) == sub.after_call
+        if ok and shape is not None and tree is not None and offsets is not None:
+            byte = offsets.byte(at + shape[0], text)
+            ok = _kinds(_starting(tree.root_node, byte))[:2] == shape[1]
         if ok and sub.in_string:
-            ok = (at, end) in inert.strings
+            ok = inert.is_string(at, end)
         elif ok and not sub.in_inert:
             ok = not inert.touches(at, end)
         elif ok and not is_name:
@@ -222,10 +368,147 @@ def propagate(
         if ok:
             found.append((at, end))
         at = text.find(sub.old, at + 1, hi)
-    # 5. Minimal, nearest first, non-overlapping (matches of one string never overlap).
+    if tree is not None and not sub.in_inert:
+        found = _still_used(text, sub, found, tree)
+    if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
+        return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts, sub.start)
+    return found
+
+
+def _retargeted(text: str, sub: _Substitution, reach: _Reach) -> bool:
+    """Whether a name was changed into one the edited function already declares (`e` -> `exc`
+    under `except ... as exc`): one reference pointed at another variable, not a rename,
+    whose new name would be taken (measured on commits, bench/next_edit_commits.py: the
+    loop's `e` was proposed as `exc` at its every use). Not for an attribute: a call switched
+    to another existing method (`r.matchesLetter()` -> `r.matchesAsciiAlpha()`) is due at
+    the other calls."""
+    if sub.in_inert or not (_NAME.fullmatch(sub.old) and _NAME.fullmatch(sub.new)):
+        return False
+    if text[sub.start - 1 : sub.start] == ".":
+        return False
+    before = text[: sub.start] + sub.old + text[sub.end :]
+    lo, hi = reach.block
+    if not reach.head:
+        return False  # no function holds the edit
+    shift = len(sub.old) - (sub.end - sub.start)
+    return _declares(before, sub.new, lo, reach.head, hi + shift)
+
+
+def _node_shape(
+    text: str, sub: _Substitution, tree: Tree | None
+) -> tuple[int, tuple[str, ...]] | None:
+    """For a keyword added before a call, where in the old side a token both sides share
+    starts (its first, else the start of the shared end) and the kinds of the node starting
+    there at the edited place, with its parent's; None where nothing is compared."""
+    if not sub.shaped or tree is None:
+        return None
+    prefix, suffix = common_affixes(sub.old, sub.new)
+    if prefix:
+        in_old, in_new = 0, 0
+    elif suffix:
+        in_old, in_new = len(sub.old) - suffix, len(sub.new) - suffix
+    else:
+        return None
+    byte = _Offsets(text).byte(sub.start + in_new, text)
+    return in_old, _kinds(_starting(tree.root_node, byte))[:2]
+
+
+def _still_used(
+    text: str,
+    sub: _Substitution,
+    found: list[tuple[int, int]],
+    tree: Tree,
+) -> list[tuple[int, int]]:
+    """`found` less the function headers whose body still uses a name the change drops from
+    them (a parameter removed): without it the body would not compile (measured on commits,
+    bench/next_edit_commits.py: `rc` removed from the one callback that ignored it was
+    proposed at five that use it). By the tree only."""
+    new_tokens = _TOKEN.findall(sub.new)
+    rest = iter(_TOKEN.findall(sub.old))
+    if not all(token in rest for token in new_tokens):
+        return found  # tokens replaced, not only dropped: a rename keeps its uses
+    new_names = set(new_tokens)
+    dropped = {
+        t
+        for t in _TOKEN.findall(sub.old)
+        if _NAME.fullmatch(t) and t not in _KEYWORDS and t not in new_names
+    }
+    if not dropped or not found:
+        return found
+    patterns = [re.compile(rf"(?<![\w.]){re.escape(name)}(?!\w)") for name in dropped]
+    offsets = _Offsets(text)
+    kept: list[tuple[int, int]] = []
+    for at, end in found:
+        body = _body_after(tree.root_node, offsets.byte(at, text))
+        if body is not None:
+            lo, hi = offsets.char(body[0]), offsets.char(body[1])
+            # The match itself may reach into the body (a closure's `|| vec![]`).
+            if any(not at <= m.start() < end for p in patterns for m in p.finditer(text, lo, hi)):
+                continue
+        kept.append((at, end))
+    return kept
+
+
+def _body_after(root: Node, byte: int) -> tuple[int, int] | None:
+    """The body (bytes) of the innermost function whose header holds `byte` (its name or
+    parameters, before its body); None where no function's header does."""
+    node: Node | None = root.descendant_for_byte_range(byte, byte)
+    while node is not None:
+        if node.type in FUNCTION_TYPES:
+            body = node.child_by_field_name("body")
+            if body is None or byte >= body.start_byte:
+                return None
+            return body.start_byte, body.end_byte
+        node = node.parent
+    return None
+
+
+def _not_local_elsewhere(
+    text: str,
+    name: str,
+    found: list[tuple[int, int]],
+    tree: Tree,
+    block: tuple[int, int],
+    line_starts: list[int],
+    near: int,
+) -> list[tuple[int, int]]:
+    """`found` less the uses outside the edited `block` that are in a function binding `name`
+    of its own: a parameter or a local there is another thing of the same name (measured on
+    commits, bench/next_edit_commits.py: `e` fixed to `exc` in one handler was proposed in
+    every function with an `e` of its own). By the tree only; without one, all are kept."""
+    kept: list[tuple[int, int]] = []
+    binds: dict[tuple[int, int], bool] = {}
+    last = len(line_starts) - 2
+    # Nearest first, and no further than the proposals kept: a name with 400 uses costs what
+    # one with `MAX_PROPOSALS` does.
+    for at, end in sorted(found, key=lambda span: abs(span[0] - near)):
+        if len(kept) == MAX_PROPOSALS:
+            break
+        if block[0] <= at < block[1]:
+            kept.append((at, end))
+            continue
+        row = min(bisect.bisect_right(line_starts, at) - 1, last)
+        column = len(text[line_starts[row] : at].encode("utf-8", "surrogatepass"))
+        scope = scope_at(tree, row, column)
+        if scope is not None:
+            key = (scope.start, scope.end)
+            if key not in binds:
+                lo, hi = line_starts[scope.start], line_starts[min(scope.end + 1, last + 1)]
+                head = line_starts[min(scope.header + 1, last + 1)]
+                binds[key] = _declares(text, name, lo, head, hi)
+            if binds[key]:
+                continue
+        kept.append((at, end))
+    return kept
+
+
+def _proposed(
+    sub: _Substitution, found: list[tuple[int, int]], near: int
+) -> tuple[ProposedEdit, ...]:
+    """5. Minimal, nearest to `near` first (matches of one string never overlap)."""
     prefix, suffix = common_affixes(sub.old, sub.new)
     replacement = sub.new[prefix : len(sub.new) - suffix]
-    found.sort(key=lambda span: abs(span[0] - sub.start))
+    found.sort(key=lambda span: abs(span[0] - near))
     return tuple(
         ProposedEdit(start=at + prefix, end=end - suffix, text=replacement)
         for at, end in found[:MAX_PROPOSALS]
@@ -239,7 +522,7 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     span = inert.around(a, b)
     in_inert = span is not None
     quotes = any(q in group.removed or q in group.inserted for q in "\"'`")
-    if span is not None and span in inert.strings and not quotes and _one_word(text, span):
+    if span is not None and inert.is_string(*span) and not quotes and _one_word(text, span):
         i, j = span  # a changed one-word literal ("light", "GET"): the whole literal
         old = text[i:a] + group.removed + text[b:j]
         return _Substitution(i, j, old, text[i:j], in_string=True, in_inert=True)
@@ -271,6 +554,7 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     ):
         j += 1  # a keyword before a call (`await fetch(`): the pattern is the call
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
+        return _Substitution(i, j, old, new, False, in_inert, shaped=True)
     elif adds or drops or (old in _CONSTANTS and not in_inert):
         i, j, whole_line = _exact_pattern(text, i, j, inert)
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
@@ -298,15 +582,16 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
 def _operator(text: str, i: int, j: int, old: str, inert: _Inert) -> _Substitution | None:
     """An operator (or keyword) replaced at `i`..`j`, as a pattern with what makes it due:
     the constant it compares with (`== None` -> `is None`), else the function whose result
-    it compares (`type(a) == B` -> `type(a) is B`), the two comparisons linters ask to
-    change everywhere; None for any other operator (`a == b` -> `a != b` is one place's
-    logic)."""
+    it compares into an identity (`type(a) == B` -> `type(a) is B`), the two comparisons
+    linters ask to change everywhere; None for any other operator (`a == b` -> `a != b` is
+    one place's logic)."""
     constant = _CONSTANT_AFTER.match(text, j)
     if constant is not None:
         end = constant.end()
         return _Substitution(i, end, old + text[j:end], text[i:end], False, False)
     name = _call_before(text, i, inert)
-    if name is None:
+    if name is None or text[i:j].split() not in (["is"], ["is", "not"]):
+        # The other way (`fn(a) is B` -> `fn(a) == B`) is one comparison's meaning changed.
         return None
     return _Substitution(i, j, old, text[i:j], False, False, after_call=name)
 
@@ -408,20 +693,37 @@ def _closer(text: str, opener: int, j: int, line_hi: int, inert: _Inert) -> int:
     return -1
 
 
-def _scope(text: str, sub: _Substitution) -> tuple[int, int]:
-    """The part of `text` searched (step 3), as offsets."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reach:
+    """Step 3's answer: the part of the text searched, the edited block (the whole text outside
+    any) and where its header ends (0 outside any), as offsets; each line's start, then the
+    text's end."""
+
+    lo: int
+    hi: int
+    block: tuple[int, int]
+    head: int
+    line_starts: list[int]
+
+
+def _scope(text: str, sub: _Substitution, tree: Tree | None) -> _Reach:
+    """The part of `text` searched (step 3)."""
     lines = split_lines(text)
     offsets = list(accumulate(map(len, lines), initial=0))  # each line's start, then the end
     edit_line = bisect.bisect_right(offsets, sub.start) - 1
-    block = enclosing_block(text, min(edit_line, len(lines) - 1))
+    block = enclosing_scope(text, min(edit_line, len(lines) - 1), tree)
+    whole = (0, len(text))
     if block is None:
-        return 0, len(text)
-    lo, hi = offsets[block.start], offsets[block.end + 1]
-    header = block.start
-    while header < block.end and text[offsets[header] : offsets[header + 1]].lstrip()[:1] == "@":
-        header += 1
-    if edit_line <= header and text.find(sub.old, offsets[header + 1], hi) < 0:
-        return 0, len(text)
+        return _Reach(lo=0, hi=len(text), block=whole, head=0, line_starts=offsets)
+    lo, hi = offsets[block.start], offsets[min(block.end + 1, len(lines))]
+    header = block.header
+    head = offsets[min(header + 1, len(lines))]
+
+    def reach(span: tuple[int, int]) -> _Reach:
+        return _Reach(lo=span[0], hi=span[1], block=(lo, hi), head=head, line_starts=offsets)
+
+    if edit_line <= header and text.find(sub.old, head, hi) < 0:
+        return reach(whole)
     # Judged on the text before the edit: the edited place may be the binding itself.
     before = text[: sub.start] + sub.old + text[sub.end :]
     shift = len(sub.old) - (sub.end - sub.start)
@@ -432,17 +734,17 @@ def _scope(text: str, sub: _Substitution) -> tuple[int, int]:
         # uses are anywhere in the file, as a rename of it is (measured on release diffs,
         # bench/next_edit.py). So is a word of prose (in a string or a comment): a typo fixed
         # once is fixed everywhere.
-        return (0, len(text)) if sub.in_inert or not local else (lo, hi)
+        return reach(whole if sub.in_inert or not local else (lo, hi))
     if sub.in_string or (
         not sub.in_inert and sub.after_call is None and len(_TOKEN.findall(sub.old)) == 1
     ):
         # A literal keeps to its block: the same number elsewhere is usually another number.
-        return lo, hi
+        return reach((lo, hi))
     # Several tokens (a call with its arguments, an expression, a phrase or a version of
     # prose, `removed in 2.4`) are one thing wherever they stand: a sentence repeated in
     # each function's docstring, a statement repeated in each test (measured on release
     # diffs, bench/next_edit.py).
-    return 0, len(text)
+    return reach(whole)
 
 
 def _line_content(text: str, at: int, end: int) -> bool:
@@ -495,7 +797,488 @@ def _binds(text: str, name: str, lo: int, hi: int) -> bool:
     return pattern.search(text, lo, hi) is not None
 
 
+def _declares(text: str, name: str, lo: int, head: int, hi: int) -> bool:
+    """Whether the function at `lo`..`hi` (its header ending at `head`) declares `name`
+    itself: a parameter in its header, or a plain assignment, loop variable or declaration in
+    it. Stricter than `_binds`, which also takes a call's argument or a keyword argument for
+    a binding: that only narrows the edited block's own scope, where this would drop uses
+    (`pytest.raises(Exception, ...)` is no binding of `Exception`)."""
+    patterns = _DECLARING.get(name)
+    if patterns is None:
+        patterns = _declaring(name)
+        if len(_DECLARING) >= _KEPT_PATTERNS:
+            _DECLARING.clear()
+        _DECLARING[name] = patterns
+    parameter, local = patterns
+    return parameter.search(text, lo, head) is not None or local.search(text, lo, hi) is not None
+
+
+def _declaring(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """`_declares`'s two patterns for `name`: a parameter, a local's declaration."""
+    word = re.escape(name)
+    parameter = re.compile(rf"[(,]\s*(?:&\s*)?(?:mut\s+)?{word}\s*[,):=]")
+    local = re.compile(
+        rf"(?m:^)[ \t]*{word}\s*(?::=|=(?!=))"
+        rf"|(?<![\w.]){word}\s*(?:,\s*\w+\s*)*:="
+        rf"|,\s*{word}\s*(?:,\s*\w+\s*)*:="
+        rf"|\b(?:let|const|var|mut|auto|for|as)\s+{word}\b"
+    )
+    return parameter, local
+
+
+#: Each name's `_declares` patterns, compiled once.
+_DECLARING: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {}
+
 #: Each name's binding pattern, compiled once (renames repeat while the user types), and how
 #: many are kept.
 _BINDING: dict[str, re.Pattern[str]] = {}
 _KEPT_PATTERNS = 64
+
+
+#: Tokens an anchor takes at most on each side of an inserted or deleted text.
+_ANCHOR_TOKENS = 4
+#: Ancestors of the nodes at an anchor compared between the edited place and a candidate.
+_ANCHOR_DEPTH = 3
+
+
+def _anchored(
+    text: str,
+    group: EditGroup,
+    inert: _Inert,
+    tree: Tree | None,
+    reverted: frozenset[tuple[str, str]],
+) -> tuple[ProposedEdit, ...]:
+    """Step 6: tokens only added (`await `, `;`, a modifier, an argument) or only removed (a
+    parameter, a cast, a modifier), made again where the same anchors stand on both sides: the
+    tokens before the edit point back to a name (else the line's start with the same
+    indentation), and after it up to a name (else the line's end), exact; where there is a
+    tree, the innermost nodes ending before and starting after the point have the same kinds
+    and parents. Never where the new text already stands. Whole lines added: `_lines_added`;
+    other line breaks added or removed are not propagated (their anchors would be other
+    lines)."""
+    added = group.inserted
+    piece = added or group.removed
+    if not piece.strip() or (group.removed, added) in reverted:
+        return ()
+    if _breaks(piece):
+        return _lines_added(text, group, inert) if added else ()
+    at = group.start
+    after = group.end if added else group.start
+    left = _left_anchor(text, at, inert)
+    right = _right_anchor(text, after)
+    if not any(_WORD.match(t) and t not in _KEYWORDS for t in _TOKEN.findall(left[0] + right[0])):
+        return ()  # punctuation and keywords alone anchor nothing: `()` is everywhere
+    in_inert = inert.around(at, after) is not None
+    if in_inert and not (left[1] and right[1]):
+        # In prose a line's start or end is no anchor: a ` \` added at the end of one
+        # docstring line is not due at every line ending in the same word.
+        return ()
+    pattern = left[0] + ("" if added else piece) + right[0]
+    offsets = _Offsets(text) if tree is not None else None
+    sides = (bool(left[0].strip()), bool(right[0].strip()))
+    shape = _shape(tree, offsets, text, at, after, sides) if tree is not None else None
+    found: list[tuple[int, int]] = []
+    k = text.find(pattern)
+    while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
+        q = k + len(left[0])  # the point, at the candidate
+        q_after = q + (0 if added else len(piece))
+        ok = (
+            not (k <= after and k + len(pattern) >= at)
+            and (left[1] or _line_start_at(text, k))
+            and (right[1] or _line_end_at(text, k + len(pattern)))
+            and not (added and (text.startswith(added, q) or text.endswith(added, 0, q)))
+            and not (left[0] and _WORD.match(left[0][0]) and _WORD.match(text[k - 1 : k]))
+            and not (
+                right[0]
+                and _WORD.match(right[0][-1])
+                and _WORD.match(text[k + len(pattern) : k + len(pattern) + 1])
+            )
+        )
+        if ok:
+            ok = (inert.around(k, k + len(pattern)) is not None) == in_inert
+            if ok and not in_inert and added:
+                # Anchors holding a string are a statement repeated with its values (a test's
+                # `storage_class(foo="bar")`, given an argument in one test alone, measured on
+                # release diffs, bench/next_edit.py).
+                ok = not inert.touches(k, k + len(pattern))
+            elif ok and not in_inert:
+                # A removed string is the distinctive part (`markdownit('full', x)`): whole
+                # strings may stand in the pattern, none cut by its ends or the point.
+                ok = not any(_cuts(inert, p) for p in (k, q, q_after, k + len(pattern)))
+        if ok and shape is not None:
+            ok = _shape(tree, offsets, text, q, q_after, sides) == shape
+        if ok:
+            found.append((q, q_after))
+        k = text.find(pattern, k + 1)
+    found.sort(key=lambda span: abs(span[0] - at))
+    return tuple(
+        ProposedEdit(start=q, end=q_after, text=added) for q, q_after in found[:MAX_PROPOSALS]
+    )
+
+
+def _cuts(inert: _Inert, at: int) -> bool:
+    """Whether `at` falls strictly inside a string or comment."""
+    span = inert.around(at, at)
+    return span is not None and at < span[1]
+
+
+def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:
+    """The text before `at` back to its nearest name token, on its line (`(str, True)`), else
+    back to the line's start after the indentation (`(str, False)`: it must start a line).
+    Inside brackets, back to the called name at least (`f(a, ` for an argument added after
+    `a`): an argument list is that function's, and `g(a)` has other parameters (measured on
+    commits, bench/next_edit_commits.py: an argument added to one of several look-alike
+    helpers was proposed at all of them)."""
+    line_start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at)) + 1
+    head = text[line_start:at]
+    tokens = list(_TOKEN.finditer(head))
+    found: tuple[str, bool] = (head.lstrip(" \t"), False)
+    for n, match in enumerate(reversed(tokens), 1):
+        if (_NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS) or n == _ANCHOR_TOKENS:
+            found = (head[match.start() :], True)
+            break
+    callee = _callee_start(text, line_start, at, inert)
+    if callee is not None and at - callee > len(found[0]):
+        return text[callee:at], True
+    opener = _group_start(text, line_start, at, inert)
+    if opener is not None and at - opener > len(found[0]):
+        # Right after a closed bracket, the whole group: `-> None` added after one method's
+        # `(self, md)` is due after the others' `(self, md)`, not after `(self, a, md)`.
+        return text[opener:at], True
+    return found
+
+
+def _group_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
+    """Where the bracket group closed right before `at` (blanks aside) opens on its line."""
+    k = at
+    while k > line_start and text[k - 1] in " \t":
+        k -= 1
+    if k == line_start or text[k - 1] not in ")]}" or inert.touches(k - 1, k):
+        return None
+    depth = 0
+    for m in range(k - 1, line_start - 1, -1):
+        char = text[m]
+        if char not in "()[]{}" or inert.touches(m, m + 1):
+            continue
+        depth += 1 if char in ")]}" else -1
+        if depth == 0:
+            return m
+    return None
+
+
+def _callee_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
+    """Where the name stands before the innermost bracket still open at `at` on its line
+    (`foo` of `foo(a, `); None where no bracket is open or no name precedes it."""
+    depth = 0
+    for k in range(at - 1, line_start - 1, -1):
+        char = text[k]
+        if char not in "()[]{}" or inert.touches(k, k + 1):
+            continue
+        if char in ")]}":
+            depth += 1
+        elif depth:
+            depth -= 1
+        else:
+            name = _CALLED.search(text, line_start, k)
+            return name.start() if name is not None else None
+    return None
+
+
+def _right_anchor(text: str, at: int) -> tuple[str, bool]:
+    """The text after `at` up to its nearest name token on its line (`(str, True)`), else to
+    the line's end, blanks aside (`(str, False)`: it must end a line)."""
+    line_end = min(
+        (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
+    )
+    tail = text[at:line_end]
+    for n, match in enumerate(_TOKEN.finditer(tail), 1):
+        if (_NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS) or n == _ANCHOR_TOKENS:
+            return tail[: match.end()], True
+    return tail.rstrip(" \t"), False
+
+
+def _line_start_at(text: str, k: int) -> bool:
+    """Whether only blanks stand before `k` on its line."""
+    line_start = max(text.rfind("\n", 0, k), text.rfind("\r", 0, k)) + 1
+    return not text[line_start:k].strip(" \t")
+
+
+def _line_end_at(text: str, k: int) -> bool:
+    """Whether only blanks stand after `k` on its line."""
+    line_end = min(
+        (m for m in (text.find("\n", k), text.find("\r", k)) if m >= 0), default=len(text)
+    )
+    return not text[k:line_end].strip(" \t")
+
+
+def _shape(
+    tree: Tree | None,
+    offsets: _Offsets | None,
+    text: str,
+    at: int,
+    after: int,
+    sides: tuple[bool, bool],
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The kinds of the innermost named node ending at `at` and of the one starting at `after`,
+    each with `_ANCHOR_DEPTH` parents: an argument list, a statement, a modifier list. Only
+    for the sides (before, after) whose anchor is a token: a line's start or end is no
+    node's."""
+    if tree is None or offsets is None:
+        return None
+    root = tree.root_node
+    return (
+        _kinds(_ending(root, offsets.byte(at, text))) if sides[0] else (),
+        _kinds(_starting(root, offsets.byte(after, text))) if sides[1] else (),
+    )
+
+
+def _ending(root: Node, byte: int) -> Node | None:
+    if byte == 0:
+        return None
+    node = root.named_descendant_for_byte_range(byte - 1, byte)
+    while node is not None and node.end_byte != byte and node.parent is not None:
+        node = node.parent if node.end_byte < byte else None
+    return node
+
+
+def _starting(root: Node, byte: int) -> Node | None:
+    node = root.named_descendant_for_byte_range(byte, byte + 1)
+    while node is not None and node.start_byte > byte:
+        node = node.parent
+    return node
+
+
+def _kinds(node: Node | None) -> tuple[str, ...]:
+    kinds: list[str] = []
+    while node is not None and len(kinds) <= _ANCHOR_DEPTH:
+        kinds.append(node.type)
+        node = node.parent
+    return tuple(kinds)
+
+
+def _renames(
+    old: list[str], new: list[re.Match[str]], reverted: frozenset[tuple[str, str]]
+) -> dict[tuple[str, str], int] | None:
+    """The one-for-one renames that turn the `old` tokens into the `new` ones, each with where
+    its new name first stands; None unless that is all the edit is: every difference one name
+    for another, each old name replaced everywhere it stood and by the same new one, at least
+    two of them (one alone is the substitution's case, step 2). Anything added or dropped
+    makes the edit new code, whose tokens pair by chance (measured on release diffs and
+    commits, bench/next_edit.py and bench/next_edit_commits.py: `frame` -> `f_back` out of a
+    rewritten statement, `0` -> `rows` out of a rewritten assertion); numbers changed
+    together are one value (a date's `2019, 1` -> `2020, 7`), not renames."""
+    new_tokens = [m[0] for m in new]
+    matcher = SequenceMatcher(None, old, new_tokens, autojunk=False)
+    pairs: dict[tuple[str, str], int] = {}
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if op != "replace" or i2 - i1 != j2 - j1:
+            return None
+        for before, at in zip(old[i1:i2], new[j1:j2], strict=True):
+            after = at[0]
+            if (
+                not (_NAME.fullmatch(before) and _NAME.fullmatch(after))
+                or before in _KEYWORDS | _CONSTANTS
+                or after in _KEYWORDS | _CONSTANTS
+            ):
+                return None
+            pairs.setdefault((before, after), at.start())
+    renamed = {before for before, _ in pairs}
+    if (
+        len(pairs) < 2
+        or len(renamed) < len(pairs)  # one name made into two
+        or renamed & set(new_tokens)  # a name still there: not renamed
+        or any(pair in reverted for pair in pairs)
+    ):
+        return None
+    return pairs
+
+
+def _split(
+    text: str,
+    group: EditGroup,
+    inert: _Inert,
+    tree: Tree | None,
+    reverted: frozenset[tuple[str, str]],
+) -> tuple[ProposedEdit, ...]:
+    """Step 7: several tokens or lines replaced at once (a selection retyped, a multi-cursor
+    edit in one change), split by a token diff of the old and new text into its one-for-one
+    replacements of a name or a literal; each is propagated as a rename, the proposals
+    combined without overlap and never inside the edited span."""
+    a, b = group.start, group.end
+    while a > 0 and _WORD.match(text[a - 1]):
+        a -= 1
+    while b < len(text) and _WORD.match(text[b]):
+        b += 1
+    old_text = text[a : group.start] + group.removed + text[group.end : b]
+    old = [m[0] for m in _TOKEN.finditer(old_text)]
+    new = list(_TOKEN.finditer(text, a, b))
+    pairs = _renames(old, new, reverted)
+    if not pairs:
+        return ()
+    taken: list[ProposedEdit] = []
+    for (before, after), at in pairs.items():
+        in_inert = inert.around(at, at + len(after)) is not None
+        sub = _Substitution(at, at + len(after), before, after, False, in_inert)
+        spans = [(i, j) for i, j in _matches(text, sub, inert, tree) if j <= a or i >= b]
+        taken.extend(_proposed(sub, spans, group.start))
+    taken.sort(key=lambda e: abs(e.start - group.start))
+    kept: list[ProposedEdit] = []
+    for edit in taken:
+        if all(edit.end <= k.start or edit.start >= k.end for k in kept):
+            kept.append(edit)
+    return tuple(kept[:MAX_PROPOSALS])
+
+
+#: A lexeme of an analogous edit's pattern: a string literal on one line is one, else a word or
+#: a punctuation mark.
+_LEXEME = re.compile(r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'|\w+|[^\w\s]""")
+
+
+def _analogous(
+    text: str, group: EditGroup, inert: _Inert, reverted: frozenset[tuple[str, str]]
+) -> tuple[ProposedEdit, ...]:
+    """Step 8: the same replacement where one name differs (`Base.setup(self, cfg)` ->
+    `super().setup(cfg)`, then `Other.setup(self, cfg)`): one name of the old side is let
+    vary; every other lexeme must match exactly, in code (or in prose where the edit was), and
+    the rest must hold a name of its own (a distinctive pattern, not `(x)`), two where the new
+    side drops the varying name. Where the new side carries it over (`typeof a !==
+    'undefined'` -> `a !== undefined`), it is written with that place's name in it. One
+    line's change only, of at least three lexemes, that replaced text: a pure insertion or
+    deletion is step 6's, and a literal let vary made
+    rewrites of look-alike lines (measured on release diffs, bench/next_edit.py: a test's
+    `pytest.raises(E, f("..."))` made an `assert`, proposed at its neighbours with other
+    strings, which the release left alone)."""
+    a, b = group.start, group.end
+    while a > 0 and _WORD.match(text[a - 1]):
+        a -= 1
+    while b < len(text) and _WORD.match(text[b]):
+        b += 1
+    old = text[a : group.start] + group.removed + text[group.end : b]
+    new = text[a:b]
+    if _breaks(old) or _breaks(new) or (old, new) in reverted:
+        return ()
+    old_lexemes = [m[0] for m in _LEXEME.finditer(old)]
+    new_lexemes = {m[0] for m in _LEXEME.finditer(new)}
+    if len(old_lexemes) < 3:
+        return ()
+    in_inert = inert.around(a, b) is not None
+    found: dict[tuple[int, int], str] = {}
+    for varying in dict.fromkeys(old_lexemes):
+        kind = _lexeme_kind(varying)
+        if kind is None:
+            continue
+        names = {x for x in old_lexemes if x != varying and _lexeme_kind(x) is not None}
+        if len(names) < (1 if varying in new_lexemes else 2):
+            continue
+        pattern = _wildcard(old, varying, kind)
+        for match in pattern.finditer(text):
+            at, end = match.span()
+            other = match["v"]
+            if other == varying or (at < b and end > a) or (at, end) in found:
+                continue
+            if in_inert != (inert.around(at, end) is not None):
+                continue
+            if not in_inert and inert.touches(*match.span("v")):
+                continue
+            found[(at, end)] = _carried(new, varying, other)
+    if not found:
+        return ()
+    edits: list[ProposedEdit] = []
+    for (at, end), replacement in sorted(found.items(), key=lambda x: abs(x[0][0] - a)):
+        if any(at < e.end and end > e.start for e in edits):
+            continue
+        was = text[at:end]
+        prefix, suffix = common_affixes(was, replacement)
+        edits.append(
+            ProposedEdit(
+                start=at + prefix,
+                end=end - suffix,
+                text=replacement[prefix : len(replacement) - suffix],
+            )
+        )
+    return tuple(sorted(edits, key=lambda e: abs(e.start - a))[:MAX_PROPOSALS])
+
+
+def _lexeme_kind(lexeme: str) -> str | None:
+    """What may vary in place of `lexeme`: a name (not a keyword); None for anything else."""
+    if _NAME.fullmatch(lexeme) and lexeme not in _KEYWORDS | _CONSTANTS:
+        return r"[^\W\d]\w*"
+    return None
+
+
+def _wildcard(old: str, varying: str, kind: str) -> re.Pattern[str]:
+    """`old` as a pattern in which each whole lexeme `varying` is one lexeme of its kind, the
+    same one each time (group `v`), the rest exact, on whole-word boundaries."""
+    parts: list[str] = []
+    last, seen = 0, False
+    for match in _LEXEME.finditer(old):
+        if match[0] != varying:
+            continue
+        parts.append(re.escape(old[last : match.start()]))
+        parts.append("(?P=v)" if seen else f"(?P<v>{kind})")
+        seen, last = True, match.end()
+    parts.append(re.escape(old[last:]))
+    head = r"(?<!\w)" if _WORD.match(old[:1]) else ""
+    tail = r"(?!\w)" if _WORD.match(old[-1:]) else ""
+    return re.compile(head + "".join(parts) + tail)
+
+
+def _carried(new: str, varying: str, other: str) -> str:
+    """`new` with each whole lexeme `varying` written as `other`."""
+    out: list[str] = []
+    last = 0
+    for match in _LEXEME.finditer(new):
+        if match[0] == varying:
+            out.append(new[last : match.start()] + other)
+            last = match.end()
+    out.append(new[last:])
+    return "".join(out)
+
+
+#: Names (not keywords) the line after inserted lines must hold to anchor them: `}` or
+#: `return nil` follows too much to say where lines belong.
+_LINE_ANCHOR_NAMES = 2
+
+
+def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """Whole lines inserted (a statement, a field, a call in a chain) before a line that
+    names at least `_LINE_ANCHOR_NAMES` things: the same lines inserted between each other
+    pair of lines that read exactly as the lines around them, indentation included, in code,
+    unless they already stand there. The line after alone let lines be proposed in functions
+    the commit left alone (measured on commits, bench/next_edit_commits.py: a test's
+    `set.SetOutput(ioutil.Discard)` before `_ = fl.Apply(set)`). The editor may report the lines
+    rotated (`HideHelp = true\n\tapp.` after `\tapp.`): they are taken at a line's start."""
+    n = len(group.inserted)
+    at = group.start
+    while not (_line_start_at(text, at) and text[at + n - 1 : at + n] == "\n"):
+        if at == 0 or text[at - 1] != text[at + n - 1] or group.start - at >= n:
+            return ()
+        at -= 1
+    lines = text[at : at + n]
+    next_end = text.find("\n", at + n)
+    anchor = text[at + n : next_end + 1 if next_end >= 0 else len(text)]
+    names = [t for t in _TOKEN.findall(anchor) if _NAME.fullmatch(t) and t not in _KEYWORDS]
+    if (
+        len(names) < _LINE_ANCHOR_NAMES
+        or not anchor.endswith("\n")
+        or inert.touches(at, at + n)
+        or inert.touches(at + n, at + n + len(anchor))
+    ):
+        return ()
+    above = text[text.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
+    found: list[int] = []
+    k = text.find(anchor)
+    while k >= 0 and len(found) < MAX_PROPOSALS:
+        if (
+            k != at + n
+            and (k == 0 or text[k - 1] == "\n")
+            and text.endswith(above, 0, k)
+            and not text.endswith(lines, 0, k)
+            and not inert.touches(k, k + len(anchor))
+        ):
+            found.append(k)
+        k = text.find(anchor, k + 1)
+    found.sort(key=lambda k: abs(k - at))
+    return tuple(ProposedEdit(start=k, end=k, text=lines) for k in found)

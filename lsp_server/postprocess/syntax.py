@@ -21,9 +21,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tree_sitter import Node, Parser, Tree
+from tree_sitter import Node, Parser, Query, QueryCursor, Tree
 
-from engine.text import line_start
+from engine.text import common_affixes, line_start
 from lsp_server.postprocess.brackets import scan_document
 from lsp_server.postprocess.lexer import LexState, lex, slash_comments
 
@@ -97,7 +97,7 @@ FUNCTION_TYPES = frozenset(
 )
 #: Function-like nodes that are taken only when no declared function holds the line: a
 #: callback inside a method is part of the method the user means.
-_ANONYMOUS = frozenset(
+ANONYMOUS_TYPES = frozenset(
     {
         "func_literal",
         "arrow_function",
@@ -108,7 +108,7 @@ _ANONYMOUS = frozenset(
     }
 )
 #: Wrappers that belong to the function they hold (Python's decorators, JS's export).
-_WRAPPERS = frozenset({"decorated_definition", "export_statement"})
+WRAPPER_TYPES = frozenset({"decorated_definition", "export_statement"})
 
 _LINE_BREAKS = re.compile(r"\r\n?")
 
@@ -506,7 +506,7 @@ def enclosing_function(text: str, line: int, language_id: str) -> RowSpan | None
     declared = anonymous = None
     while node is not None:
         if node.type in FUNCTION_TYPES:
-            if node.type in _ANONYMOUS:
+            if node.type in ANONYMOUS_TYPES:
                 anonymous = anonymous or node
             else:
                 declared = node
@@ -515,6 +515,117 @@ def enclosing_function(text: str, line: int, language_id: str) -> RowSpan | None
     found = declared or anonymous
     if found is None:
         return None
-    while found.parent is not None and found.parent.type in _WRAPPERS:
+    while found.parent is not None and found.parent.type in WRAPPER_TYPES:
         found = found.parent
     return RowSpan(found.start_point.row, found.end_point.row)
+
+
+#: The last whole-document tree per grammar, for the next edit's parse: a small change re-parses
+#: incrementally (tree-sitter reuses the unchanged subtrees). A 2,000-line Python file (62 KB)
+#: takes 10 ms to parse whole here and 1-2 ms after a one-word change.
+_DOCUMENT_TREES: dict[str, tuple[str, bytes, Tree]] = {}
+
+
+def document_tree(text: str, language_id: str) -> Tree | None:
+    """The syntax tree of a whole document (`text` encoded as UTF-8: its offsets are bytes),
+    re-parsed from the last one of its grammar where it is kept; None without a grammar or
+    over `DOCUMENT_LIMIT`."""
+    name = GRAMMARS.get(language_id)
+    parser = _parser(name) if name is not None else None
+    if parser is None or name is None or len(text) > DOCUMENT_LIMIT:
+        return None
+    kept = _DOCUMENT_TREES.get(name)
+    if kept is not None and kept[0] == text:
+        return kept[2]
+    source = text.encode("utf-8", "surrogatepass")
+    if kept is None:
+        tree = parser.parse(source)
+    else:
+        old_text, old, old_tree = kept
+        prefix, suffix = common_affixes(old_text, text)
+        start = len(text[:prefix].encode("utf-8", "surrogatepass"))
+        tail = len(text[len(text) - suffix :].encode("utf-8", "surrogatepass"))
+        old_end, new_end = len(old) - tail, len(source) - tail
+        old_tree.edit(
+            start_byte=start,
+            old_end_byte=old_end,
+            new_end_byte=new_end,
+            start_point=_point(source, start),
+            old_end_point=_point(old, old_end),
+            new_end_point=_point(source, new_end),
+        )
+        tree = parser.parse(source, old_tree)
+    _DOCUMENT_TREES[name] = (text, source, tree)
+    return tree
+
+
+def _point(source: bytes, offset: int) -> tuple[int, int]:
+    """The (row, byte column) of a byte offset."""
+    row = source.count(b"\n", 0, offset)
+    return row, offset - (source.rfind(b"\n", 0, offset) + 1)
+
+
+@functools.cache
+def _inert_query(name: str) -> Query | None:
+    """A query of the grammar's comment and string nodes (by `place_in`'s names)."""
+    try:
+        from tree_sitter_language_pack import get_language
+
+        language = get_language(name)  # type: ignore[arg-type]  # names are checked by the call
+        kinds = {
+            language.node_kind_for_id(i)
+            for i in range(language.node_kind_count)
+            if language.node_kind_is_named(i) and language.node_kind_is_visible(i)
+        }
+        wanted = sorted(
+            kind
+            for kind in kinds
+            if kind
+            and ("comment" in kind or any(part in kind for part in _STRING_PARTS))
+            and not any(part in kind for part in _CODE_PARTS)
+            and kind.replace("_", "").isalnum()
+        )
+        return Query(language, " ".join(f"({kind}) @inert" for kind in wanted)) if wanted else None
+    except Exception as e:  # no query means: the lexer's strings and comments
+        log.warning("no string and comment query for %s: %s", name, e)
+        return None
+
+
+def inert_spans(tree: Tree, language_id: str) -> list[tuple[int, int, bool]] | None:
+    """The outermost comments and strings of `tree`, as sorted `(start byte, end byte, is a
+    string)`; None without a query for the grammar. One query in C: 2 ms on a 2,000-line file,
+    run once per tree."""
+    kept = _INERT_SPANS.get(language_id)
+    if kept is not None and kept[0] is tree:
+        return kept[1]
+    name = GRAMMARS.get(language_id)
+    query = _inert_query(name) if name is not None else None
+    if query is None:
+        return None
+    nodes = QueryCursor(query).captures(tree.root_node).get("inert", [])
+    spans: list[tuple[int, int, bool]] = []
+    for node in sorted(nodes, key=lambda n: (n.start_byte, -n.end_byte)):
+        if spans and node.start_byte < spans[-1][1]:
+            continue  # a part of the string or comment before it
+        spans.append((node.start_byte, node.end_byte, "comment" not in node.type))
+    _INERT_SPANS[language_id] = (tree, spans)
+    return spans
+
+
+#: The last tree's spans per language: the same version asked about again (a client asking on
+#: every cursor move, the accept command) costs no query. The tree is kept by the whole-document
+#: cache anyway, so holding it here costs nothing more.
+_INERT_SPANS: dict[str, tuple[Tree, list[tuple[int, int, bool]]]] = {}
+
+
+def error_rows(tree: Tree) -> list[tuple[int, int]]:
+    """The rows (first, last) of each ERROR or MISSING node: where the tree's answer is a guess."""
+    rows: list[tuple[int, int]] = []
+    stack = [tree.root_node] if tree.root_node.has_error else []
+    while stack:
+        item = stack.pop()
+        if item.is_error or item.is_missing:
+            rows.append((item.start_point.row, item.end_point.row))
+        elif item.has_error:
+            stack.extend(item.children)
+    return rows

@@ -9,17 +9,16 @@ from typing import TypedDict
 import pytest
 
 from lsp_server.action_logic import (
-    LineSpan,
     UnusableAnswer,
     code_from_answer,
     document_uses_tabs,
-    enclosing_block,
     explain_messages,
     extract_code,
     fix_instruction,
     reindent,
     rewrite_messages,
 )
+from lsp_server.blocks import LineSpan, enclosing_block
 
 PY = """import os
 

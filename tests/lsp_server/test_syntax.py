@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tree_sitter import Tree
 
-from lsp_server.action_logic import LineSpan, enclosing_block, enclosing_code
+from lsp_server.blocks import LineSpan, enclosing_block, enclosing_code
 from lsp_server.postprocess import (
     CompletionMode,
     CursorContext,

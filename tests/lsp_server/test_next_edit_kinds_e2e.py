@@ -1,0 +1,203 @@
+"""Next edits of every kind through the real server, as a client sends the edit (one change,
+as VS Code sends a paste or a multi-cursor edit) and applies the answer: an insertion, a
+deletion, several names replaced at once and the same rewrite where one name differs, each in
+three languages; and what is never proposed: inside strings and comments, after an undo, while
+a word is half typed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from lsp_helpers import Session, lsp_session
+from next_edit_client import Document
+from pytest_lsp import client_capabilities
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def session() -> AsyncIterator[Session]:
+    capabilities = client_capabilities("visual_studio_code@v1.65.2")
+    async with lsp_session(capabilities, {"infill": {"debounceMs": 0}}) as s:
+        status = await s.until_loaded()
+        assert status["status"] == "ready", status
+        yield s
+
+
+# (kind and language, language id, suffix, before, (old, new) replaced at its first place,
+# the document once every proposal is applied). Strings and comments hold the old text too:
+# they must be left as they are.
+KINDS = [
+    (
+        "insertion, python: await before the same call",
+        "python",
+        "py",
+        "async def a():\n    x = fetch(1)\n    y = fetch(2)\n    # x = fetch(3)\n"
+        "    s = 'y = fetch(4)'\n",
+        ("x = fetch(1)", "x = await fetch(1)"),
+        "async def a():\n    x = await fetch(1)\n    y = await fetch(2)\n    # x = fetch(3)\n"
+        "    s = 'y = fetch(4)'\n",
+    ),
+    (
+        "insertion, go: an argument added to the same function's calls",
+        "go",
+        "go",
+        "package p\n\nfunc f() {\n\tc := NewContext(set, globalSet)\n"
+        "\td := NewContext(set, set)\n\te := Other(set, set)\n"
+        '\ts := "NewContext(set, set)"\n}\n',
+        ("NewContext(set, globalSet)", "NewContext(nil, set, globalSet)"),
+        "package p\n\nfunc f() {\n\tc := NewContext(nil, set, globalSet)\n"
+        "\td := NewContext(nil, set, set)\n\te := Other(set, set)\n"
+        '\ts := "NewContext(set, set)"\n}\n',
+    ),
+    (
+        "insertion, typescript: a return type after the same parameters",
+        "typescript",
+        "ts",
+        "export const sha256 = async (data: Data) => {\n  return hash(data)\n}\n"
+        "export const sha1 = async (data: Data) => {\n  return hash(data)\n}\n"
+        "// export const md5 = async (data: Data) => {}\n",
+        ("sha256 = async (data: Data) =>", "sha256 = async (data: Data): Promise<string> =>"),
+        "export const sha256 = async (data: Data): Promise<string> => {\n  return hash(data)\n}\n"
+        "export const sha1 = async (data: Data): Promise<string> => {\n  return hash(data)\n}\n"
+        "// export const md5 = async (data: Data) => {}\n",
+    ),
+    (
+        "deletion, go: an argument removed where the same call stands",
+        "go",
+        "go",
+        'func f() {\n\tlog(ctx, msg)\n\tx := 1\n\tlog(ctx, msg)\n\ts := "log(ctx, msg)"\n}\n',
+        ("log(ctx, msg)", "log(msg)"),
+        'func f() {\n\tlog(msg)\n\tx := 1\n\tlog(msg)\n\ts := "log(ctx, msg)"\n}\n',
+    ),
+    (
+        "deletion, javascript: a key written again as its shorthand",
+        "javascript",
+        "js",
+        "function rule(fn, alt) {\n  a.push({\n    fn: fn,\n    alt: alt\n  })\n"
+        "  b.push({\n    fn: fn,\n    alt: alt\n  })\n  // fn: fn,\n}\n",
+        ("    fn: fn,\n    alt: alt\n  })\n  b", "    fn,\n    alt: alt\n  })\n  b"),
+        "function rule(fn, alt) {\n  a.push({\n    fn,\n    alt: alt\n  })\n"
+        "  b.push({\n    fn,\n    alt: alt\n  })\n  // fn: fn,\n}\n",
+    ),
+    (
+        "deletion, java: a modifier removed where the same declaration starts",
+        "java",
+        "java",
+        "class A {\n  final void run() {}\n  final void stop() {}\n"
+        '  String s = "final void run()";\n}\n',
+        ("  final void run()", "  void run()"),
+        'class A {\n  void run() {}\n  void stop() {}\n  String s = "final void run()";\n}\n',
+    ),
+    (
+        "several names at once, rust: each renamed at its uses",
+        "rust",
+        "rs",
+        "fn f(a: u32, b: u32) -> u32 {\n    let c = a + b; // a and b\n    a * b + c\n}\n",
+        ("a: u32, b: u32", "x: u32, y: u32"),
+        "fn f(x: u32, y: u32) -> u32 {\n    let c = x + y; // a and b\n    x * y + c\n}\n",
+    ),
+    (
+        "several names at once, python: each renamed at its uses",
+        "python",
+        "py",
+        "def f(a, b):\n    # a and b\n    return a + b, 'a'\n",
+        ("a, b", "p, q"),
+        "def f(p, q):\n    # a and b\n    return p + q, 'a'\n",
+    ),
+    (
+        "several names at once, typescript: across two lines",
+        "typescript",
+        "ts",
+        "function area() {\n  const width = 2\n  const height = 3\n"
+        "  // width by height\n  return width * height\n}\n",
+        ("width = 2\n  const height", "w = 2\n  const h"),
+        "function area() {\n  const w = 2\n  const h = 3\n"
+        "  // width by height\n  return w * h\n}\n",
+    ),
+    (
+        "analogous, python: a call's receiver differs",
+        "python",
+        "py",
+        "class A(B, C):\n    def setup(self, cfg):\n        B.setup(self, cfg)\n"
+        "        C.setup(self, cfg)\n        # D.setup(self, cfg)\n        D.setup(self, other)\n",
+        ("B.setup(self, cfg)", "super().setup(cfg)"),
+        "class A(B, C):\n    def setup(self, cfg):\n        super().setup(cfg)\n"
+        "        super().setup(cfg)\n        # D.setup(self, cfg)\n        D.setup(self, other)\n",
+    ),
+    (
+        "analogous, typescript: the checked name differs",
+        "typescript",
+        "ts",
+        "function f(a, b) {\n  if (typeof a !== 'undefined') {}\n"
+        "  if (typeof b !== 'undefined') {}\n  const s = \"typeof c !== 'undefined'\"\n}\n",
+        ("typeof a !== 'undefined'", "a !== undefined"),
+        "function f(a, b) {\n  if (a !== undefined) {}\n"
+        "  if (b !== undefined) {}\n  const s = \"typeof c !== 'undefined'\"\n}\n",
+    ),
+    (
+        "analogous, javascript: an operand's receiver differs",
+        "javascript",
+        "js",
+        "function f(err, e) {\n  log(options.trace && err.stack)\n"
+        "  log(options.trace && e.stack)\n  // options.trace && x.stack\n}\n",
+        ("options.trace && err.stack", "(options.trace && err.stack)"),
+        "function f(err, e) {\n  log((options.trace && err.stack))\n"
+        "  log((options.trace && e.stack))\n  // options.trace && x.stack\n}\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "before", "edit", "expected"),
+    [case[1:] for case in KINDS],
+    ids=[case[0] for case in KINDS],
+)
+async def test_each_kind_of_edit_is_proposed_where_it_is_due_and_applies_exactly(
+    session: Session,
+    language: str,
+    suffix: str,
+    before: str,
+    edit: tuple[str, str],
+    expected: str,
+) -> None:
+    name = "".join(c if c.isalnum() else "-" for c in before[:24])
+    document = Document(session, before, f"file:///e2e/kinds/{name}.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
+    assert edits, "nothing proposed"
+    document.accept(edits)
+    assert document.text == expected
+
+
+async def test_an_insertion_taken_back_proposes_nothing(session: Session) -> None:
+    text = "async def a():\n    x = fetch(1)\n    y = fetch(2)\n"
+    document = Document(session, text, "file:///e2e/kinds/undo.py", "python")
+    document.replace("x = fetch(1)", "x = await fetch(1)")
+    assert await document.next_edits(cursor=document.text.index("await") + 6)
+    document.replace("x = await fetch(1)", "x = fetch(1)")
+    assert await document.next_edits(cursor=document.text.index("x =") + 3) == []
+
+
+async def test_a_half_typed_word_waits_until_the_cursor_leaves_it(session: Session) -> None:
+    """Typed a letter at a time (one change each, as an editor sends keystrokes), `count`
+    becoming `total`: nothing while the cursor stands after the word being typed, the whole
+    rename once the cursor has left it."""
+    text = "def f(count):\n    return count + count\n"
+    document = Document(session, text, "file:///e2e/kinds/typing.py", "python")
+    document.replace("count", "")
+    start = text.index("count")
+    for typed in "tot":
+        at = start + document.text[start:].index("):")
+        document.send([{"range": document._range(at, at), "text": typed}])
+        assert await document.next_edits(cursor=at + 1) == []
+    for typed in "al":
+        at = start + document.text[start:].index("):")
+        document.send([{"range": document._range(at, at), "text": typed}])
+    assert await document.next_edits(cursor=start + len("total")) == []
+    edits = await document.next_edits(cursor=0)  # the cursor moved away
+    document.accept(edits)
+    assert document.text == "def f(total):\n    return total + total\n"
