@@ -27,6 +27,8 @@ from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
 from bench._common import ROOT
+from engine.models import resolve_model_path
+from engine.types import Role
 from lsp_server.client import InfillClient, insert_text_of, items_of
 from lsp_server.next_edit.requests import INLINE_EDIT_REQUEST
 from lsp_server.postprocess import CursorContext, decide_mode
@@ -205,7 +207,7 @@ class ServerClient:
             while True:
                 status = await asyncio.wait_for(self.status(), 30)
                 if status.get("status") == "ready":
-                    return status
+                    return self._with_model_file(status)
                 if status.get("status") == "error" or self.shown:
                     raise RuntimeError(f"the server could not load its model: {status}")
                 if time.monotonic() > deadline:
@@ -218,6 +220,14 @@ class ServerClient:
 
     async def status(self) -> dict[str, Any]:
         return await self.client.status()
+
+    def _with_model_file(self, status: dict[str, Any]) -> dict[str, Any]:
+        """`status`, its `model_path` the completion model's file where the models run in the
+        shared engine (the status names the engine's API there): the records hash the file."""
+        engine = status.get("engine") or {}
+        if engine.get("mode") != "shared":
+            return status
+        return {**status, "model_path": str(resolve_model_path(Role.COMPLETION, self.model))}
 
     def configure(self, settings: dict[str, Any]) -> None:
         """`workspace/didChangeConfiguration` with the `infill` section (merged by the server

@@ -33,7 +33,8 @@ do. Steps, each with its reason:
    name reaches the whole document unless the block binds it (a local, a parameter), less the
    functions that declare a variable of that name of their own (by the tree); a word of prose
    does too. A name changed into one the edited function already declares (`e` -> `exc` under
-   `except ... as exc`) is one reference pointed elsewhere: nothing. A lone literal keeps to its
+   `except ... as exc`) while the old name is still declared there is one reference pointed
+   elsewhere: nothing. A lone literal keeps to its
    block. Several tokens (a call, an expression, a phrase or version in prose) are one thing
    wherever they stand: the whole document. An edit outside any block reaches the whole
    document.
@@ -391,7 +392,12 @@ def _retargeted(text: str, sub: _Substitution, reach: _Reach) -> bool:
     if not reach.head:
         return False  # no function holds the edit
     shift = len(sub.old) - (sub.end - sub.start)
-    return _declares(before, sub.new, lo, reach.head, hi + shift)
+    # A rename under way is no retargeting: its declaration already carries the new name and
+    # the old one is declared nowhere in the function any more (each accepted proposal of it
+    # is such a change: VS Code applies them one at a time).
+    return _declares(before, sub.new, lo, reach.head, hi + shift) and _declares(
+        text, sub.old, lo, reach.head, hi
+    )
 
 
 def _node_shape(

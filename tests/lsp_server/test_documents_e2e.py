@@ -72,8 +72,10 @@ async def test_back_in_a_file_its_kept_state_answers_after_one_prompt_token(
     again, job_again = await complete(session, uri_a, text_a)
     assert job_again["prompt_tokens"] == job["prompt_tokens"]
     assert job_again["prompt_evaluated"] == 1
+    # The same answer from the kept state as from the evaluated prompt (whatever the
+    # post-processing made of it: this file's head decides what the model writes).
     assert again == first
-    assert first, "the model suggests something after `str(`"
+    assert job_again["generated_tokens"] == job["generated_tokens"] >= 1
     kv = (await request_json(session, STATUS, {}))["kv_cache"]
     assert kv["restored"] >= 1
     assert kv["documents"] >= 1  # B is kept while A is live

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lsp_server.documents import DocumentSnapshot
-from lsp_server.next_edit.editor import half_typed
+from lsp_server.next_edit.editor import WORD_PAUSE_SECONDS, NextEditor, half_typed
 from lsp_server.next_edit.history import EditHistory
 from lsp_server.next_edit.propagate import propagate
 
@@ -207,8 +207,10 @@ def test_a_word_typed_letter_by_letter_waits_until_the_cursor_leaves_it(language
     assert group is not None
     at_word = DocumentSnapshot.at(typed, 3, uri=URI, language_id=language)
     elsewhere = DocumentSnapshot.at(typed, len(typed), uri=URI, language_id=language)
-    assert half_typed(at_word, group)
-    assert not half_typed(elsewhere, group)
+    assert half_typed(at_word, group, now=0.35)  # asked 50 ms after the last key
+    assert not half_typed(elsewhere, group, now=0.35)
+    # A pause on the word finishes it (VS Code's extension asks 300 ms after the last key).
+    assert not half_typed(at_word, group, now=0.3 + WORD_PAUSE_SECONDS)
 
 
 def test_a_whole_word_inserted_at_once_is_finished() -> None:
@@ -216,4 +218,23 @@ def test_a_whole_word_inserted_at_once_is_finished() -> None:
     history.opened(URI, "count = 1\n")
     group = history.changed(URI, "total = 1\n", now=0.0)
     assert group is not None
-    assert not half_typed(DocumentSnapshot.at("total = 1\n", 5, uri=URI), group)
+    assert not half_typed(DocumentSnapshot.at("total = 1\n", 5, uri=URI), group, now=0.0)
+
+
+async def test_a_rename_accepted_one_use_at_a_time_keeps_proposing_the_rest() -> None:
+    """VS Code applies one proposed edit at a time: each applied use is a change of its own
+    into the name the function now declares, and the uses left are still proposed."""
+    text = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total\n"
+    editor = NextEditor()
+    editor.opened(URI, text)
+    renamed = text.replace("total = 0", "amount = 0")
+    editor.changed(URI, renamed, 0.0)
+    for left in (2, 1):
+        snap = DocumentSnapshot.at(renamed, 0, uri=URI, language_id="python")
+        suggestions = await editor.suggest(snap, now=10.0)
+        assert suggestions is not None
+        assert len(suggestions) == left
+        edit = suggestions[0].edit
+        renamed = renamed[: edit.start] + edit.text + renamed[edit.end :]
+        editor.changed(URI, renamed, 1.0)
+    assert renamed == text.replace("total", "amount")
