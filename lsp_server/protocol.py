@@ -418,12 +418,4 @@ class ClientLogHandler(logging.Handler):
             return
         params = types.LogMessageParams(type=kind, message=self.format(record))
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._send, params)
-
-    def _send(self, params: types.LogMessageParams) -> None:
-        # Once `shutdown` is answered the client expects only `exit`'s end: the jobs the
-        # shutdown stopped still log their end (a remote engine's, after the answer).
-        protocol = self._server.protocol
-        if isinstance(protocol, InfillProtocol) and protocol.shut_down:
-            return
-        self._server.window_log_message(params)
+            loop.call_soon_threadsafe(self._server.window_log_message, params)
