@@ -61,7 +61,7 @@ from bench.editors import (
     worst_ratio,
 )
 from bench.record import Metric, Outcome, metric
-from engine.shared import ping
+from engine.shared import ping, stop_engines
 from lsp_server.client import insert_text_of
 
 log = logging.getLogger("bench.shared")
@@ -265,11 +265,7 @@ async def run(args: Any) -> dict[str, Any]:
             log.info("part %s", part)
             result[part] = await PARTS[part](args, runtime)
     finally:
-        for sock in (runtime / "infill-lsp").glob("engine-*.sock"):
-            pid = ((ping(sock, timeout=2.0) or {}).get("engine") or {}).get("pid")
-            if isinstance(pid, int):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGTERM)
+        stop_engines(runtime)
     result["load_end"] = os.getloadavg()
     return result
 

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import stat
 import subprocess
@@ -66,6 +67,8 @@ PING_SECONDS = 5.0
 MAX_SOCKET_PATH = 100
 #: Bytes of an engine's log kept when it starts again: the log of a crash is read afterwards.
 LOG_BYTES = 4 << 20
+#: The folder of the user's shared engines in the runtime folder.
+RUNTIME_NAME = "infill-lsp"
 #: The host requests name: the engine server answers loopback Host names only.
 BASE_URL = "http://localhost"
 
@@ -82,7 +85,7 @@ def runtime_folder(environ: Mapping[str, str] | None = None) -> Path:
     there for our language server to send its code to)."""
     environ = os.environ if environ is None else environ
     runtime = environ.get("XDG_RUNTIME_DIR", "")
-    candidates = [Path(runtime) / "infill-lsp"] if runtime else []
+    candidates = [Path(runtime) / RUNTIME_NAME] if runtime else []
     candidates.append(Path(tempfile.gettempdir()) / f"infill-lsp-{os.getuid()}")
     candidates.append(Path("/tmp") / f"infill-lsp-{os.getuid()}")
     # engine-KEY.sock: 7 + 16 + 5 bytes after the folder.
@@ -203,6 +206,22 @@ def ping(sock: Path, timeout: float = PING_SECONDS) -> dict[str, Any] | None:
     except (httpx.HTTPError, ValueError, OSError):
         return None
     return health if isinstance(health, dict) else None
+
+
+def engine_pid(sock: Path, timeout: float = PING_SECONDS) -> int | None:
+    """The process id of the engine answering at `sock`; None when none answers."""
+    pid = ((ping(sock, timeout) or {}).get("engine") or {}).get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def stop_engines(runtime: Path, sig: int = signal.SIGTERM) -> None:
+    """Send `sig` to every engine answering in the runtime folder `runtime` (what
+    `XDG_RUNTIME_DIR` names): a test session's or a benchmark's own engines at their end."""
+    for sock in (runtime / RUNTIME_NAME).glob("engine-*.sock"):
+        pid = engine_pid(sock, timeout=2.0)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
 
 
 def completion_state(health: Mapping[str, Any]) -> tuple[str, str | None]:

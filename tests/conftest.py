@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from scripted_servers import make_server, serve  # noqa: F401
 
 from engine.backends.llama_cpp import LlamaCppBackend
 from engine.engine import Engine
-from engine.shared import ping
+from engine.shared import stop_engines
 from engine.types import Role
 
 #: Test data written by others, kept in the repository with its licences (third_party/README.md).
@@ -123,10 +121,4 @@ def chat_engine(chat_backend: LlamaCppBackend) -> Iterator[Engine]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Stop the shared engines the session's servers started (they would stay for their idle
     time after the last server left)."""
-    folder = Path(os.environ["XDG_RUNTIME_DIR"]) / "infill-lsp"
-    for sock in folder.glob("engine-*.sock"):
-        health = ping(sock, timeout=2.0)
-        pid = (health or {}).get("engine", {}).get("pid")
-        if isinstance(pid, int):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+    stop_engines(Path(os.environ["XDG_RUNTIME_DIR"]))

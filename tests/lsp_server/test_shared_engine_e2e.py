@@ -32,7 +32,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import client_capabilities
 
-from engine.shared import ping
+from engine.shared import ping, stop_engines
 
 VS_CODE = client_capabilities("visual-studio-code")
 FUNCTION = "def add(a, b):\n    return "
@@ -46,16 +46,7 @@ def runtime() -> Iterator[Path]:
     engines started there stopped at the end."""
     folder = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
     yield folder
-    for sock in (folder / "infill-lsp").glob("engine-*.sock"):
-        pid = _engine_pid(sock)
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _engine_pid(sock: Path) -> int | None:
-    pid = ((ping(sock, timeout=2.0) or {}).get("engine") or {}).get("pid")
-    return pid if isinstance(pid, int) else None
+    stop_engines(folder, signal.SIGKILL)
 
 
 def _engine_processes(folder: Path) -> list[int]:
