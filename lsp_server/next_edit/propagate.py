@@ -744,10 +744,12 @@ def _scope(text: str, sub: _Substitution, tree: Tree | None) -> _Reach:
         # bench/next_edit.py). So is a word of prose (in a string or a comment): a typo fixed
         # once is fixed everywhere.
         return reach(whole if sub.in_inert or not local else (lo, hi))
-    if sub.in_string or (
+    if (sub.in_string and not any(c.isspace() for c in sub.old)) or (
         not sub.in_inert and sub.after_call is None and len(_TOKEN.findall(sub.old)) == 1
     ):
         # A literal keeps to its block: the same number elsewhere is usually another number.
+        # A string that was a phrase (`'application/json; charset=UTF-8'`) is as distinctive
+        # as several tokens: below.
         return reach((lo, hi))
     # Several tokens (a call with its arguments, an expression, a phrase or a version of
     # prose, `removed in 2.4`) are one thing wherever they stand: a sentence repeated in
@@ -1378,9 +1380,12 @@ def _restructured(
     new = text[i:j]
     if (group.removed, group.inserted) in reverted:
         return ()
-    # Blanks at either end are the lines' joints, not the code.
-    lead = min(len(old) - len(old.lstrip()), len(new) - len(new.lstrip()))
-    trail = min(len(old) - len(old.rstrip()), len(new) - len(new.rstrip()))
+    if _breaks(old.strip()) == _breaks(new.strip()):
+        return ()  # a line's code changed and a blank line added or removed beside it
+    # Blanks both sides share at either end are the lines' joints, not the code.
+    prefix, suffix = common_affixes(old, new)
+    lead = len(old[:prefix]) - len(old[:prefix].lstrip())
+    trail = len(old[len(old) - suffix :]) - len(old[len(old) - suffix :].rstrip())
     old, new = old[lead : len(old) - trail], new[lead : len(new) - trail]
     i, j = i + lead, j - trail
     things = [
