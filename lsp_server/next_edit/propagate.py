@@ -365,6 +365,9 @@ def _matches(
             ok = _kinds(_starting(tree.root_node, byte))[:2] == shape[1]
         if ok and sub.in_string:
             ok = inert.is_string(at, end)
+        elif ok and not sub.in_inert and sub.whole_line:
+            # A whole line's code may hold whole strings (`BasePath extends string = '/'`).
+            ok = inert.around(at, end) is None and not _cuts(inert, at) and not _cuts(inert, end)
         elif ok and not sub.in_inert:
             ok = not inert.touches(at, end)
         elif ok and not is_name:
@@ -1359,6 +1362,11 @@ def _reindented(new: str, was: str, now: str) -> str | None:
     return "\n".join(out)
 
 
+def _code_lines(text: str) -> int:
+    """How many lines of `text` hold more than blanks."""
+    return sum(bool(line.strip()) for line in split_lines(text))
+
+
 def _restructured(
     text: str, group: EditGroup, inert: _Inert, reverted: frozenset[tuple[str, str]]
 ) -> tuple[ProposedEdit, ...]:
@@ -1371,23 +1379,22 @@ def _restructured(
     a, b = group.start, group.end
     if inert.around(a, b) is not None:
         return ()
-    i, j = a, b
-    while i > 0 and _WORD.match(text[i - 1]):
-        i -= 1
-    while j < len(text) and _WORD.match(text[j]):
-        j += 1
-    old = text[i:a] + group.removed + text[b:j]
-    new = text[i:j]
     if (group.removed, group.inserted) in reverted:
         return ()
-    if _breaks(old.strip()) == _breaks(new.strip()):
+    # The whole lines the edit touches: the same lines stand again at other depths.
+    line_lo = max(text.rfind("\n", 0, a), text.rfind("\r", 0, a)) + 1
+    line_hi = min(
+        (k for k in (text.find("\n", b), text.find("\r", b)) if k >= 0), default=len(text)
+    )
+    old = text[line_lo:a] + group.removed + text[b:line_hi]
+    new = text[line_lo:line_hi]
+    if _code_lines(old) == _code_lines(new):
         return ()  # a line's code changed and a blank line added or removed beside it
-    # Blanks both sides share at either end are the lines' joints, not the code.
-    prefix, suffix = common_affixes(old, new)
-    lead = len(old[:prefix]) - len(old[:prefix].lstrip())
-    trail = len(old[len(old) - suffix :]) - len(old[len(old) - suffix :].rstrip())
-    old, new = old[lead : len(old) - trail], new[lead : len(new) - trail]
-    i, j = i + lead, j - trail
+    i = line_lo + len(new) - len(new.lstrip())
+    j = line_lo + len(new.rstrip())
+    # Trailing blanks the edit dropped are dropped at the other places too.
+    drops_trailing = old != old.rstrip(" \t") and new == new.rstrip(" \t")
+    old, new = old.strip(), new.strip()
     things = [
         m[0]
         for m in _LEXEME.finditer(old)
@@ -1396,14 +1403,15 @@ def _restructured(
     if len(_TOKEN.findall(old)) < _RESTRUCTURED_TOKENS or len(things) < _RESTRUCTURED_THINGS:
         return ()
     was = _indentation(text, i)
-    after_dot = text[i - 1 : i] == "."
     already = [m.span() for m in re.finditer(_flexible(new), text)] if new.strip() else []
     found: list[tuple[int, int, str]] = []
     for match in re.finditer(_flexible(old), text):
         at, end = match.span()
         if at < j and end > i:
             continue
-        if (text[at - 1 : at] == ".") != after_dot:
+        while drops_trailing and text[end : end + 1] in (" ", "\t"):
+            end += 1
+        if not (_line_start_at(text, at) and _line_end_at(text, end)):
             continue
         if any(lo <= at and end <= hi for lo, hi in already):
             continue

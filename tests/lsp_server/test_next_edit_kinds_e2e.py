@@ -147,6 +147,45 @@ KINDS = [
         "function f(err, e) {\n  log((options.trace && err.stack))\n"
         "  log((options.trace && e.stack))\n  // options.trace && x.stack\n}\n",
     ),
+    (
+        "lines removed, typescript: the same lint directive at any depth",
+        "typescript",
+        "ts",
+        "function f() {\n  // eslint-disable-next-line quotes\n  a('x')\n  if (y) {\n"
+        "    // eslint-disable-next-line quotes\n    b('x')\n  }\n"
+        "  const s = `\n  // eslint-disable-next-line quotes\n  `\n}\n",
+        ("  // eslint-disable-next-line quotes\n  a", "  a"),
+        "function f() {\n  a('x')\n  if (y) {\n    b('x')\n  }\n"
+        "  const s = `\n  // eslint-disable-next-line quotes\n  `\n}\n",
+    ),
+    (
+        "lines removed, go: a commented-out debug line",
+        "go",
+        "go",
+        'func f() {\n\t//log.Printf("output: %q", buf.Bytes())\n\tx()\n'
+        '\tfor {\n\t\t//log.Printf("output: %q", buf.Bytes())\n\t}\n}\n',
+        ('\t//log.Printf("output: %q", buf.Bytes())\n\tx()', "\tx()"),
+        "func f() {\n\tx()\n\tfor {\n\t}\n}\n",
+    ),
+    (
+        "lines removed, python: a debug call, not its look-alike in a string",
+        "python",
+        "py",
+        'def f():\n    print("debug", x, y)\n    a()\n\n\ndef g():\n    print("debug", x, y)\n'
+        '    s = """\n    print("debug", x, y)\n    """\n',
+        ('    print("debug", x, y)\n    a()', "    a()"),
+        'def f():\n    a()\n\n\ndef g():\n    s = """\n    print("debug", x, y)\n    """\n',
+    ),
+    (
+        "a string's phrase, typescript: the same literal in another test",
+        "typescript",
+        "ts",
+        "it('a', () => {\n  expect(h).toBe('application/json; charset=UTF-8')\n})\n"
+        "it('b', () => {\n  expect(h).toEqual(['application/json; charset=UTF-8'])\n})\n",
+        ("application/json; charset=UTF-8')", "application/json')"),
+        "it('a', () => {\n  expect(h).toBe('application/json')\n})\n"
+        "it('b', () => {\n  expect(h).toEqual(['application/json'])\n})\n",
+    ),
 ]
 
 
@@ -201,3 +240,83 @@ async def test_a_half_typed_word_waits_until_the_cursor_leaves_it(session: Sessi
     edits = await document.next_edits(cursor=0)  # the cursor moved away
     document.accept(edits)
     assert document.text == "def f(total):\n    return total + total\n"
+
+
+# Code restructured across lines: (kind and language,
+# language id, suffix, before, (old, new) replaced at its first place, the document once each
+# proposal has been taken in turn). Each is proposed at the nearest place; taking it proposes
+# the next. Strings and comments holding the old code are left as they are.
+TAKEN_IN_TURN = [
+    (
+        "across lines, go: a statement wrapped in a guard at any depth",
+        "go",
+        "go",
+        "func f(a *App) {\n\t_ = ShowAppHelp(cCtx)\n\tif x {\n\t\t_ = ShowAppHelp(cCtx)\n\t}\n"
+        '\t// _ = ShowAppHelp(cCtx)\n\ts := "_ = ShowAppHelp(cCtx)"\n}\n',
+        ("_ = ShowAppHelp(cCtx)", "if !a.HideHelp {\n\t\t_ = ShowAppHelp(cCtx)\n\t}"),
+        "func f(a *App) {\n\tif !a.HideHelp {\n\t\t_ = ShowAppHelp(cCtx)\n\t}\n\tif x {\n"
+        "\t\tif !a.HideHelp {\n\t\t\t_ = ShowAppHelp(cCtx)\n\t\t}\n\t}\n"
+        '\t// _ = ShowAppHelp(cCtx)\n\ts := "_ = ShowAppHelp(cCtx)"\n}\n',
+    ),
+    (
+        "across lines, java: two statements made one",
+        "java",
+        "java",
+        "class Q {\n  String a() {\n    String data = queue.substring(start, pos);\n"
+        "    return data;\n  }\n  String b() {\n    if (x) {\n"
+        "      String data = queue.substring(start, pos);\n      return data;\n    }\n"
+        "    return null;\n  }\n}\n",
+        (
+            "String data = queue.substring(start, pos);\n    return data;",
+            "return queue.substring(start, pos);",
+        ),
+        "class Q {\n  String a() {\n    return queue.substring(start, pos);\n  }\n"
+        "  String b() {\n    if (x) {\n      return queue.substring(start, pos);\n    }\n"
+        "    return null;\n  }\n}\n",
+    ),
+    (
+        "across lines, python: a call split over lines keeps each place's depth",
+        "python",
+        "py",
+        "def f():\n    register(cls, handler)\n    if x:\n        register(cls, handler)\n"
+        "    # register(cls, handler)\n",
+        ("register(cls, handler)", "register(\n        cls, handler, strict=True\n    )"),
+        "def f():\n    register(\n        cls, handler, strict=True\n    )\n    if x:\n"
+        "        register(\n            cls, handler, strict=True\n        )\n"
+        "    # register(cls, handler)\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "before", "edit", "expected"),
+    [case[1:] for case in TAKEN_IN_TURN],
+    ids=[case[0] for case in TAKEN_IN_TURN],
+)
+async def test_each_proposal_taken_proposes_the_next_until_the_change_is_everywhere(
+    session: Session,
+    language: str,
+    suffix: str,
+    before: str,
+    edit: tuple[str, str],
+    expected: str,
+) -> None:
+    name = "".join(c if c.isalnum() else "-" for c in before[:24])
+    document = Document(session, before, f"file:///e2e/kinds/turn-{name}.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    cursor = document.text.index(new) + len(new)
+    taken = 0
+    while edits := await document.next_edits(cursor=cursor):
+        assert len(edits) == 1, edits  # one place at a time
+        assert taken < 5, f"proposals go on: {edits}"
+        [proposal] = edits
+        # Taken as a client applies it: one change, the cursor after the new text.
+        document.send([{"range": proposal["range"], "text": proposal["text"]}])
+        start = proposal["range"]["start"]
+        lines = document.text.split("\n")
+        cursor = sum(len(line) + 1 for line in lines[: start["line"]]) + start["character"]
+        cursor += len(proposal["text"])
+        taken += 1
+    assert taken >= 1, "nothing proposed"
+    assert document.text == expected
