@@ -1,7 +1,8 @@
 """Next edits in the Neovim plugin (editors/nvim), in a real headless Neovim with the real
 server and the real default models: a rename typed in insert mode is proposed at the other
-uses, shown with extmarks, jumped to and applied with Tab as one undo step, and counted by the
-server as accepted; Esc or moving away dismisses them, counted as rejected.
+uses, and an argument typed into one call at the same function's other call; each is shown
+with extmarks, jumped to and applied with Tab as one undo step, and counted by the server as
+accepted; Esc or moving away dismisses them, counted as rejected.
 
 The Neovim session and its helpers are test_nvim.py's (one Neovim and one server per module).
 """
@@ -129,6 +130,106 @@ def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(
     poll(
         lambda: "\n".join(buffer[:]) + "\n" == RENAMED_FIRST,
         what="one undo to take back the edits",
+        timeout=10,
+        describe=lambda: repr(buffer[:]),
+    )
+
+
+#: `fetch` is called the same way twice; `parse` with the same argument, and the string and the
+#: comment that spell the call, are not calls of `fetch`.
+FETCHES = (
+    "def download(url):\n"
+    "    page = fetch(url)\n"
+    "    if page is None:\n"
+    "        page = fetch(url)\n"
+    '    print("fetch(url) failed")  # fetch(url)\n'
+    "    return parse(url)\n"
+)
+ARGUMENT = ", timeout=5"
+FETCHES_TYPED = FETCHES.replace("fetch(url)", f"fetch(url{ARGUMENT})", 1)
+#: The argument at both calls of `fetch`, and nowhere else.
+FETCHES_EXPECTED = (
+    "def download(url):\n"
+    "    page = fetch(url, timeout=5)\n"
+    "    if page is None:\n"
+    "        page = fetch(url, timeout=5)\n"
+    '    print("fetch(url) failed")  # fetch(url)\n'
+    "    return parse(url)\n"
+)
+
+
+def test_an_argument_typed_into_one_call_is_inserted_into_the_same_call_with_tab(
+    nv: Session, project: Path
+) -> None:
+    path = project / "fetch twice.py"
+    path.write_text(FETCHES, encoding="utf-8")
+    bufnr = nv.open(path)
+    buffer = nv.nvim.buffers[bufnr]
+    before = accepted_count(nv)
+
+    # The argument typed in insert mode before the first call's closing parenthesis.
+    lines = FETCHES.splitlines()
+    first = lines[1]
+    nv.nvim.current.window.cursor = (2, byte_col(first, first.index("url)") + len("url")))
+    nv.nvim.input("i" + ARGUMENT)
+    poll(
+        lambda: nv.mode() == "i" and buffer[1] == FETCHES_TYPED.splitlines()[1],
+        what="typing",
+        describe=lambda: repr(buffer[1]),
+    )
+    leave_insert(nv)
+
+    # The same insertion shows at the other call: nothing highlighted as deleted, the argument
+    # inline before that call's closing parenthesis, a sign.
+    edits = poll(
+        lambda: nv.lua("return require('infill').next_edits()"),
+        what="the insertion to show",
+        timeout=60,
+        describe=lambda: f"last error: {nv.lua(LAST_ERROR)}",
+    )
+    other = lines[3]
+    at = byte_col(other, other.index("url)") + len("url"))
+    assert [(e["text"], e["start"], e["stop"]) for e in edits] == [(ARGUMENT, [3, at], [3, at])]
+    marks = next_edit_marks(nv)
+    assert not [m for m in marks if m[3].get("hl_group") == "InfillNextEditDelete"], marks
+    added = [m for m in marks if m[3].get("virt_text")]
+    assert [(m[1], m[2], m[3]["virt_text"]) for m in added] == [
+        (3, at, [[ARGUMENT, "InfillNextEditInsert"]])
+    ]
+    assert added[0][3]["virt_text_pos"] == "inline"
+    assert added[0][3].get("sign_text", "").strip()
+
+    # Tab: the cursor jumps to where the argument goes; the insertion still shows.
+    nv.nvim.input("<Tab>")
+    poll(
+        lambda: tuple(nv.nvim.current.window.cursor) == (4, at),
+        what="the cursor at the other call",
+        timeout=10,
+        describe=lambda: repr(nv.nvim.current.window.cursor),
+    )
+    assert nv.lua("return require('infill').next_edits()") is not None
+
+    # Tab again: the argument is in both calls, the marks are gone, the server counts it.
+    nv.nvim.input("<Tab>")
+    poll(
+        lambda: "\n".join(buffer[:]) + "\n" == FETCHES_EXPECTED,
+        what="the insertion to apply",
+        timeout=10,
+        describe=lambda: repr(buffer[:]),
+    )
+    poll(lambda: not next_edit_marks(nv), what="the marks to go", timeout=10)
+    poll(
+        lambda: accepted_count(nv) - before == 1,
+        what="the server to count the acceptance",
+        timeout=10,
+        describe=lambda: f"accepted {accepted_count(nv) - before}",
+    )
+
+    # One undo takes back the applied insertion, and only it: the typed argument stays.
+    nv.nvim.input("u")
+    poll(
+        lambda: "\n".join(buffer[:]) + "\n" == FETCHES_TYPED,
+        what="one undo to take back the insertion",
         timeout=10,
         describe=lambda: repr(buffer[:]),
     )

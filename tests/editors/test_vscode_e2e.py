@@ -11,7 +11,9 @@ is installed into a fresh extensions folder and talks to this checkout's real la
 3. run "infill: Rewrite", give it an instruction, and see the edit (or the reason the server
    gives for not making one);
 4. open `my project/reçu.py`, rename a variable at one place, and take the next edits the
-   extension shows at its other uses with Tab, Tab, one after the other; save, and undo the last.
+   extension shows at its other uses with Tab, Tab, one after the other; save, and undo the last;
+5. open `my project/fetch.py`, type an argument into one call, and take the same insertion the
+   extension shows at the other call of that function with Tab, Tab; save.
 
 Needs: /usr/bin/chromium (Debian's `chromium`), code-server (tests/editors/install_code_server.sh,
 run by `make test`), the packaged extension, and the `playwright` Python package (its own
@@ -110,6 +112,30 @@ NEXT_EDIT_EXPECTED = """def receipt(prices, rate):
     tax = amount * rate
     print("total:", amount)  # the total, with tax
     return amount + tax
+"""
+
+# The inserted-argument test's own file. `fetch` is called the same way twice; `, timeout=5`
+# typed into the first call is proposed at the second, not at `parse(url)` (another function)
+# nor in the string or the comment that spell the call.
+ARGUMENT_FILE_NAME = "fetch.py"
+ARGUMENT_ORIGINAL = """def download(url):
+    page = fetch(url)
+    if page is None:
+        page = fetch(url)
+    print("fetch(url) failed")  # fetch(url)
+    return parse(url)
+"""
+ARGUMENT = ", timeout=5"
+# Where it is typed (before the first call's closing parenthesis) and where the same insertion
+# goes at the other call: (line, column), 1-based.
+ARGUMENT_TYPED_AT = (2, 21)
+ARGUMENT_OTHER_CALL = (4, 25)
+ARGUMENT_EXPECTED = """def download(url):
+    page = fetch(url, timeout=5)
+    if page is None:
+        page = fetch(url, timeout=5)
+    print("fetch(url) failed")  # fetch(url)
+    return parse(url)
 """
 
 # Chromium's flags: as root it needs --no-sandbox; the background-networking family keeps it
@@ -539,6 +565,7 @@ def vscode() -> Iterator[VSCode]:
     file = workspace / FOLDER_NAME / FILE_NAME
     file.write_text(ORIGINAL, encoding="utf-8")
     (workspace / FOLDER_NAME / NEXT_EDIT_FILE_NAME).write_text(NEXT_EDIT_ORIGINAL, encoding="utf-8")
+    (workspace / FOLDER_NAME / ARGUMENT_FILE_NAME).write_text(ARGUMENT_ORIGINAL, encoding="utf-8")
     _write_settings(user_data)
     # code-server writes a default config file (with a password) under XDG_CONFIG_HOME on
     # its first run: keep that out of the user's home.
@@ -825,16 +852,18 @@ def test_an_untitled_document_gets_ghost_text(vscode: VSCode) -> None:
         vscode.run_command("View: Revert and Close Editor")
 
 
-def _next_edit_shown(vscode: VSCode, new: str) -> dict[str, list[str]]:
-    """Waits for a next edit that replaces `RENAMED_FROM` by `new`; what the editor shows."""
+def _next_edit_shown(vscode: VSCode, new: str, old: str = RENAMED_FROM) -> dict[str, list[str]]:
+    """Waits for a next edit that replaces `old` by `new` (`old` empty: an insertion of `new`,
+    nothing struck through); what the editor shows."""
     deadline = time.monotonic() + UI_MS / 1000
     while True:
         shown: dict[str, list[str]] = vscode.page.evaluate(NEXT_EDIT_JS)
-        if RENAMED_FROM in shown["struck"] and new in shown["after"]:
+        struck = old in shown["struck"] if old else not shown["struck"]
+        if struck and new in shown["after"]:
             return shown
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"no next edit {RENAMED_FROM!r} -> {new!r} shows; the editor shows {shown}\n"
+                f"no next edit {old!r} -> {new!r} shows; the editor shows {shown}\n"
                 f"{vscode.extension_log()}"
             )
         vscode.page.wait_for_timeout(100)
@@ -885,4 +914,39 @@ def test_next_edits_rename_every_use_with_tab(vscode: VSCode) -> None:
         undone = path.read_text(encoding="utf-8")
         assert undone == NEXT_EDIT_EXPECTED.replace("return amount + tax", "return total + tax"), (
             f"one undo did not take back exactly the last next edit:\n{undone}"
+        )
+
+
+def test_next_edit_inserts_a_typed_argument_at_the_other_call_with_tab(vscode: VSCode) -> None:
+    """Type an argument into one call: the extension shows the same insertion at the other call
+    of that function (the argument as after-text, nothing struck through, a marker at the
+    cursor's line saying where); Tab jumps there and Tab applies it."""
+    page = vscode.page
+    path = vscode.workspace / FOLDER_NAME / ARGUMENT_FILE_NAME
+    with vscode.step("next-edit-argument"):
+        vscode.wait_until_ready()
+        vscode.open_file(ARGUMENT_FILE_NAME)
+        line, column = ARGUMENT_TYPED_AT
+        vscode.go_to_line(line, column)
+        vscode.expect_cursor(line, column)
+        # Typed as a user types it; the last key is a digit, so the proposal comes once the
+        # user pauses on it (the extension asks after the pause).
+        page.keyboard.type(ARGUMENT, delay=TYPING_DELAY_MS)
+        vscode.expect_cursor(line, column + len(ARGUMENT))
+
+        shown = _next_edit_shown(vscode, ARGUMENT, old="")
+        print(f"\nnext edit: {shown}")
+        other_line, other_column = ARGUMENT_OTHER_CALL
+        assert shown["struck"] == [], shown
+        assert f"⇥ Tab: next edit ↓ line {other_line}" in shown["after"], shown
+        page.keyboard.press("Tab")  # to the other call, where the argument goes
+        vscode.expect_cursor(other_line, other_column)
+        page.keyboard.press("Tab")  # applied: the cursor after the inserted argument
+        vscode.expect_cursor(other_line, other_column + len(ARGUMENT))
+
+        vscode.save()
+        on_disk = path.read_text(encoding="utf-8")
+        assert on_disk == ARGUMENT_EXPECTED, (
+            f"the file on disk does not have the argument at both calls:\n{on_disk}\n"
+            f"{vscode.extension_log()}"
         )
