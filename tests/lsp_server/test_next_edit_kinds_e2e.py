@@ -189,29 +189,6 @@ KINDS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("language", "suffix", "before", "edit", "expected"),
-    [case[1:] for case in KINDS],
-    ids=[case[0] for case in KINDS],
-)
-async def test_each_kind_of_edit_is_proposed_where_it_is_due_and_applies_exactly(
-    session: Session,
-    language: str,
-    suffix: str,
-    before: str,
-    edit: tuple[str, str],
-    expected: str,
-) -> None:
-    name = "".join(c if c.isalnum() else "-" for c in before[:24])
-    document = Document(session, before, f"file:///e2e/kinds/{name}.{suffix}", language)
-    old, new = edit
-    document.replace(old, new)
-    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
-    assert edits, "nothing proposed"
-    document.accept(edits)
-    assert document.text == expected
-
-
 async def test_an_insertion_taken_back_proposes_nothing(session: Session) -> None:
     text = "async def a():\n    x = fetch(1)\n    y = fetch(2)\n"
     document = Document(session, text, "file:///e2e/kinds/undo.py", "python")
@@ -288,35 +265,48 @@ TAKEN_IN_TURN = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("language", "suffix", "before", "edit", "expected"),
-    [case[1:] for case in TAKEN_IN_TURN],
-    ids=[case[0] for case in TAKEN_IN_TURN],
-)
-async def test_each_proposal_taken_proposes_the_next_until_the_change_is_everywhere(
-    session: Session,
-    language: str,
-    suffix: str,
-    before: str,
-    edit: tuple[str, str],
-    expected: str,
-) -> None:
-    name = "".join(c if c.isalnum() else "-" for c in before[:24])
-    document = Document(session, before, f"file:///e2e/kinds/turn-{name}.{suffix}", language)
-    old, new = edit
-    document.replace(old, new)
-    cursor = document.text.index(new) + len(new)
+async def take_in_turn(document: Document, cursor: int) -> int:
+    """Take each proposal as a client applies it (one change, the cursor after the new text)
+    and ask again, until nothing is proposed; how many were taken."""
     taken = 0
     while edits := await document.next_edits(cursor=cursor):
         assert len(edits) == 1, edits  # one place at a time
         assert taken < 5, f"proposals go on: {edits}"
         [proposal] = edits
-        # Taken as a client applies it: one change, the cursor after the new text.
         document.send([{"range": proposal["range"], "text": proposal["text"]}])
         start = proposal["range"]["start"]
         lines = document.text.split("\n")
         cursor = sum(len(line) + 1 for line in lines[: start["line"]]) + start["character"]
         cursor += len(proposal["text"])
         taken += 1
-    assert taken >= 1, "nothing proposed"
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "before", "edit", "expected", "in_turn"),
+    [(*case[1:], False) for case in KINDS] + [(*case[1:], True) for case in TAKEN_IN_TURN],
+    ids=[case[0] for case in KINDS + TAKEN_IN_TURN],
+)
+async def test_each_kind_of_edit_is_proposed_where_it_is_due_and_applies_exactly(
+    session: Session,
+    language: str,
+    suffix: str,
+    before: str,
+    edit: tuple[str, str],
+    expected: str,
+    in_turn: bool,
+) -> None:
+    """Every place at once, or (code restructured) the nearest place, each taken proposing
+    the next."""
+    name = "".join(c if c.isalnum() else "-" for c in before[:24])
+    document = Document(session, before, f"file:///e2e/kinds/{name}-{in_turn}.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    cursor = document.text.index(new) + len(new)
+    if in_turn:
+        assert await take_in_turn(document, cursor) >= 1, "nothing proposed"
+    else:
+        edits = await document.next_edits(cursor=cursor)
+        assert edits, "nothing proposed"
+        document.accept(edits)
     assert document.text == expected
