@@ -2,6 +2,7 @@
 next-edit-commits/; bench/next_edit_commits.py replays them).
 
     python -m bench.commit_corpus LANGUAGE=OWNER/NAME=GIT_DIR ... [--per-language 54]
+        [--out FOLDER] [--all-held-out]
 
 Each GIT_DIR is a clone (bare or not) of the repository; its history is read from HEAD back,
 merges left out. A case is a file of the language changed in place by a commit whose change is
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench._commit_cases import (
@@ -31,6 +32,7 @@ from bench._commit_cases import (
     CaseKind,
     CommitCase,
     Language,
+    Split,
     classify,
     data_file,
     small_change,
@@ -210,12 +212,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sources", nargs="+", type=parse_source, help="LANGUAGE=OWNER/NAME=DIR")
     parser.add_argument("--per-language", type=int, default=54, help="cases a language (54)")
     parser.add_argument("--out", type=Path, default=DATA, help="the data folder")
+    parser.add_argument(
+        "--all-held-out",
+        action="store_true",
+        help="every case held out: a set drawn to be replayed once, after tuning",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     for source in args.sources:
         found = cases_of(source)
         log.info("%s: %d cases, %s", source.repository, len(found), Counter(c.kind for c in found))
         chosen = sample(found, args.per_language)
+        if args.all_held_out:
+            chosen = [replace(c, split=Split.HELDOUT) for c in chosen]
         write_cases(data_file(source.language, args.out), chosen)
         counts = Counter((str(c.kind), str(c.split)) for c in chosen)
         head = subprocess.run(

@@ -3,14 +3,16 @@ commit's change to a file replayed as the user's edit, then the next edits asked
 editor asks, and scored against the hunks that followed.
 
     python -m bench next_edit_commits [--split tuning|heldout] [--languages python,go]
-        [--json PATH]
+        [--data FOLDER] [--json PATH]
 
 Cases: third_party/data/next-edit-commits/ (its README names the repositories, one a language,
 and how the cases were drawn; bench/commit_corpus.py builds them): a commit's change to one
 source file, 2 to 6 hunks of at most 3 lines each, the file cut to a window around them. Each
 case belongs to one part for good, from a hash of its commit's id: `tuning` (the default), what
 anyone may replay while working on next edits, and `heldout`, replayed once at the end to check
-the tuning part's figures.
+the tuning part's figures. `--data third_party/data/next-edit-commits/fresh` is a second set,
+six other repositories drawn the same way with every case held out, for when the first
+held-out part has been replayed (its README).
 
 Kinds (bench/_commit_cases.py): hunks that all make the first one's token change, by its shape
 (a replacement within one line, one spanning lines, a pure insertion, a pure deletion);
@@ -42,6 +44,7 @@ from typing import Any
 
 from bench import record
 from bench._commit_cases import (
+    DATA,
     SAME_CHANGE,
     CaseKind,
     CommitCase,
@@ -233,6 +236,13 @@ def main(argv: Sequence[str] | None = None) -> record.Outcome:
         help=f"comma-separated, of: {', '.join(Language)}",
     )
     parser.add_argument(
+        "--data",
+        type=Path,
+        default=DATA,
+        help="the cases' folder (third_party/data/next-edit-commits; its fresh/ holds a second "
+        "set of six other repositories, all held out)",
+    )
+    parser.add_argument(
         "--json",
         type=Path,
         default=RESULTS / "next_edit_commits.json",
@@ -244,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> record.Outcome:
         languages = [Language(name.strip()) for name in args.languages.split(",") if name.strip()]
     except ValueError as error:
         parser.error(str(error))
-    cases = load(args.split, languages)
+    cases = load(args.split, languages, args.data)
     log.info("%d cases of the %s part", len(cases), args.split)
     outcomes, status = asyncio.run(run(cases))
     kinds, languages_table = by_kind(outcomes), by_language(outcomes)
@@ -273,7 +283,13 @@ def main(argv: Sequence[str] | None = None) -> record.Outcome:
             ],
         },
     )
-    parameters = {"split": str(args.split), "languages": [str(x) for x in languages]}
+    parameters = {
+        "split": str(args.split),
+        "languages": [str(x) for x in languages],
+        "data": str(args.data.resolve().relative_to(DATA.parent.parent.parent))
+        if args.data.resolve().is_relative_to(DATA.parent.parent.parent)
+        else str(args.data),
+    }
     path = status.get("model_path")
     return record.Outcome(
         parameters=parameters,

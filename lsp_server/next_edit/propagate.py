@@ -310,6 +310,10 @@ def propagate(
     # Steps 6 and 7: what the substitution leaves silent.
     if not group.removed or not group.inserted:
         found_edits = _anchored(text, group, inert, tree, reverted)
+        if not found_edits and not group.inserted and group.substitution not in reverted:
+            found_edits = _arguments_dropped(text, group, tree)
+        if not found_edits and group.substitution not in reverted:
+            found_edits = _statement_ends(text, group, tree, language_id)
     else:
         found_edits = _split(text, group, inert, tree, reverted)
     if found_edits or not group.removed or not group.inserted:
@@ -1262,6 +1266,71 @@ def _carried(new: str, varying: str, other: str) -> str:
 _LINE_ANCHOR_NAMES = 2
 
 
+def _whole_lines_at(text: str, group: EditGroup) -> int | None:
+    """Where the lines `group` inserted start, taken at a line's start: the editor may report
+    them rotated (`HideHelp = true\n\tapp.` after `\tapp.`); None when they are not whole
+    lines."""
+    n = len(group.inserted)
+    at = group.start
+    while not (_line_start_at(text, at) and text[at + n - 1 : at + n] == "\n"):
+        if at == 0 or text[at - 1] != text[at + n - 1] or group.start - at >= n:
+            return None
+        at -= 1
+    return at
+
+
+#: One import line, by language, and what it binds (group `names`): Python's `from m import
+#: a, b as c` and `import m`, JavaScript's `import x, { a, b as c } from "m"`, Rust's
+#: `use m::{a, b};` and `use m::a;`, Java's `import m.A;`.
+_IMPORTS = (
+    re.compile(r"from\s+[\w.]+\s+import\s+(?P<names>[\w\s,]+?)\s*"),
+    re.compile(r"import\s+(?:type\s+)?(?P<names>[\w\s,{}*]+?)\s+from\s+(['\"]).*\2;?"),
+    re.compile(r"(?:pub\s+)?use\s+(?:\w+::)+(?:\{(?P<names>[\w\s,]+)\}|(?P<name>\w+));"),
+    re.compile(r"import\s+(?:static\s+)?(?:\w+\.)+(?P<name>\w+);"),
+)
+
+
+_TRAILING_COMMENT = re.compile(r"\s+(?://|#)[^'\"]*$")
+
+
+def _imported(line: str) -> frozenset[str]:
+    """The names an import line binds (an alias, not the name it renames); empty for any
+    other line."""
+    code = _TRAILING_COMMENT.sub("", line).strip()
+    for pattern in _IMPORTS:
+        match = pattern.fullmatch(code)
+        if match is None:
+            continue
+        if match.groupdict().get("name"):
+            return frozenset({match["name"]})
+        names = set()
+        for part in match["names"].replace("{", ",").replace("}", ",").split(","):
+            words = part.split()
+            if words and words[-1] != "*":
+                names.add(words[-1])
+        return frozenset(names)
+    return frozenset()
+
+
+def _import_moved(text: str, lo: int, hi: int) -> tuple[ProposedEdit, ...]:
+    """An import line inserted at `lo`..`hi` that binds what another import line of the
+    document binds, the same names exactly (`from cattrs.cols import is_namedtuple` over
+    `from cattrs.tuples import is_namedtuple`, or the same line moved): the other line removed,
+    as it now imports them a second time."""
+    code = [line for line in split_lines(text[lo:hi]) if line.strip()]
+    names = _imported(code[0]) if len(code) == 1 else frozenset()
+    if not names:
+        return ()
+    found: list[ProposedEdit] = []
+    start = 0
+    for line in split_lines(text):
+        end = start + len(line)
+        if not lo <= start < hi and _imported(line) == names:
+            found.append(ProposedEdit(start=start, end=end, text=""))
+        start = end
+    return tuple(found) if len(found) == 1 else ()
+
+
 def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
     """Whole lines inserted (a statement, a field, a call in a chain) before a line that
     names at least `_LINE_ANCHOR_NAMES` things: the same lines inserted between each other
@@ -1271,11 +1340,12 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
     `set.SetOutput(ioutil.Discard)` before `_ = fl.Apply(set)`). The editor may report the lines
     rotated (`HideHelp = true\n\tapp.` after `\tapp.`): they are taken at a line's start."""
     n = len(group.inserted)
-    at = group.start
-    while not (_line_start_at(text, at) and text[at + n - 1 : at + n] == "\n"):
-        if at == 0 or text[at - 1] != text[at + n - 1] or group.start - at >= n:
-            return ()
-        at -= 1
+    at = _whole_lines_at(text, group)
+    if at is None:
+        return ()
+    moved = _import_moved(text, at, at + n)
+    if moved:
+        return moved
     lines = text[at : at + n]
     next_end = text.find("\n", at + n)
     anchor = text[at + n : next_end + 1 if next_end >= 0 else len(text)]
@@ -1451,6 +1521,15 @@ def _restructured(
 _REMOVED_LINE_WORDS = 3
 
 
+#: A line of code that binds a name: an import or a declaration by its first word, or an
+#: assignment (`=` that is no comparison or arrow, `:=`).
+_BINDING_LINE = re.compile(
+    r"^(?:import|from|use|using|package|let|const|var|val|static)\b|(?<![=!<>])=(?![=>])"
+)
+#: A line that is a comment, by its start.
+_COMMENT_LINE = re.compile(r"(?://|#|/\*|\*|--)")
+
+
 def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
     """Whole lines removed (a lint directive, a debug call, a commented-out line), or a line's
     content with its line left blank: the same lines, by their content, removed wherever they
@@ -1481,6 +1560,11 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
         _REMOVED_LINE_WORDS
     ):
         return ()
+    if any(_BINDING_LINE.search(line) for line in wanted if not _COMMENT_LINE.match(line)):
+        # A line that binds a name (an import, an assignment) is removed where it went unused;
+        # its twins elsewhere bind it for their own uses (measured on release diffs,
+        # bench/next_edit.py: a function's `import numpy as np` proposed in two others).
+        return ()
     lines = split_lines(text)
     starts = list(accumulate(map(len, lines), initial=0))
     n = len(wanted)
@@ -1497,5 +1581,132 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
         if start <= at <= end:
             continue
         found.append(ProposedEdit(start=start, end=end, text=""))
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+#: Syntax node kinds, across the grammars: a function's parameter list, a call, its arguments.
+_PARAMETER_LISTS = frozenset({"parameters", "formal_parameters", "parameter_list"})
+_CALLS = frozenset({"call", "call_expression", "method_invocation"})
+#: Arguments whose place in the list is not a parameter's position.
+_UNPLACED_ARGUMENTS = frozenset(
+    {"keyword_argument", "list_splat", "dictionary_splat", "spread_element", "variadic_argument"}
+)
+_LAST_NAME = re.compile(r"\w+\Z")
+
+
+def _arguments_dropped(text: str, group: EditGroup, tree: Tree | None) -> tuple[ProposedEdit, ...]:
+    """A parameter removed from a function's definition (`f(state, delims)` -> `f(delims)`):
+    the argument at its place removed from the calls of that function in the document, by
+    the tree. Only calls with as many arguments as the definition had parameters, none of
+    them by keyword or spread; a method's `self` is not among its call's arguments."""
+    if tree is None or group.inserted or _TOKEN.findall(group.removed).count(",") != 1:
+        return ()
+    offsets = _Offsets(text)
+    at = offsets.byte(group.start, text)
+    node: Node | None = tree.root_node.descendant_for_byte_range(at, at)
+    while node is not None and node.type not in _PARAMETER_LISTS:
+        if node.type in FUNCTION_TYPES:
+            return ()
+        node = node.parent
+    function = node.parent if node is not None else None
+    name = function.child_by_field_name("name") if function is not None else None
+    if node is None or function is None or function.type not in FUNCTION_TYPES or name is None:
+        return ()
+    kept = [c for c in node.named_children if c.type != "comment"]
+    index = sum(1 for c in kept if c.end_byte <= at)
+    count = len(kept) + 1
+    first = kept[0] if kept else None
+    has_self = first is not None and (
+        first.type == "self_parameter"
+        or (first.type == "identifier" and first.text in (b"self", b"cls"))
+    )
+    wanted = name.text
+    found: list[ProposedEdit] = []
+    stack = [tree.root_node]
+    while stack:
+        call = stack.pop()
+        stack.extend(call.children)
+        if call.type not in _CALLS:
+            continue
+        callee = call.child_by_field_name(
+            "name" if call.type == "method_invocation" else "function"
+        )
+        arguments = call.child_by_field_name("arguments")
+        if callee is None or arguments is None or callee.text is None:
+            continue
+        last = _LAST_NAME.search(callee.text.decode("utf-8", "replace"))
+        if last is None or last[0].encode() != wanted:
+            continue
+        method = call.child_by_field_name("object") is not None or callee.type not in ("identifier")
+        args = [a for a in arguments.named_children if a.type != "comment"]
+        place, expected = index, count
+        if has_self and method:
+            place, expected = index - 1, count - 1
+        if place < 0 or len(args) != expected or any(a.type in _UNPLACED_ARGUMENTS for a in args):
+            continue
+        if place + 1 < len(args):
+            lo, hi = args[place].start_byte, args[place + 1].start_byte
+        elif place > 0:
+            lo, hi = args[place - 1].end_byte, args[place].end_byte
+        else:
+            lo, hi = args[place].start_byte, args[place].end_byte
+        found.append(ProposedEdit(start=offsets.char(lo), end=offsets.char(hi), text=""))
+    found.sort(key=lambda e: abs(e.start - group.start))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+#: Languages whose statements may end with `;` or without it (automatic semicolon insertion):
+#: a `;` added or removed at one statement's end is a file's style changed.
+_OPTIONAL_SEMICOLONS = frozenset({"javascript", "typescript", "javascriptreact", "typescriptreact"})
+#: Statements that end with `;` in that style (not a block's `}`, nor a class's field).
+_SEMICOLON_STATEMENTS = frozenset(
+    {
+        "expression_statement",
+        "lexical_declaration",
+        "variable_declaration",
+        "return_statement",
+        "import_statement",
+        "export_statement",
+        "throw_statement",
+        "break_statement",
+        "continue_statement",
+    }
+)
+
+
+def _statement_ends(
+    text: str, group: EditGroup, tree: Tree | None, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """A `;` added at the end of a statement (or removed from one) where it is optional, at
+    the end of its line: the same at the other statements that end a line without it (or
+    with it), nearest first, by the tree."""
+    if tree is None or language_id not in _OPTIONAL_SEMICOLONS:
+        return ()
+    added = group.inserted == ";" and not group.removed
+    if not added and not (group.removed == ";" and not group.inserted):
+        return ()
+    at = group.start
+    if not _line_end_at(text, at + (1 if added else 0)) or text[at - 1 : at] == ";":
+        return ()  # not a line's end, or a doubled `;` removed
+    offsets = _Offsets(text)
+    found: list[ProposedEdit] = []
+    stack = [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type not in _SEMICOLON_STATEMENTS:
+            stack.extend(node.children)
+            continue
+        if node.type == "export_statement" and node.child_by_field_name("declaration") is not None:
+            stack.extend(node.children)  # `export function ...`: its inner statements
+            continue
+        end = offsets.char(node.end_byte)
+        if node.has_error or not _line_end_at(text, end):
+            continue
+        ends_with = text[end - 1 : end] == ";"
+        if added and not ends_with and not (end <= at + 1 and end >= at):
+            found.append(ProposedEdit(start=end, end=end, text=";"))
+        elif not added and ends_with and end != at:
+            found.append(ProposedEdit(start=end - 1, end=end, text=""))
     found.sort(key=lambda e: abs(e.start - at))
     return tuple(found[:MAX_PROPOSALS])

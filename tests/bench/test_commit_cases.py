@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench._commit_cases import (
+    FRESH,
     MAX_HUNKS,
     MIN_HUNKS,
     CaseKind,
@@ -290,3 +291,22 @@ def test_the_stored_cases_have_both_parts_and_are_what_the_builder_promises(
 def test_every_kind_is_in_the_tuning_part() -> None:
     kinds = Counter(c.kind for c in load(Split.TUNING))
     assert set(kinds) == set(CaseKind), kinds
+
+
+@pytest.mark.parametrize("language", list(Language), ids=str)
+def test_the_second_set_is_all_held_out_and_what_the_builder_promises(
+    language: Language,
+) -> None:
+    """The set drawn from six other repositories: every case held out, none in the tuning
+    part, each a case as the first set's are."""
+    cases = load(Split.HELDOUT, [language], FRESH)
+    assert len(cases) >= 40, len(cases)
+    assert not load(Split.TUNING, [language], FRESH)
+    first = {c.repository for c in load(Split.TUNING, [language])}
+    for case in cases:
+        found = hunks(case.before, case.after)
+        assert MIN_HUNKS <= len(found) <= MAX_HUNKS, case.name
+        assert small_change(case.before, found), case.name
+        assert classify(case.before, found) is case.kind, case.name
+        assert case.language is language
+        assert case.repository not in first
