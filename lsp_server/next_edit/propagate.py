@@ -309,11 +309,15 @@ def propagate(
             return _proposed(sub, found, sub.start)
     # Steps 6 and 7: what the substitution leaves silent.
     if not group.removed or not group.inserted:
-        found_edits = _anchored(text, group, inert, tree, reverted)
+        found_edits = _made_private(text, group, inert, language_id) or _anchored(
+            text, group, inert, tree, reverted
+        )
         if not found_edits and not group.inserted and group.substitution not in reverted:
             found_edits = _arguments_dropped(text, group, tree)
         if not found_edits and group.substitution not in reverted:
-            found_edits = _statement_ends(text, group, tree, language_id)
+            found_edits = _statement_ends(text, group, tree, language_id) or _diamond(
+                text, group, inert, language_id
+            )
     else:
         found_edits = _split(text, group, inert, tree, reverted)
     if found_edits or not group.removed or not group.inserted:
@@ -1349,18 +1353,27 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
     lines = text[at : at + n]
     next_end = text.find("\n", at + n)
     anchor = text[at + n : next_end + 1 if next_end >= 0 else len(text)]
-    names = [t for t in _TOKEN.findall(anchor) if _NAME.fullmatch(t) and t not in _KEYWORDS]
+    above = text[text.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
+    # One of the two lines must name things; the line after may be a closer (lines added at
+    # the end of a block, after the same statement) where the line above holds no string: a
+    # list's last item repeated with its values is not the same place (measured on release
+    # diffs, bench/next_edit.py: a test's route added after one `r.Rule("/no//merge", ...)`
+    # was proposed after its twin in another test).
+    after_names, above_names = (
+        sum(bool(_NAME.fullmatch(t)) and t not in _KEYWORDS for t in _TOKEN.findall(line))
+        for line in (anchor, above)
+    )
+    above_alone = above_names >= _LINE_ANCHOR_NAMES and not inert.touches(at - len(above), at)
     if (
-        len(names) < _LINE_ANCHOR_NAMES
+        (after_names < _LINE_ANCHOR_NAMES and not above_alone)
         or not anchor.endswith("\n")
         or inert.around(at, at + n) is not None
         or _cuts(inert, at)
         or _cuts(inert, at + n)
     ):
         return ()
-    above = text[text.rfind("\n", 0, max(at - 1, 0)) + 1 : at]
-    if not above.strip():
-        return ()  # a blank line above is no anchor: the line after would be alone
+    if not above.strip() or not anchor.strip():
+        return ()  # a blank line is no anchor: the other line would be alone
     found: list[int] = []
     k = text.find(anchor)
     while k >= 0 and len(found) < MAX_PROPOSALS:
@@ -1708,5 +1721,67 @@ def _statement_ends(
             found.append(ProposedEdit(start=end, end=end, text=";"))
         elif not added and ends_with and end != at:
             found.append(ProposedEdit(start=end - 1, end=end, text=""))
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+#: A constructor's type arguments, right before the `<` they stand after: `new ArrayList<`.
+_NEW_GENERIC = re.compile(r"(?<![\w.])new\s+(?P<type>[\w.]+)<\Z")
+#: Type arguments: names, dots, wildcards, arrays and one level of nested arguments.
+_TYPE_ARGUMENTS = r"[\w.?,\s\[\]]+(?:<[\w.?,\s\[\]]*>[\w.?,\s\[\]]*)*"
+
+
+def _diamond(
+    text: str, group: EditGroup, inert: _Inert, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """Java's type arguments removed from a constructor call (`new ArrayList<Node>()` ->
+    `new ArrayList<>()`, what IDEs and linters ask for): the same at the other constructor
+    calls of that type, whatever their arguments."""
+    at = group.start
+    if language_id != "java" or group.inserted or text[at - 1 : at + 1] != "<>":
+        return ()
+    head = _NEW_GENERIC.search(text, max(0, at - 200), at)
+    if head is None or re.fullmatch(_TYPE_ARGUMENTS, group.removed) is None:
+        return ()
+    pattern = re.compile(
+        rf"(?<![\w.])new\s+{re.escape(head['type'])}<(?P<args>{_TYPE_ARGUMENTS})>\s*\("
+    )
+    found: list[ProposedEdit] = []
+    for match in pattern.finditer(text):
+        if match.start() <= at <= match.end() or inert.touches(*match.span()):
+            continue
+        found.append(ProposedEdit(start=match.start("args"), end=match.end("args"), text=""))
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+_CLASS_SCRIPTS = frozenset({"javascript", "typescript", "javascriptreact", "typescriptreact"})
+
+
+def _made_private(
+    text: str, group: EditGroup, inert: _Inert, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """A `#` put before a class member's name (JavaScript's private names: `node` ->
+    `#node`), at its declaration or at a `this.` use: the same at its declaration and its
+    other `this.` uses, which would otherwise name another member."""
+    at = group.start
+    if language_id not in _CLASS_SCRIPTS or group.inserted != "#" or group.removed:
+        return ()
+    name = _NAME.match(text, at + 1)
+    if name is None or not (text.endswith("this.", 0, at) or _line_start_at(text, at)):
+        return ()
+    member = re.escape(name[0])
+    pattern = re.compile(
+        rf"(?<![\w.])this\.(?P<use>){member}(?!\w)"
+        rf"|^[ \t]*(?:(?:static|readonly|async|get|set)[ \t]+)*(?P<declared>){member}"
+        r"(?=[ \t]*[:=(;?!<]|[ \t]*$)",
+        re.MULTILINE,
+    )
+    found: list[ProposedEdit] = []
+    for match in pattern.finditer(text):
+        point = match.start("use") if match["use"] is not None else match.start("declared")
+        if point == at + 1 or inert.touches(match.start(), match.end()):
+            continue
+        found.append(ProposedEdit(start=point, end=point, text="#"))
     found.sort(key=lambda e: abs(e.start - at))
     return tuple(found[:MAX_PROPOSALS])

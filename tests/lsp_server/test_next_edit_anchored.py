@@ -210,7 +210,7 @@ def test_a_word_typed_letter_by_letter_waits_until_the_cursor_leaves_it(language
     assert half_typed(at_word, group, now=0.35)  # asked 50 ms after the last key
     assert not half_typed(elsewhere, group, now=0.35)
     # A pause on the word finishes it (VS Code's extension asks 300 ms after the last key).
-    assert not half_typed(at_word, group, now=0.3 + WORD_PAUSE_SECONDS)
+    assert not half_typed(at_word, group, now=group.ended + WORD_PAUSE_SECONDS + 0.01)
 
 
 def test_a_whole_word_inserted_at_once_is_finished() -> None:
