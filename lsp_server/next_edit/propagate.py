@@ -1707,12 +1707,11 @@ def _statement_ends(
     stack = [tree.root_node]
     while stack:
         node = stack.pop()
+        stack.extend(node.children)  # statements inside functions, callbacks, classes
         if node.type not in _SEMICOLON_STATEMENTS:
-            stack.extend(node.children)
             continue
         if node.type == "export_statement" and node.child_by_field_name("declaration") is not None:
-            stack.extend(node.children)  # `export function ...`: its inner statements
-            continue
+            continue  # `export const x = 1`: its declaration is the statement
         end = offsets.char(node.end_byte)
         if node.has_error or not _line_end_at(text, end):
             continue

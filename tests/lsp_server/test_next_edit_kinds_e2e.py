@@ -177,6 +177,104 @@ KINDS = [
         'def f():\n    a()\n\n\ndef g():\n    s = """\n    print("debug", x, y)\n    """\n',
     ),
     (
+        "deletion, javascript: a parameter removed, its argument at the calls",
+        "javascript",
+        "js",
+        "function process(state, delimiters) {\n  return delimiters\n}\n"
+        "process(state, state.delimiters)\nprocess(state, meta.delimiters)\n"
+        "other(state, x)\n// process(state, x)\n",
+        ("process(state, delimiters) {", "process(delimiters) {"),
+        "function process(delimiters) {\n  return delimiters\n}\n"
+        "process(state.delimiters)\nprocess(meta.delimiters)\n"
+        "other(state, x)\n// process(state, x)\n",
+    ),
+    (
+        "deletion, python: a method's parameter removed, not self at the calls",
+        "python",
+        "py",
+        "class A:\n    def run(self, ctx, name):\n        return name\n\n\n"
+        "a = A()\na.run(ctx, 'x')\na.run(ctx, 'y', extra)\n",
+        ("def run(self, ctx, name):", "def run(self, name):"),
+        "class A:\n    def run(self, name):\n        return name\n\n\n"
+        "a = A()\na.run('x')\na.run(ctx, 'y', extra)\n",
+    ),
+    (
+        "deletion, go: a parameter removed, its argument at the calls",
+        "go",
+        "go",
+        "package p\n\nfunc show(w io.Writer, name string) {}\n\n"
+        'func f() {\n\tshow(os.Stdout, "a")\n\tshow(out, "b")\n}\n',
+        ("func show(w io.Writer, name string)", "func show(name string)"),
+        'package p\n\nfunc show(name string) {}\n\nfunc f() {\n\tshow("a")\n\tshow("b")\n}\n',
+    ),
+    (
+        "deletion, typescript: a statement's optional ; at every statement end",
+        "typescript",
+        "ts",
+        "import { a } from './a';\nconst b = a(1);\nexport const c = () => {\n"
+        "  return b;\n};\nconst s = 'x;';\n",
+        ("import { a } from './a';", "import { a } from './a'"),
+        "import { a } from './a'\nconst b = a(1)\nexport const c = () => {\n"
+        "  return b\n}\nconst s = 'x;'\n",
+    ),
+    (
+        "insertion, javascript: a statement's ; at every statement end",
+        "javascript",
+        "js",
+        "'use strict'\nconst md = require('md')\nfunction f() {\n  return md\n}\n",
+        ("'use strict'", "'use strict';"),
+        "'use strict';\nconst md = require('md');\nfunction f() {\n  return md;\n}\n",
+    ),
+    (
+        "insertion, python: an import moved to another module, the old one removed",
+        "python",
+        "py",
+        "import sys\nfrom .tuples import is_namedtuple\n\nx = is_namedtuple\n",
+        ("import sys\n", "import sys\nfrom .cols import is_namedtuple\n"),
+        "import sys\nfrom .cols import is_namedtuple\n\nx = is_namedtuple\n",
+    ),
+    (
+        "insertion, typescript: the same import line moved up",
+        "typescript",
+        "ts",
+        "import { useState } from './hooks'\nconst x = 1\nimport { Suspense, render } from '..'\n",
+        (
+            "import { useState } from './hooks'\n",
+            "import { Suspense, render } from '..'\nimport { useState } from './hooks'\n",
+        ),
+        "import { Suspense, render } from '..'\nimport { useState } from './hooks'\nconst x = 1\n",
+    ),
+    (
+        "insertion, java: an import moved to another package, the old one removed",
+        "java",
+        "java",
+        "package p;\n\nimport java.util.List;\nimport org.old.Helper;\n\nclass A {}\n",
+        ("import java.util.List;\n", "import java.util.List;\nimport org.next.Helper;\n"),
+        "package p;\n\nimport java.util.List;\nimport org.next.Helper;\n\nclass A {}\n",
+    ),
+    (
+        "deletion, java: the diamond at the other constructor calls of the type",
+        "java",
+        "java",
+        "class A {\n  List<Node> a = new ArrayList<Node>();\n"
+        "  List<String> b = new ArrayList<String>();\n  Map<K, V> m = new HashMap<K, V>();\n"
+        '  String s = "new ArrayList<Element>()";\n}\n',
+        ("new ArrayList<Node>()", "new ArrayList<>()"),
+        "class A {\n  List<Node> a = new ArrayList<>();\n"
+        "  List<String> b = new ArrayList<>();\n  Map<K, V> m = new HashMap<K, V>();\n"
+        '  String s = "new ArrayList<Element>()";\n}\n',
+    ),
+    (
+        "insertion, typescript: a member made private at its this. uses",
+        "typescript",
+        "ts",
+        "class R {\n  node: Node\n  constructor() {\n    this.node = new Node()\n  }\n"
+        "  add() {\n    this.node.insert()\n    other.node.insert()\n  }\n}\n",
+        ("  node: Node", "  #node: Node"),
+        "class R {\n  #node: Node\n  constructor() {\n    this.#node = new Node()\n  }\n"
+        "  add() {\n    this.#node.insert()\n    other.node.insert()\n  }\n}\n",
+    ),
+    (
         "a string's phrase, typescript: the same literal in another test",
         "typescript",
         "ts",
