@@ -275,6 +275,26 @@ KINDS = [
         "  add() {\n    this.#node.insert()\n    other.node.insert()\n  }\n}\n",
     ),
     (
+        "in a string, go: a template's field changed in that template, not in another",
+        "go",
+        "go",
+        "package p\n\nvar A = `{{if .App.UsageText}}\n{{.App.UsageText}}{{end}}`\n\n"
+        "var B = `{{.App.UsageText}}`\n",
+        ("{{if .App.UsageText}}", "{{if .App.Description}}"),
+        "package p\n\nvar A = `{{if .App.Description}}\n{{.App.Description}}{{end}}`\n\n"
+        "var B = `{{.App.UsageText}}`\n",
+    ),
+    (
+        "in a string, python: a call in an f-string's braces is code, changed in every f-string",
+        "python",
+        "py",
+        'def f(char, c):\n    a = f"Unexpected: {repr(char)}"\n\n\n'
+        'def g(char):\n    b = f"Bad: {repr(char)}"\n',
+        ('f"Unexpected: {repr(char)}"', 'f"Unexpected: {char!r}"'),
+        'def f(char, c):\n    a = f"Unexpected: {char!r}"\n\n\n'
+        'def g(char):\n    b = f"Bad: {char!r}"\n',
+    ),
+    (
         "a string's phrase, typescript: the same literal in another test",
         "typescript",
         "ts",
