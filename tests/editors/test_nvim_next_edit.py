@@ -9,6 +9,7 @@ The Neovim session and its helpers are test_nvim.py's (one Neovim and one server
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,31 +105,51 @@ def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(
     assert all(m[3]["virt_text_pos"] == "inline" for m in added)
     assert all(m[3].get("sign_text", "").strip() for m in added)
 
-    # Tab: the cursor is not on an edit, so it jumps to the nearest one (the next line's).
+    # The cursor is not on an edit: Tab jumps to the nearest one (the next line's), Tab again
+    # applies every shown edit; one undo takes back the whole application, and only it.
     third = SOURCE.splitlines()[2]
+    jump_apply_undo(
+        nv,
+        buffer,
+        cursor=(3, byte_col(third, third.index("count"))),
+        applied=EXPECTED,
+        undone=RENAMED_FIRST,
+        accepted=lambda: accepted_count(nv) - before == len(edits),
+    )
+
+
+def jump_apply_undo(
+    nv: Session,
+    buffer: Any,
+    *,
+    cursor: tuple[int, int],
+    applied: str,
+    undone: str,
+    accepted: Callable[[], bool],
+) -> None:
+    """Tab: the cursor at `cursor`, the edits still on show. Tab again: the buffer reads
+    `applied`, the marks are gone and `accepted()` holds (the server counted them). One undo:
+    the buffer reads `undone`."""
     nv.nvim.input("<Tab>")
     poll(
-        lambda: tuple(nv.nvim.current.window.cursor) == (3, byte_col(third, third.index("count"))),
+        lambda: tuple(nv.nvim.current.window.cursor) == cursor,
         what="the cursor at the nearest edit",
         timeout=10,
+        describe=lambda: repr(nv.nvim.current.window.cursor),
     )
     assert nv.lua("return require('infill').next_edits()") is not None  # still on show
-
-    # Tab again: every shown edit applied, the marks gone, one acceptance counted per edit.
     nv.nvim.input("<Tab>")
-    poll(lambda: "\n".join(buffer[:]) + "\n" == EXPECTED, what="the edits to apply", timeout=10)
-    poll(lambda: not next_edit_marks(nv), what="the marks to go", timeout=10)
     poll(
-        lambda: accepted_count(nv) - before == len(edits),
-        what="the server to count the acceptances",
+        lambda: "\n".join(buffer[:]) + "\n" == applied,
+        what="the edits to apply",
         timeout=10,
-        describe=lambda: f"accepted {accepted_count(nv) - before}",
+        describe=lambda: repr(buffer[:]),
     )
-
-    # One undo takes back the whole application, and only it.
+    poll(lambda: not next_edit_marks(nv), what="the marks to go", timeout=10)
+    poll(accepted, what="the server to count the acceptances", timeout=10)
     nv.nvim.input("u")
     poll(
-        lambda: "\n".join(buffer[:]) + "\n" == RENAMED_FIRST,
+        lambda: "\n".join(buffer[:]) + "\n" == undone,
         what="one undo to take back the edits",
         timeout=10,
         describe=lambda: repr(buffer[:]),
@@ -199,39 +220,16 @@ def test_an_argument_typed_into_one_call_is_inserted_into_the_same_call_with_tab
     assert added[0][3]["virt_text_pos"] == "inline"
     assert added[0][3].get("sign_text", "").strip()
 
-    # Tab: the cursor jumps to where the argument goes; the insertion still shows.
-    nv.nvim.input("<Tab>")
-    poll(
-        lambda: tuple(nv.nvim.current.window.cursor) == (4, at),
-        what="the cursor at the other call",
-        timeout=10,
-        describe=lambda: repr(nv.nvim.current.window.cursor),
-    )
-    assert nv.lua("return require('infill').next_edits()") is not None
-
-    # Tab again: the argument is in both calls, the marks are gone, the server counts it.
-    nv.nvim.input("<Tab>")
-    poll(
-        lambda: "\n".join(buffer[:]) + "\n" == FETCHES_EXPECTED,
-        what="the insertion to apply",
-        timeout=10,
-        describe=lambda: repr(buffer[:]),
-    )
-    poll(lambda: not next_edit_marks(nv), what="the marks to go", timeout=10)
-    poll(
-        lambda: accepted_count(nv) - before == 1,
-        what="the server to count the acceptance",
-        timeout=10,
-        describe=lambda: f"accepted {accepted_count(nv) - before}",
-    )
-
-    # One undo takes back the applied insertion, and only it: the typed argument stays.
-    nv.nvim.input("u")
-    poll(
-        lambda: "\n".join(buffer[:]) + "\n" == FETCHES_TYPED,
-        what="one undo to take back the insertion",
-        timeout=10,
-        describe=lambda: repr(buffer[:]),
+    # Tab: the cursor jumps to where the argument goes, the insertion still on show; Tab
+    # again: the argument is in both calls and the server counts it; one undo takes back the
+    # applied insertion only, the typed argument stays.
+    jump_apply_undo(
+        nv,
+        buffer,
+        cursor=(4, at),
+        applied=FETCHES_EXPECTED,
+        undone=FETCHES_TYPED,
+        accepted=lambda: accepted_count(nv) - before == 1,
     )
 
 

@@ -869,6 +869,15 @@ def _next_edit_shown(vscode: VSCode, new: str, old: str = RENAMED_FROM) -> dict[
         vscode.page.wait_for_timeout(100)
 
 
+def _tab_jumps_then_applies(vscode: VSCode, line: int, column: int, length: int) -> None:
+    """Tab: the cursor at the edit (`line`, `column`); Tab again: applied, the cursor after its
+    `length` characters of new text."""
+    vscode.page.keyboard.press("Tab")
+    vscode.expect_cursor(line, column)
+    vscode.page.keyboard.press("Tab")
+    vscode.expect_cursor(line, column + length)
+
+
 def test_next_edits_rename_every_use_with_tab(vscode: VSCode) -> None:
     """Rename a variable where it is set: the extension shows the same rename at the next use
     (struck through, the new name after it, a marker at the cursor's line saying where); Tab
@@ -897,10 +906,7 @@ def test_next_edits_rename_every_use_with_tab(vscode: VSCode) -> None:
                     out = Path(os.environ["INFILL_SCREENSHOT_DIR"]).resolve()
                     out.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(shot, out / "next-edit.png")
-            page.keyboard.press("Tab")  # to the edit
-            vscode.expect_cursor(line, column)
-            page.keyboard.press("Tab")  # applied: the cursor after the new name
-            vscode.expect_cursor(line, column + len(RENAMED_TO))
+            _tab_jumps_then_applies(vscode, line, column, len(RENAMED_TO))
 
         vscode.save()
         on_disk = path.read_text(encoding="utf-8")
@@ -939,10 +945,7 @@ def test_next_edit_inserts_a_typed_argument_at_the_other_call_with_tab(vscode: V
         other_line, other_column = ARGUMENT_OTHER_CALL
         assert shown["struck"] == [], shown
         assert f"⇥ Tab: next edit ↓ line {other_line}" in shown["after"], shown
-        page.keyboard.press("Tab")  # to the other call, where the argument goes
-        vscode.expect_cursor(other_line, other_column)
-        page.keyboard.press("Tab")  # applied: the cursor after the inserted argument
-        vscode.expect_cursor(other_line, other_column + len(ARGUMENT))
+        _tab_jumps_then_applies(vscode, other_line, other_column, len(ARGUMENT))
 
         vscode.save()
         on_disk = path.read_text(encoding="utf-8")
