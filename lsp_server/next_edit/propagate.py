@@ -59,7 +59,9 @@ guess there, indentation and the lexer's rules (`_INERT`) do. Steps, each with i
    (`_import_moved`); a parameter removed from a definition removes its argument from the
    calls (`_arguments_dropped`); a statement's optional `;` added or removed goes to every
    statement end (`_statement_ends`, JavaScript and TypeScript); Java's type arguments
-   removed from a constructor call go at its type's other constructor calls (`_diamond`).
+   removed from a constructor call go at its type's other constructor calls (`_diamond`); a
+   trailing comma added after a multi-line list's last item, or removed before a closer on
+   its line, goes at the others (`_trailing_commas`).
 7. Several names replaced in one change (a selection retyped, a multi-cursor edit) are split
    by a token diff into renames (`_split`), each propagated as in steps 3 to 5, only when the
    diff is nothing but two or more names each replaced everywhere by one new name.
@@ -322,8 +324,10 @@ def propagate(
         if not found_edits and not group.inserted and group.substitution not in reverted:
             found_edits = _arguments_dropped(text, group, tree)
         if not found_edits and group.substitution not in reverted:
-            found_edits = _statement_ends(text, group, tree, language_id) or _diamond(
-                text, group, inert, language_id
+            found_edits = (
+                _statement_ends(text, group, tree, language_id)
+                or _diamond(text, group, inert, language_id)
+                or _trailing_commas(text, group, inert)
             )
     else:
         found_edits = _split(text, group, inert, tree, reverted)
@@ -1569,10 +1573,10 @@ def _restructured(
     return tuple(edits)
 
 
-#: Word tokens the removed lines must hold together: a lint directive, a debug call or a
-#: commented-out statement (`//log.Printf("output: %q", buf)`), not `}` or `return nil`,
-#: which stand in many places that the same change does not reach.
-_REMOVED_LINE_WORDS = 3
+#: What removed lines must hold to be found again (`_distinctive`): a comment's words, code's
+#: names and strings; `}`, `break;` or `return nil` stand in many places that the same change
+#: does not reach.
+_REMOVED_COMMENT_WORDS, _REMOVED_LINE_THINGS = 2, 2
 
 
 #: A line of code that binds a name: an import or a declaration by its first word, or an
@@ -1582,6 +1586,22 @@ _BINDING_LINE = re.compile(
 )
 #: A line that is a comment, by its start.
 _COMMENT_LINE = re.compile(r"(?://|#|/\*|\*|--)")
+
+
+def _distinctive(lines: list[str]) -> bool:
+    """Whether removed lines say enough to be found again: comments of at least
+    `_REMOVED_COMMENT_WORDS` words (`/*jshint -W040 */`), code holding at least
+    `_REMOVED_LINE_THINGS` names (not keywords or constants) or strings (a dict's
+    `"_TYPER_COMPLETE_TESTING": "True",`, not `break;` or `return nil`)."""
+    comments = " ".join(line for line in lines if _COMMENT_LINE.match(line))
+    code = " ".join(line for line in lines if not _COMMENT_LINE.match(line))
+    words = sum(bool(_WORD.match(t)) for t in _TOKEN.findall(comments))
+    things = sum(
+        1
+        for m in _LEXEME.finditer(code)
+        if m[0][0] in _QUOTES or (_NAME.fullmatch(m[0]) and m[0] not in _KEYWORDS | _CONSTANTS)
+    )
+    return words + things >= (_REMOVED_COMMENT_WORDS if not code else _REMOVED_LINE_THINGS)
 
 
 def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
@@ -1610,9 +1630,7 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
     if before[line_lo:lo].strip() or before[hi:line_hi].strip():
         return ()  # part of a line
     wanted = [line.strip() for line in before[line_lo:line_hi].split("\n")]
-    if "" in wanted or sum(bool(_WORD.match(t)) for t in _TOKEN.findall(" ".join(wanted))) < (
-        _REMOVED_LINE_WORDS
-    ):
+    if "" in wanted or not _distinctive(wanted):
         return ()
     if any(_BINDING_LINE.search(line) for line in wanted if not _COMMENT_LINE.match(line)):
         # A line that binds a name (an import, an assignment) is removed where it went unused;
@@ -1825,3 +1843,51 @@ def _made_private(
         found.append(ProposedEdit(start=point, end=point, text="#"))
     found.sort(key=lambda e: abs(e.start - at))
     return tuple(found[:MAX_PROPOSALS])
+
+
+def _trailing_commas(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """A trailing comma (a formatter's style): added after a list's last item where the next
+    line closes the list, it goes after each other last item so placed; removed right before
+    a closer on its line (`"a",]`), it goes from before each other closer so placed."""
+    at = group.start
+    if group.substitution == ("", ",") and _line_end_at(text, at + 1):
+        if _cuts(inert, at) or not _closes_next(text, at + 1):
+            return ()
+        found = [
+            ProposedEdit(start=end, end=end, text=",")
+            for end in _last_items(text, inert)
+            if end != at
+        ]
+    elif group.substitution == (",", "") and text[at : at + 1] in (")", "]", "}"):
+        if _cuts(inert, at):
+            return ()
+        found = [
+            ProposedEdit(start=m.start(), end=m.start() + 1, text="")
+            for m in re.finditer(r",(?=[)\]}])", text)
+            if m.start() != at and not inert.touches(m.start(), m.start() + 1)
+        ]
+    else:
+        return ()
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+def _closes_next(text: str, at: int) -> bool:
+    """Whether the next line holding more than blanks after `at`'s starts with a closer."""
+    rest = text[at:].lstrip()
+    return rest[:1] in (")", "]", "}")
+
+
+def _last_items(text: str, inert: _Inert) -> list[int]:
+    """The ends of lines that end a multi-line list's last item with no comma: code, not
+    ending in an opener, a comma or an operator, whose next non-blank line starts with a
+    closer."""
+    ends: list[int] = []
+    for match in re.finditer(r"[^\s,([{;:=+\-*/&|\\<>][ \t]*$", text, re.MULTILINE):
+        end = match.start() + 1
+        line_start = text.rfind("\n", 0, end) + 1
+        if _COMMENT_LINE.match(text[line_start:end].lstrip()) or inert.touches(end - 1, end):
+            continue
+        if _closes_next(text, match.end()):
+            ends.append(end)
+    return ends

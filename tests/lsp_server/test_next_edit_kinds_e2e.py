@@ -295,6 +295,54 @@ KINDS = [
         'def g(char):\n    b = f"Bad: {char!r}"\n',
     ),
     (
+        "insertion, typescript: a trailing comma after each list's last item",
+        "typescript",
+        "ts",
+        "const a = f(\n  {statusText: undefined, status}\n)\nconst b = [\n  1,\n  2\n]\n"
+        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n",
+        ("  {statusText: undefined, status}\n", "  {statusText: undefined, status},\n"),
+        "const a = f(\n  {statusText: undefined, status},\n)\nconst b = [\n  1,\n  2,\n]\n"
+        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n",
+    ),
+    (
+        "insertion, python: a trailing comma after each call's last argument",
+        "python",
+        "py",
+        "x = f(\n    a,\n    b\n)\ny = g(\n    c\n)\n# h(\n#     d\n# )\n",
+        ("    b\n)", "    b,\n)"),
+        "x = f(\n    a,\n    b,\n)\ny = g(\n    c,\n)\n# h(\n#     d\n# )\n",
+    ),
+    (
+        "deletion, python: a trailing comma before its closer on the line",
+        "python",
+        "py",
+        'env = {"SHELL": "/bin/bash", "TESTING": "True",}\n'
+        'r = invoke(app, ["delete-all",])\ns = "[1,]"\n',
+        ('"TESTING": "True",}', '"TESTING": "True"}'),
+        'env = {"SHELL": "/bin/bash", "TESTING": "True"}\n'
+        'r = invoke(app, ["delete-all"])\ns = "[1,]"\n',
+    ),
+    (
+        "lines removed, javascript: a lint directive of two words",
+        "javascript",
+        "js",
+        "function a() {\n  /*jshint -W040 */\n  return this\n}\n"
+        "function b() {\n    /*jshint -W040 */\n  return this\n}\n",
+        ("  /*jshint -W040 */\n  return this\n}\nfunction b", "  return this\n}\nfunction b"),
+        "function a() {\n  return this\n}\nfunction b() {\n  return this\n}\n",
+    ),
+    (
+        "lines removed, python: a dictionary's entry in each test",
+        "python",
+        "py",
+        'def test_a():\n    env = {\n        "SHELL": "bash",\n'
+        '        "_TESTING": "True",\n    }\n\n\n'
+        'def test_b():\n    env = {\n        "_TESTING": "True",\n    }\n',
+        ('        "SHELL": "bash",\n        "_TESTING": "True",\n', '        "SHELL": "bash",\n'),
+        'def test_a():\n    env = {\n        "SHELL": "bash",\n    }\n\n\n'
+        "def test_b():\n    env = {\n    }\n",
+    ),
+    (
         "a string's phrase, typescript: the same literal in another test",
         "typescript",
         "ts",
