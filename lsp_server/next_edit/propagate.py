@@ -327,6 +327,7 @@ def propagate(
             found_edits = (
                 _statement_ends(text, group, tree, language_id)
                 or _diamond(text, group, inert, language_id)
+                or _modifier_dropped(text, group, tree, language_id)
                 or _trailing_commas(text, group, inert)
             )
     else:
@@ -1891,3 +1892,59 @@ def _last_items(text: str, inert: _Inert) -> list[int]:
         if _closes_next(text, match.end()):
             ends.append(end)
     return ends
+
+
+#: Java's declarations whose modifiers and `throws` clause a change can drop.
+_JAVA_DECLARATIONS = frozenset(
+    {
+        "method_declaration",
+        "constructor_declaration",
+        "field_declaration",
+        "local_variable_declaration",
+    }
+)
+_JAVA_MODIFIER = re.compile(
+    r"public|protected|private|static|final|abstract|synchronized|transient|volatile"
+    r"|@[A-Za-z_]\w*"
+)
+
+
+def _modifier_dropped(
+    text: str, group: EditGroup, tree: Tree | None, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """A modifier (`final`, `public`, an annotation) or a `throws` clause removed from a Java
+    declaration: the same removed from the declarations of the same kind beside it (the
+    class's other methods or constructors, the block's other locals) that carry it."""
+    removed = group.removed.strip()
+    if tree is None or language_id != "java" or group.inserted or not removed:
+        return ()
+    throws = removed.startswith("throws ")
+    if not throws and _JAVA_MODIFIER.fullmatch(removed) is None:
+        return ()
+    offsets = _Offsets(text)
+    node: Node | None = tree.root_node.descendant_for_byte_range(
+        offsets.byte(group.start, text), offsets.byte(group.start, text)
+    )
+    while node is not None and node.type not in _JAVA_DECLARATIONS:
+        node = node.parent
+    if node is None or node.parent is None:
+        return ()
+    wanted = removed.encode()
+    found: list[ProposedEdit] = []
+    for sibling in node.parent.named_children:
+        if sibling.type != node.type or sibling == node:
+            continue
+        if throws:
+            parts = [c for c in sibling.children if c.type == "throws"]
+        else:
+            modifiers = [c for c in sibling.children if c.type == "modifiers"]
+            parts = [c for m in modifiers for c in m.children]
+        for part in parts:
+            if part.text != wanted:
+                continue
+            start, end = offsets.char(part.start_byte), offsets.char(part.end_byte)
+            while end < len(text) and text[end] in " \t":
+                end += 1
+            found.append(ProposedEdit(start=start, end=end, text=""))
+    found.sort(key=lambda e: abs(e.start - group.start))
+    return tuple(found[:MAX_PROPOSALS])

@@ -343,6 +343,27 @@ KINDS = [
         "def test_b():\n    env = {\n    }\n",
     ),
     (
+        "deletion, java: a throws clause removed from the class's other methods",
+        "java",
+        "java",
+        "class W {\n  public void flush() throws IOException {}\n"
+        "  public void close() throws IOException {}\n  void f() {\n"
+        "    Runnable r = new Runnable() { public void run() throws IOException {} };\n  }\n}\n",
+        ("flush() throws IOException {", "flush() {"),
+        "class W {\n  public void flush() {}\n  public void close() {}\n  void f() {\n"
+        "    Runnable r = new Runnable() { public void run() throws IOException {} };\n  }\n}\n",
+    ),
+    (
+        "deletion, java: final removed from the block's other locals, not from a field",
+        "java",
+        "java",
+        "class T {\n  static final int Z = 1;\n  void t() {\n    final Proto a = make();\n"
+        "    final Proto b = make();\n  }\n}\n",
+        ("    final Proto a", "    Proto a"),
+        "class T {\n  static final int Z = 1;\n  void t() {\n    Proto a = make();\n"
+        "    Proto b = make();\n  }\n}\n",
+    ),
+    (
         "a string's phrase, typescript: the same literal in another test",
         "typescript",
         "ts",
