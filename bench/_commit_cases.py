@@ -28,8 +28,9 @@ from pathlib import Path
 from bench._edits import TOKEN, Edit, hunks, minimal
 
 DATA = Path(__file__).resolve().parents[1] / "third_party" / "data" / "next-edit-commits"
-#: A second set from six other repositories, every case held out (its README says why).
-FRESH = DATA / "fresh"
+#: Sets drawn later from six other repositories each, every case held out, each replayed once
+#: after a round of tuning (their READMEs say when and why).
+SECOND, THIRD = DATA / "second", DATA / "third"
 
 #: A hunk touching more lines is a rewrite, not the small edit a next edit follows (the PyPI
 #: benchmark's bound, bench/next_edit.py's `MAX_HUNK_LINES`).

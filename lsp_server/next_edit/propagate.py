@@ -87,6 +87,7 @@ from __future__ import annotations
 import bisect
 import keyword
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from itertools import accumulate
@@ -117,6 +118,38 @@ _QUOTES = "\"'`"
 #: (`try` -> `if x:`, `is` -> `==`) names nothing whose other uses it could find. Python's
 #: reserved words, which are rarely names in the other languages either.
 _KEYWORDS = frozenset(keyword.kwlist) - {"None", "True", "False"}
+
+#: The other languages' words that declare or qualify, never names there: `let` made `const`
+#: in one declaration is that declaration's (measured on commits, bench/next_edit_commits.py:
+#: proposed at a file's every `let`). Not `fn` or `func`, which name variables in the others.
+_DECLARING_WORDS = frozenset(
+    {
+        "let",
+        "const",
+        "var",
+        "function",
+        "mut",
+        "pub",
+        "impl",
+        "struct",
+        "enum",
+        "interface",
+        "public",
+        "private",
+        "protected",
+        "static",
+        "final",
+        "void",
+        "new",
+        "typeof",
+        "instanceof",
+        "extends",
+        "implements",
+        "throws",
+        "readonly",
+        "abstract",
+    }
+)
 
 #: Constants with no identity of their own: one `None` changed says nothing about the other
 #: hundred (measured on release diffs, bench/next_edit.py: a default `None` -> `"/"` was
@@ -328,7 +361,7 @@ def propagate(
                 _statement_ends(text, group, tree, language_id)
                 or _diamond(text, group, inert, language_id)
                 or _modifier_dropped(text, group, tree, language_id)
-                or _trailing_commas(text, group, inert)
+                or _trailing_commas(text, group, inert, tree)
             )
     else:
         found_edits = _split(text, group, inert, tree, reverted)
@@ -714,7 +747,9 @@ def _names_something(old: str, in_inert: bool) -> bool:
     change is due at. Punctuation and keywords alone are structure (`==` -> `!=`,
     `try` -> `if`); in prose every word is a word."""
     for token in _TOKEN.findall(old):
-        if token[0] in _QUOTES or (_WORD.match(token) and (in_inert or token not in _KEYWORDS)):
+        if token[0] in _QUOTES or (
+            _WORD.match(token) and (in_inert or token not in _KEYWORDS | _DECLARING_WORDS)
+        ):
             return True
     return False
 
@@ -1846,52 +1881,94 @@ def _made_private(
     return tuple(found[:MAX_PROPOSALS])
 
 
-def _trailing_commas(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
-    """A trailing comma (a formatter's style): added after a list's last item where the next
-    line closes the list, it goes after each other last item so placed; removed right before
-    a closer on its line (`"a",]`), it goes from before each other closer so placed."""
+#: Syntax nodes, across the grammars, that are lists whose items a comma separates (not a
+#: block's `{`...`}` nor a type's members).
+_COMMA_LISTS = frozenset(
+    {
+        "argument_list",
+        "arguments",
+        "parameters",
+        "formal_parameters",
+        "parameter_list",
+        "list",
+        "dictionary",
+        "tuple",
+        "set",
+        "array",
+        "object",
+        "named_imports",
+        "literal_value",
+        "field_initializer_list",
+        "array_initializer",
+        "array_expression",
+        "tuple_expression",
+    }
+)
+
+
+def _trailing_commas(
+    text: str, group: EditGroup, inert: _Inert, tree: Tree | None
+) -> tuple[ProposedEdit, ...]:
+    """A trailing comma (a formatter's style), by the tree: added after a multi-line list's
+    last item, it goes after each other list's last item that ends a line before the list's
+    closer; removed right before a closer on its line (`"a",]`), it goes from before each
+    other list's closer so placed. Lists only: arguments, parameters, arrays, objects,
+    dictionaries, imports, never a block."""
     at = group.start
-    if group.substitution == ("", ",") and _line_end_at(text, at + 1):
-        if _cuts(inert, at) or not _closes_next(text, at + 1):
+    if tree is None:
+        return ()
+    offsets = _Offsets(text)
+    added = group.substitution == ("", ",")
+    if added:
+        if not _line_end_at(text, at + 1) or _cuts(inert, at):
             return ()
-        found = [
-            ProposedEdit(start=end, end=end, text=",")
-            for end in _last_items(text, inert)
-            if end != at
-        ]
-    elif group.substitution == (",", "") and text[at : at + 1] in (")", "]", "}"):
+        rest = text[at + 1 :]
+        closer = at + 1 + len(rest) - len(rest.lstrip())
+    elif group.substitution == (",", ""):
+        closer = at
         if _cuts(inert, at):
             return ()
-        found = [
-            ProposedEdit(start=m.start(), end=m.start() + 1, text="")
-            for m in re.finditer(r",(?=[)\]}])", text)
-            if m.start() != at and not inert.touches(m.start(), m.start() + 1)
-        ]
     else:
         return ()
+    if not _list_closer(tree, offsets, text, closer):
+        return ()
+    found: list[ProposedEdit] = []
+    for node in _list_nodes(tree.root_node):
+        last = node.children[-1]
+        items = [c for c in node.children[1:-1] if c.type != "comment"]
+        if not items or last.type not in (")", "]", "}"):
+            continue
+        end = offsets.char(items[-1].end_byte)
+        close = offsets.char(last.start_byte)
+        if added:
+            between = text[end:close]
+            if items[-1].type != "," and "\n" in between and not between.strip() and end != at:
+                found.append(ProposedEdit(start=end, end=end, text=","))
+        elif items[-1].type == "," and end == close and close != at:
+            found.append(ProposedEdit(start=close - 1, end=close, text=""))
     found.sort(key=lambda e: abs(e.start - at))
     return tuple(found[:MAX_PROPOSALS])
 
 
-def _closes_next(text: str, at: int) -> bool:
-    """Whether the next line holding more than blanks after `at`'s starts with a closer."""
-    rest = text[at:].lstrip()
-    return rest[:1] in (")", "]", "}")
+def _list_closer(tree: Tree, offsets: _Offsets, text: str, at: int) -> bool:
+    """Whether the bracket at `at` closes a comma-separated list."""
+    if text[at : at + 1] not in (")", "]", "}"):
+        return False
+    byte = offsets.byte(at, text)
+    node = tree.root_node.descendant_for_byte_range(byte, byte + 1)
+    while node is not None and node.start_byte == byte and node.type in (")", "]", "}"):
+        node = node.parent
+    return node is not None and node.type in _COMMA_LISTS and node.end_byte == byte + 1
 
 
-def _last_items(text: str, inert: _Inert) -> list[int]:
-    """The ends of lines that end a multi-line list's last item with no comma: code, not
-    ending in an opener, a comma or an operator, whose next non-blank line starts with a
-    closer."""
-    ends: list[int] = []
-    for match in re.finditer(r"[^\s,([{;:=+\-*/&|\\<>][ \t]*$", text, re.MULTILINE):
-        end = match.start() + 1
-        line_start = text.rfind("\n", 0, end) + 1
-        if _COMMENT_LINE.match(text[line_start:end].lstrip()) or inert.touches(end - 1, end):
-            continue
-        if _closes_next(text, match.end()):
-            ends.append(end)
-    return ends
+def _list_nodes(root: Node) -> Iterator[Node]:
+    """Every comma-separated list in the tree."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.type in _COMMA_LISTS and len(node.children) >= 2:
+            yield node
 
 
 #: Java's declarations whose modifiers and `throws` clause a change can drop.

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from bench._commit_cases import (
-    FRESH,
     MAX_HUNKS,
     MIN_HUNKS,
+    SECOND,
+    THIRD,
     CaseKind,
     CommitCase,
     Language,
@@ -293,16 +294,23 @@ def test_every_kind_is_in_the_tuning_part() -> None:
     assert set(kinds) == set(CaseKind), kinds
 
 
+@pytest.mark.parametrize("folder", [SECOND, THIRD], ids=["second", "third"])
 @pytest.mark.parametrize("language", list(Language), ids=str)
-def test_the_second_set_is_all_held_out_and_what_the_builder_promises(
-    language: Language,
+def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
+    language: Language, folder: Path
 ) -> None:
-    """The set drawn from six other repositories: every case held out, none in the tuning
-    part, each a case as the first set's are."""
-    cases = load(Split.HELDOUT, [language], FRESH)
+    """The sets drawn later, six other repositories each: every case held out, none in the
+    tuning part, each a case as the first set's are, no repository drawn twice."""
+    cases = load(Split.HELDOUT, [language], folder)
     assert len(cases) >= 40, len(cases)
-    assert not load(Split.TUNING, [language], FRESH)
+    assert not load(Split.TUNING, [language], folder)
     first = {c.repository for c in load(Split.TUNING, [language])}
+    first |= {
+        c.repository
+        for f in (SECOND, THIRD)
+        if f != folder
+        for c in load(Split.HELDOUT, [language], f)
+    }
     for case in cases:
         found = hunks(case.before, case.after)
         assert MIN_HUNKS <= len(found) <= MAX_HUNKS, case.name

@@ -299,10 +299,12 @@ KINDS = [
         "typescript",
         "ts",
         "const a = f(\n  {statusText: undefined, status}\n)\nconst b = [\n  1,\n  2\n]\n"
-        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n",
+        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n"
+        "function g() {\n  return b\n}\ntype T = {\n  a: number\n}\n",
         ("  {statusText: undefined, status}\n", "  {statusText: undefined, status},\n"),
         "const a = f(\n  {statusText: undefined, status},\n)\nconst b = [\n  1,\n  2,\n]\n"
-        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n",
+        "const c = {\n  x: 1, // last\n}\nconst s = `\n  y\n`\n"
+        "function g() {\n  return b\n}\ntype T = {\n  a: number\n}\n",
     ),
     (
         "insertion, python: a trailing comma after each call's last argument",
@@ -374,6 +376,30 @@ KINDS = [
         "it('b', () => {\n  expect(h).toEqual(['application/json'])\n})\n",
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "text", "edit"),
+    [
+        ("javascript", "js", "let a = 1\nlet b = 2\nb = 3\n", ("let a", "const a")),
+        (
+            "typescript",
+            "ts",
+            "export interface A {\n  x: number\n}\nexport interface B {\n  y: number\n}\n",
+            ("export interface A", "export type A ="),
+        ),
+    ],
+    ids=["let made const", "an interface made a type"],
+)
+async def test_a_declaring_word_changed_in_one_declaration_proposes_nothing(
+    session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
+) -> None:
+    """`let` -> `const` is that declaration's: the other `let`s may be reassigned."""
+    document = Document(session, text, f"file:///e2e/kinds/declaring.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
+    assert edits == [], edits
 
 
 async def test_an_insertion_taken_back_proposes_nothing(session: Session) -> None:
