@@ -383,18 +383,19 @@ KINDS = [
     [
         ("javascript", "js", "let a = 1\nlet b = 2\nb = 3\n", ("let a", "const a")),
         (
-            "typescript",
-            "ts",
-            "export interface A {\n  x: number\n}\nexport interface B {\n  y: number\n}\n",
-            ("export interface A", "export type A ="),
+            "java",
+            "java",
+            "class A {\n  public void a() {}\n  public void b() {}\n}\n",
+            ("public void a()", "private void a()"),
         ),
     ],
-    ids=["let made const", "an interface made a type"],
+    ids=["let made const", "a method made private"],
 )
 async def test_a_declaring_word_changed_in_one_declaration_proposes_nothing(
     session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
 ) -> None:
-    """`let` -> `const` is that declaration's: the other `let`s may be reassigned."""
+    """`let` -> `const` is that declaration's (the other `let`s may be reassigned), as a
+    method made private is that method's."""
     document = Document(session, text, f"file:///e2e/kinds/declaring.{suffix}", language)
     old, new = edit
     document.replace(old, new)
