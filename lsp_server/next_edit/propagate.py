@@ -439,7 +439,7 @@ def _matches(
             ok = inert.is_string(at, end)
         elif ok and not sub.in_inert and sub.whole_line:
             # A whole line's code may hold whole strings (`BasePath extends string = '/'`).
-            ok = inert.around(at, end) is None and not _cuts(inert, at) and not _cuts(inert, end)
+            ok = _in_code(inert, at, end)
         elif ok and not sub.in_inert:
             ok = not inert.touches(at, end)
         elif ok and not is_name:
@@ -1025,6 +1025,12 @@ def _anchored(
     )
 
 
+def _in_code(inert: _Inert, lo: int, hi: int) -> bool:
+    """Whether `lo`..`hi` lies in code, any strings and comments in it whole: none holds it,
+    none is cut by its ends."""
+    return inert.around(lo, hi) is None and not _cuts(inert, lo) and not _cuts(inert, hi)
+
+
 def _cuts(inert: _Inert, at: int) -> bool:
     """Whether `at` falls strictly inside a string or comment."""
     span = inert.around(at, at)
@@ -1448,9 +1454,7 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
     if (
         (after_names < _LINE_ANCHOR_NAMES and not above_alone)
         or not anchor.endswith("\n")
-        or inert.around(at, at + n) is not None
-        or _cuts(inert, at)
-        or _cuts(inert, at + n)
+        or not _in_code(inert, at, at + n)
     ):
         return ()
     if not above.strip() or not anchor.strip():
@@ -1530,6 +1534,15 @@ def _reindented(new: str, was: str, now: str) -> str | None:
     return "\n".join(out)
 
 
+def _things(code: str) -> int:
+    """How many names (not keywords or constants) and strings `code` holds."""
+    return sum(
+        1
+        for m in _LEXEME.finditer(code)
+        if m[0][0] in _QUOTES or (_NAME.fullmatch(m[0]) and m[0] not in _KEYWORDS | _CONSTANTS)
+    )
+
+
 def _code_lines(text: str) -> int:
     """How many lines of `text` hold more than blanks."""
     return sum(bool(line.strip()) for line in split_lines(text))
@@ -1563,12 +1576,7 @@ def _restructured(
     # Trailing blanks the edit dropped are dropped at the other places too.
     drops_trailing = old != old.rstrip(" \t") and new == new.rstrip(" \t")
     old, new = old.strip(), new.strip()
-    things = [
-        m[0]
-        for m in _LEXEME.finditer(old)
-        if m[0][0] in _QUOTES or (_NAME.fullmatch(m[0]) and m[0] not in _KEYWORDS | _CONSTANTS)
-    ]
-    if len(_TOKEN.findall(old)) < _RESTRUCTURED_TOKENS or len(things) < _RESTRUCTURED_THINGS:
+    if len(_TOKEN.findall(old)) < _RESTRUCTURED_TOKENS or _things(old) < _RESTRUCTURED_THINGS:
         return ()
     was = _indentation(text, i)
     already = [m.span() for m in re.finditer(_flexible(new), text)] if new.strip() else []
@@ -1583,7 +1591,7 @@ def _restructured(
             continue
         if any(lo <= at and end <= hi for lo, hi in already):
             continue
-        if any(_cuts(inert, p) for p in (at, end)) or inert.around(at, end) is not None:
+        if not _in_code(inert, at, end):
             continue
         replacement = _reindented(new, was, _indentation(text, at))
         if replacement is None:
@@ -1632,12 +1640,7 @@ def _distinctive(lines: list[str]) -> bool:
     comments = " ".join(line for line in lines if _COMMENT_LINE.match(line))
     code = " ".join(line for line in lines if not _COMMENT_LINE.match(line))
     words = sum(bool(_WORD.match(t)) for t in _TOKEN.findall(comments))
-    things = sum(
-        1
-        for m in _LEXEME.finditer(code)
-        if m[0][0] in _QUOTES or (_NAME.fullmatch(m[0]) and m[0] not in _KEYWORDS | _CONSTANTS)
-    )
-    return words + things >= (_REMOVED_COMMENT_WORDS if not code else _REMOVED_LINE_THINGS)
+    return words + _things(code) >= (_REMOVED_COMMENT_WORDS if not code else _REMOVED_LINE_THINGS)
 
 
 def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
@@ -1682,7 +1685,7 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
             continue
         first = starts[k] + len(lines[k]) - len(lines[k].lstrip())
         last = starts[k + n - 1] + len(lines[k + n - 1].rstrip())
-        if inert.around(first, last) is not None or _cuts(inert, first) or _cuts(inert, last):
+        if not _in_code(inert, first, last):
             continue
         start = starts[k]
         end = starts[k + n] if whole else last
@@ -1731,10 +1734,7 @@ def _arguments_dropped(text: str, group: EditGroup, tree: Tree | None) -> tuple[
     )
     wanted = name.text
     found: list[ProposedEdit] = []
-    stack = [tree.root_node]
-    while stack:
-        call = stack.pop()
-        stack.extend(call.children)
+    for call in _nodes(tree.root_node):
         if call.type not in _CALLS:
             continue
         callee = call.child_by_field_name(
@@ -1746,7 +1746,7 @@ def _arguments_dropped(text: str, group: EditGroup, tree: Tree | None) -> tuple[
         last = _LAST_NAME.search(callee.text.decode("utf-8", "replace"))
         if last is None or last[0].encode() != wanted:
             continue
-        method = call.child_by_field_name("object") is not None or callee.type not in ("identifier")
+        method = call.child_by_field_name("object") is not None or callee.type != "identifier"
         args = [a for a in arguments.named_children if a.type != "comment"]
         place, expected = index, count
         if has_self and method:
@@ -1764,9 +1764,10 @@ def _arguments_dropped(text: str, group: EditGroup, tree: Tree | None) -> tuple[
     return tuple(found[:MAX_PROPOSALS])
 
 
-#: Languages whose statements may end with `;` or without it (automatic semicolon insertion):
-#: a `;` added or removed at one statement's end is a file's style changed.
-_OPTIONAL_SEMICOLONS = frozenset({"javascript", "typescript", "javascriptreact", "typescriptreact"})
+#: JavaScript and TypeScript, by their language ids: statements may end with `;` or without
+#: it (automatic semicolon insertion), so a `;` added or removed at one statement's end is a
+#: file's style changed; a class member's `#` makes it private.
+_SCRIPTS = frozenset({"javascript", "typescript", "javascriptreact", "typescriptreact"})
 #: Statements that end with `;` in that style (not a block's `}`, nor a class's field).
 _SEMICOLON_STATEMENTS = frozenset(
     {
@@ -1789,7 +1790,7 @@ def _statement_ends(
     """A `;` added at the end of a statement (or removed from one) where it is optional, at
     the end of its line: the same at the other statements that end a line without it (or
     with it), nearest first, by the tree."""
-    if tree is None or language_id not in _OPTIONAL_SEMICOLONS:
+    if tree is None or language_id not in _SCRIPTS:
         return ()
     added = group.inserted == ";" and not group.removed
     if not added and not (group.removed == ";" and not group.inserted):
@@ -1799,10 +1800,7 @@ def _statement_ends(
         return ()  # not a line's end, or a doubled `;` removed
     offsets = _Offsets(text)
     found: list[ProposedEdit] = []
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)  # statements inside functions, callbacks, classes
+    for node in _nodes(tree.root_node):  # statements inside functions, callbacks, classes
         if node.type not in _SEMICOLON_STATEMENTS:
             continue
         if node.type == "export_statement" and node.child_by_field_name("declaration") is not None:
@@ -1849,9 +1847,6 @@ def _diamond(
     return tuple(found[:MAX_PROPOSALS])
 
 
-_CLASS_SCRIPTS = frozenset({"javascript", "typescript", "javascriptreact", "typescriptreact"})
-
-
 def _made_private(
     text: str, group: EditGroup, inert: _Inert, language_id: str
 ) -> tuple[ProposedEdit, ...]:
@@ -1859,7 +1854,7 @@ def _made_private(
     `#node`), at its declaration or at a `this.` use: the same at its declaration and its
     other `this.` uses, which would otherwise name another member."""
     at = group.start
-    if language_id not in _CLASS_SCRIPTS or group.inserted != "#" or group.removed:
+    if language_id not in _SCRIPTS or group.inserted != "#" or group.removed:
         return ()
     name = _NAME.match(text, at + 1)
     if name is None or not (text.endswith("this.", 0, at) or _line_start_at(text, at)):
@@ -1933,7 +1928,9 @@ def _trailing_commas(
     if not _list_closer(tree, offsets, text, closer):
         return ()
     found: list[ProposedEdit] = []
-    for node in _list_nodes(tree.root_node):
+    for node in _nodes(tree.root_node):
+        if node.type not in _COMMA_LISTS or len(node.children) < 2:
+            continue
         last = node.children[-1]
         items = [c for c in node.children[1:-1] if c.type != "comment"]
         if not items or last.type not in (")", "]", "}"):
@@ -1961,14 +1958,13 @@ def _list_closer(tree: Tree, offsets: _Offsets, text: str, at: int) -> bool:
     return node is not None and node.type in _COMMA_LISTS and node.end_byte == byte + 1
 
 
-def _list_nodes(root: Node) -> Iterator[Node]:
-    """Every comma-separated list in the tree."""
+def _nodes(root: Node) -> Iterator[Node]:
+    """Every node of the tree under `root`, `root` first."""
     stack = [root]
     while stack:
         node = stack.pop()
         stack.extend(node.children)
-        if node.type in _COMMA_LISTS and len(node.children) >= 2:
-            yield node
+        yield node
 
 
 #: Java's declarations whose modifiers and `throws` clause a change can drop.
@@ -1999,9 +1995,8 @@ def _modifier_dropped(
     if not throws and _JAVA_MODIFIER.fullmatch(removed) is None:
         return ()
     offsets = _Offsets(text)
-    node: Node | None = tree.root_node.descendant_for_byte_range(
-        offsets.byte(group.start, text), offsets.byte(group.start, text)
-    )
+    byte = offsets.byte(group.start, text)
+    node: Node | None = tree.root_node.descendant_for_byte_range(byte, byte)
     while node is not None and node.type not in _JAVA_DECLARATIONS:
         node = node.parent
     if node is None or node.parent is None:
