@@ -68,6 +68,25 @@ def next_edit_marks(nv: Session) -> list[Any]:
     return marks
 
 
+def shown_next_edits(nv: Session, what: str) -> list[Any]:
+    """The next edits the plugin shows, once it shows some (the first ask loads the models)."""
+    edits: list[Any] = poll(
+        lambda: nv.lua("return require('infill').next_edits()"),
+        what=what,
+        timeout=60,
+        describe=lambda: f"last error: {nv.lua(LAST_ERROR)}",
+    )
+    return edits
+
+
+def deleted_and_added_marks(nv: Session) -> tuple[list[Any], list[Any]]:
+    """The next-edit extmarks that highlight text to delete, and those that show new text."""
+    marks = next_edit_marks(nv)
+    deleted = [m for m in marks if m[3].get("hl_group") == "InfillNextEditDelete"]
+    added = [m for m in marks if m[3].get("virt_text")]
+    return deleted, added
+
+
 def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(
     nv: Session, project: Path
 ) -> None:
@@ -88,16 +107,9 @@ def test_a_rename_is_shown_jumped_to_applied_in_one_undo_and_counted(
     leave_insert(nv)
 
     # The other uses show: their old text highlighted, the new text after it, a sign.
-    edits = poll(
-        lambda: nv.lua("return require('infill').next_edits()"),
-        what="next edits to show",
-        timeout=60,
-        describe=lambda: f"last error: {nv.lua(LAST_ERROR)}",
-    )
+    edits = shown_next_edits(nv, "next edits to show")
     assert [e["text"] for e in edits] == ["items", "items"], edits
-    marks = next_edit_marks(nv)
-    deleted = [m for m in marks if m[3].get("hl_group") == "InfillNextEditDelete"]
-    added = [m for m in marks if m[3].get("virt_text")]
+    deleted, added = deleted_and_added_marks(nv)
     assert [(m[1], m[2], m[3]["end_row"], m[3]["end_col"]) for m in deleted] == [
         (e["start"][0], e["start"][1], e["stop"][0], e["stop"][1]) for e in edits
     ]
@@ -202,18 +214,12 @@ def test_an_argument_typed_into_one_call_is_inserted_into_the_same_call_with_tab
 
     # The same insertion shows at the other call: nothing highlighted as deleted, the argument
     # inline before that call's closing parenthesis, a sign.
-    edits = poll(
-        lambda: nv.lua("return require('infill').next_edits()"),
-        what="the insertion to show",
-        timeout=60,
-        describe=lambda: f"last error: {nv.lua(LAST_ERROR)}",
-    )
+    edits = shown_next_edits(nv, "the insertion to show")
     other = lines[3]
     at = byte_col(other, other.index("url)") + len("url"))
     assert [(e["text"], e["start"], e["stop"]) for e in edits] == [(ARGUMENT, [3, at], [3, at])]
-    marks = next_edit_marks(nv)
-    assert not [m for m in marks if m[3].get("hl_group") == "InfillNextEditDelete"], marks
-    added = [m for m in marks if m[3].get("virt_text")]
+    deleted, added = deleted_and_added_marks(nv)
+    assert not deleted, deleted
     assert [(m[1], m[2], m[3]["virt_text"]) for m in added] == [
         (3, at, [[ARGUMENT, "InfillNextEditInsert"]])
     ]
