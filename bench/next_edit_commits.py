@@ -53,7 +53,7 @@ from bench._commit_cases import (
     language_id,
     load,
 )
-from bench._common import RESULTS, median, setup_logging, suite_parser, write_json
+from bench._common import RESULTS, ROOT, median, setup_logging, suite_parser, write_json
 from bench._edits import Edit, Score, apply_edits, minimal, score, shifted
 from bench._lsp import ServerClient
 from bench.record import Metric, metric
@@ -286,8 +286,8 @@ def main(argv: Sequence[str] | None = None) -> record.Outcome:
     parameters = {
         "split": str(args.split),
         "languages": [str(x) for x in languages],
-        "data": str(args.data.resolve().relative_to(DATA.parent.parent.parent))
-        if args.data.resolve().is_relative_to(DATA.parent.parent.parent)
+        "data": str(args.data.resolve().relative_to(ROOT))
+        if args.data.resolve().is_relative_to(ROOT)
         else str(args.data),
     }
     path = status.get("model_path")
