@@ -193,6 +193,10 @@ async def test_the_server_logs_to_the_client_and_never_the_document_text(
     assert not any("zebra_quartz_secret" in m for m in logged)  # ... without the code
 
 
+#: One message's header: its length, an optional content type.
+FRAMING = re.compile(rb"Content-Length: (\d+)\r\n(Content-Type: [^\r\n]*\r\n)?\r\n")
+
+
 @pytest.mark.parametrize("models", ["real", "scripted"])
 async def test_stdout_carries_nothing_but_protocol_messages(models: str, tmp_path: Path) -> None:
     """Every byte the server writes to stdout, from start to exit (a model load and a
@@ -220,9 +224,7 @@ async def test_stdout_carries_nothing_but_protocol_messages(models: str, tmp_pat
     async def response(msg_id: int) -> dict[str, Any]:
         while True:
             header = await answer(stdout.readuntil(b"\r\n\r\n"))
-            framing = re.fullmatch(
-                rb"Content-Length: (\d+)\r\n(Content-Type: [^\r\n]*\r\n)?\r\n", header
-            )
+            framing = FRAMING.fullmatch(header)
             assert framing is not None, header
             message: dict[str, Any] = json.loads(await stdout.readexactly(int(framing.group(1))))
             assert message["jsonrpc"] == "2.0"
@@ -255,7 +257,7 @@ async def test_stdout_carries_nothing_but_protocol_messages(models: str, tmp_pat
         # shutdown cancelled reaches the client too), nothing unframed.
         rest = await answer(stdout.read())
         while rest:
-            framing = re.match(rb"Content-Length: (\d+)\r\n(Content-Type: [^\r\n]*\r\n)?\r\n", rest)
+            framing = FRAMING.match(rest)
             assert framing is not None, rest
             end = framing.end() + int(framing.group(1))
             message = json.loads(rest[framing.end() : end])
