@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench._commit_cases import (
+    FOURTH,
     MAX_HUNKS,
     MIN_HUNKS,
     SECOND,
@@ -294,7 +295,7 @@ def test_every_kind_is_in_the_tuning_part() -> None:
     assert set(kinds) == set(CaseKind), kinds
 
 
-@pytest.mark.parametrize("folder", [SECOND, THIRD], ids=["second", "third"])
+@pytest.mark.parametrize("folder", [SECOND, THIRD, FOURTH], ids=["second", "third", "fourth"])
 @pytest.mark.parametrize("language", list(Language), ids=str)
 def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
     language: Language, folder: Path
@@ -307,7 +308,7 @@ def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
     first = {c.repository for c in load(Split.TUNING, [language])}
     first |= {
         c.repository
-        for f in (SECOND, THIRD)
+        for f in (SECOND, THIRD, FOURTH)
         if f != folder
         for c in load(Split.HELDOUT, [language], f)
     }
