@@ -238,6 +238,29 @@ def region(text: str, hunk: Edit) -> tuple[int, int]:
     return max(0, hunk.start - 1), hunk.end
 
 
+def slid(text: str, edit: Edit) -> list[Edit]:
+    """`edit`, then the same pure deletion or insertion slid along the repeated text around it,
+    left and then right: each gives the same text (removing the first or the second of two
+    `#:` lines), and a diff's choice among them is arbitrary. Replacements do not slide."""
+    found = [edit]
+    start, end, new = edit.start, edit.end, edit.new_text
+    if (start == end) == (not new):
+        return found  # a replacement, or nothing
+    s, e, t = start, end, new
+    while s > 0 and (text[s - 1] == (t[-1] if t else text[e - 1])):
+        if t:
+            t = t[-1] + t[:-1]
+        s, e = s - 1, e - 1
+        found.append(Edit(start=s, end=e, new_text=t))
+    s, e, t = start, end, new
+    while e < len(text) and (text[e] == (t[0] if t else text[s])):
+        if t:
+            t = t[1:] + t[0]
+        s, e = s + 1, e + 1
+        found.append(Edit(start=s, end=e, new_text=t))
+    return found
+
+
 def score(text: str, target: str, remaining: Sequence[Edit], proposed: Sequence[Edit]) -> Score:
     """Score `proposed` (edits of `text`, the file after the first hunk) against the hunks still
     to make (`remaining`, edits of `text`) and the final file `target`.
@@ -262,10 +285,20 @@ def score(text: str, target: str, remaining: Sequence[Edit], proposed: Sequence[
     regions = [region(text, hunk) for hunk in remaining]
     owned: list[list[Edit]] = [[] for _ in remaining]
     false_edits = 0
-    for edit in proposed:
-        owner = next(
-            (i for i, (lo, hi) in enumerate(regions) if lo <= edit.start <= edit.end <= hi), None
-        )
+    for proposal in proposed:
+        owner, edit = None, proposal
+        for candidate in slid(text, proposal):
+            owner = next(
+                (
+                    i
+                    for i, (lo, hi) in enumerate(regions)
+                    if lo <= candidate.start <= candidate.end <= hi
+                ),
+                None,
+            )
+            if owner is not None:
+                edit = candidate
+                break
         if owner is None:
             false_edits += 1
         else:

@@ -22,11 +22,12 @@ guess there, indentation and the lexer's rules (`_INERT`) do. Steps, each with i
    pattern grows to be exact: a keyword before a name is added before its calls (`await
    fetch(`), where the tree has one only where the same kind of node stands (a constructor's
    `A(`, not `new A(`); else the call or bracket around it with the name before it (`foo(1,
-   2)`); else the whole line (`def f(x):`), which then matches whole lines only. A place that
-   already reads as the new side is skipped. An old side of only punctuation and keywords
-   (`==` -> `!=`, `try` -> `if`) is propagated only as a comparison linters fix everywhere:
-   with the constant after it (`== None` -> `is None`) or into an identity after a call of the
-   same function (`type(a) == B` -> `type(a) is B`).
+   2)`, `function (key)`); else the whole line (`def f(x):`), which then matches whole lines
+   only; where there is a tree, only where the same kind of node stands as stood at the edited
+   place before the edit. A place that already reads as the new side is skipped. An old side
+   of only punctuation and keywords (`==` -> `!=`, `try` -> `if`) is propagated only as a
+   comparison linters fix everywhere: with the constant after it (`== None` -> `is None`) or
+   into an identity after a call of the same function (`type(a) == B` -> `type(a) is B`).
 3. Scope: the enclosing function (else block) from `blocks.enclosing_scope`. An edit on the
    block's header (a definition's name or parameters) reaches the whole document when the old
    tokens do not occur in the block's body (a renamed function: its callers are outside). A
@@ -51,9 +52,13 @@ guess there, indentation and the lexer's rules (`_INERT`) do. Steps, each with i
    `this.` uses (`_made_private`); tokens only added or only removed are anchored
    (`_anchored`): the same text on both sides of the edit point (back to the nearest name, to
    the called name inside brackets, to the whole group after a closed bracket, else the line's
-   start; forward to the nearest name, else the line's end), the same node kinds there where
-   the tree has them, in prose a token on both sides; whole lines inserted go between the
-   nearest other pair of the same two lines (`_lines_added`); whole lines removed (or a line's
+   start; forward to the nearest name, else the line's end, and for a deletion in code no
+   further than a string's opening quote, which must open there too), the same node kinds
+   there where the tree has them as at the edited place before the edit, in prose a token on
+   both sides, and for an insertion the same strings after it on the line; never inside a
+   word (`e` -> `exc` is a rename); whole lines inserted go between the nearest other pair
+   of the same two lines, the line after them a comment where it was one (`_lines_added`);
+   whole lines removed (or a line's
    content) are removed where the same lines stand again, at any depth (`_lines_removed`);
    an import line inserted that binds what another import line binds removes that one
    (`_import_moved`); a parameter removed from a definition removes its argument from the
@@ -103,6 +108,7 @@ from lsp_server.postprocess.syntax import (
     document_tree,
     error_rows,
     inert_spans,
+    tree_before,
 )
 
 #: Proposals returned at most: an editor shows one at a time and jumps to the next; more than
@@ -324,6 +330,11 @@ class _Substitution:
     # kind of node as the edited place (`A(` of a constructor, not of `new A(`). Not for other
     # tokens added or dropped: those change the edited place's nodes (`fn: fn` -> `fn`).
     shaped: bool = False
+    # Tokens added or dropped, a pattern grown to be exact (a call, a line): the edit itself
+    # (where, what it removed, what it inserted), so that where there is a tree, a match must
+    # be the node the pattern was at the edited place before the edit (a callback's
+    # `function (key)`, not a method's).
+    edit: tuple[int, str, str] | None = None
 
 
 def propagate(
@@ -503,7 +514,15 @@ def _node_shape(
     """For a keyword added before a call, where in the old side a token both sides share
     starts (its first, else the start of the shared end) and the kinds of the node starting
     there at the edited place, with its parent's; None where nothing is compared."""
-    if not sub.shaped or tree is None:
+    if tree is None:
+        return None
+    if sub.edit is not None and not sub.in_inert:
+        at, removed, inserted = sub.edit
+        old_text = text[:at] + removed + text[at + len(inserted) :]
+        before = tree_before(tree, text, at, inserted, removed)
+        byte = _Offsets(old_text).byte(sub.start, old_text)
+        return 0, _kinds(_starting(before.root_node, byte))[:2]
+    if not sub.shaped:
         return None
     prefix, suffix = common_affixes(sub.old, sub.new)
     if prefix:
@@ -664,7 +683,16 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
         if i == a and j == b:
             return None
         if _names_something(old, in_inert):
-            return _Substitution(i, j, old, new, False, in_inert, whole_line=whole_line)
+            return _Substitution(
+                i,
+                j,
+                old,
+                new,
+                False,
+                in_inert,
+                whole_line=whole_line,
+                edit=(a, group.removed, group.inserted),
+            )
         return None
     else:
         # A whole token that widening brought in on either side is shared, no part of the
@@ -776,8 +804,13 @@ def _exact_pattern(text: str, i: int, j: int, inert: _Inert) -> tuple[int, int, 
         closer = _closer(text, opener, j, line_hi, inert)
         if closer >= 0:
             start = opener
-            while start > line_lo and _WORD.match(text[start - 1]):
-                start -= 1
+            while start > line_lo and text[start - 1] in " \t":
+                start -= 1  # `function (key)`: its word is the group's, as a callee's is
+            if start == opener or _WORD.match(text[start - 1 : start]):
+                while start > line_lo and _WORD.match(text[start - 1]):
+                    start -= 1
+            else:
+                start = opener
             return start, closer + 1, False
     content = text[line_lo:line_hi]
     lead = len(content) - len(content.lstrip())
@@ -945,7 +978,7 @@ _KEPT_PATTERNS = 64
 #: Tokens an anchor takes at most on each side of an inserted or deleted text.
 _ANCHOR_TOKENS = 4
 #: Ancestors of the nodes at an anchor compared between the edited place and a candidate.
-_ANCHOR_DEPTH = 3
+_ANCHOR_DEPTH = 2
 
 
 def _anchored(
@@ -971,8 +1004,15 @@ def _anchored(
         return _lines_added(text, group, inert) if added else _lines_removed(text, group, inert)
     at = group.start
     after = group.end if added else group.start
+    old_text = text[:at] + group.removed + text[group.end :]
+    if (_WORD.match(piece[0]) and _WORD.match(old_text[at - 1 : at])) or (
+        _WORD.match(piece[-1]) and _WORD.match(old_text[at + len(group.removed) :][:1])
+    ):
+        return ()  # a word changed (`e` -> `exc`), a rename's business, not tokens added
     left = _left_anchor(text, at, inert)
-    right = _right_anchor(text, after)
+    # A deletion's removed text is its distinctive part; an insertion's place is found by
+    # its anchors alone, and a string after it is a statement repeated with its values.
+    right = _right_anchor(text, after, None if added else inert)
     if not added and not left[1] and not right[1]:
         return _lines_removed(text, group, inert)  # a line's content, its line left blank
     if not any(_WORD.match(t) and t not in _KEYWORDS for t in _TOKEN.findall(left[0] + right[0])):
@@ -983,9 +1023,21 @@ def _anchored(
         # docstring line is not due at every line ending in the same word.
         return ()
     pattern = left[0] + ("" if added else piece) + right[0]
+    string_after = _string_starts(inert, after + len(right[0]))
     offsets = _Offsets(text) if tree is not None else None
     sides = (bool(left[0].strip()), bool(right[0].strip()))
-    shape = _shape(tree, offsets, text, at, after, sides) if tree is not None else None
+    shape = None
+    if tree is not None:
+        # The edited place as it read before the edit, as the other places still read: an
+        # inserted `dyn ` made `error::Error` a trait object's, which it is not elsewhere yet.
+        shape = _shape(
+            tree_before(tree, text, at, added, group.removed),
+            _Offsets(old_text),
+            old_text,
+            at,
+            at + len(group.removed),
+            sides,
+        )
     found: list[tuple[int, int]] = []
     k = text.find(pattern)
     while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
@@ -1009,11 +1061,16 @@ def _anchored(
                 # Anchors holding a string are a statement repeated with its values (a test's
                 # `storage_class(foo="bar")`, given an argument in one test alone, measured on
                 # release diffs, bench/next_edit.py).
-                ok = not inert.touches(k, k + len(pattern))
+                # So is a line that goes on with other strings (`elif c == 'N'`, `'I'`, `'t'`).
+                ok = not inert.touches(k, k + len(pattern)) and _strings_after(
+                    text, inert, k + len(pattern)
+                ) == _strings_after(text, inert, after + len(right[0]))
             elif ok and not in_inert:
                 # A removed string is the distinctive part (`markdownit('full', x)`): whole
                 # strings may stand in the pattern, none cut by its ends or the point.
                 ok = not any(_cuts(inert, p) for p in (k, q, q_after, k + len(pattern)))
+        if ok and string_after:
+            ok = _string_starts(inert, k + len(pattern))
         if ok and shape is not None:
             ok = _shape(tree, offsets, text, q, q_after, sides) == shape
         if ok:
@@ -1099,17 +1156,43 @@ def _callee_start(text: str, line_start: int, at: int, inert: _Inert) -> int | N
     return None
 
 
-def _right_anchor(text: str, at: int) -> tuple[str, bool]:
+def _right_anchor(text: str, at: int, inert: _Inert | None = None) -> tuple[str, bool]:
     """The text after `at` up to its nearest name token on its line (`(str, True)`), else to
-    the line's end, blanks aside (`(str, False)`: it must end a line)."""
+    the line's end, blanks aside (`(str, False)`: it must end a line). From code, up to a
+    string's opening quote at most (given `inert`): what a string says is that place's value,
+    not the place (`.pos()` removed before `, "Unexpected ..."` is due before the other
+    messages)."""
     line_end = min(
         (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
     )
     tail = text[at:line_end]
+    in_code = inert is not None and inert.around(at, at) is None
     for n, match in enumerate(_TOKEN.finditer(tail), 1):
+        if in_code and inert is not None and _string_starts(inert, at + match.start()):
+            return tail[: match.start()], True
         if (_NAME.fullmatch(match[0]) and match[0] not in _KEYWORDS) or n == _ANCHOR_TOKENS:
             return tail[: match.end()], True
     return tail.rstrip(" \t"), False
+
+
+def _strings_after(text: str, inert: _Inert, at: int) -> list[str]:
+    """The string literals from `at` to its line's end."""
+    line_end = min(
+        (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
+    )
+    i = bisect.bisect_left(inert.starts, at)
+    found: list[str] = []
+    while i < len(inert.starts) and inert.starts[i] < line_end:
+        if inert.is_string(inert.starts[i], inert.ends[i]):
+            found.append(text[inert.starts[i] : inert.ends[i]])
+        i += 1
+    return found
+
+
+def _string_starts(inert: _Inert, at: int) -> bool:
+    """Whether a string literal opens at `at`."""
+    span = inert.around(at + 1, at + 1)
+    return span is not None and span[0] == at and inert.is_string(*span)
 
 
 def _line_start_at(text: str, k: int) -> bool:
@@ -1459,6 +1542,9 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
         return ()
     if not above.strip() or not anchor.strip():
         return ()  # a blank line is no anchor: the other line would be alone
+    # The line after may be a comment, the same comment (`# Custom type` over a group of
+    # fields); then it is one at the other place too, not the text of a string.
+    anchor_inert = inert.touches(at + n, at + n + len(anchor))
     found: list[int] = []
     k = text.find(anchor)
     while k >= 0 and len(found) < MAX_PROPOSALS:
@@ -1467,7 +1553,8 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
             and (k == 0 or text[k - 1] == "\n")
             and text.endswith(above, 0, k)
             and not text.endswith(lines, 0, k)
-            and not inert.touches(k, k + len(anchor))
+            and inert.touches(k, k + len(anchor)) == anchor_inert
+            and _in_code(inert, k - len(above), k)
         ):
             found.append(k)
         k = text.find(anchor, k + 1)
@@ -1649,8 +1736,6 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
     stand again, at any depth, whole (a comment where a comment was, code in code)."""
     at = group.start
     removed = group.removed
-    if inert.around(at, at) is not None:
-        return ()  # lines of a string or a block comment: the text's own business
     before = text[:at] + removed + text[at:]
     lo, hi = at, at + len(removed)
     whole = bool(_breaks(removed))
@@ -1663,6 +1748,10 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
                 return ()
             lo -= 1
         hi = lo + n - 1
+    if inert.around(lo, lo) is not None:
+        # Lines of a string or a block comment: the text's own business. Asked where the lines
+        # start: the history's diff may report them rotated from inside a string they hold.
+        return ()
     line_lo = before.rfind("\n", 0, lo) + 1
     line_hi = before.find("\n", hi)
     line_hi = len(before) if line_hi < 0 else line_hi

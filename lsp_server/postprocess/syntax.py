@@ -559,6 +559,30 @@ def document_tree(text: str, language_id: str) -> Tree | None:
     return tree
 
 
+def tree_before(tree: Tree, text: str, start: int, inserted: str, removed: str) -> Tree:
+    """The tree of `text` as it read before `inserted` (at `start`, code points) replaced
+    `removed`, re-parsed from a copy of `tree` (the document's, which stays as it is): the
+    code around an edit as it stood, to compare with places the edit has not reached."""
+    language = tree.language
+    parser = Parser(language)
+    source = text.encode("utf-8", "surrogatepass")
+    old_text = text[:start] + removed + text[start + len(inserted) :]
+    old = old_text.encode("utf-8", "surrogatepass")
+    begin = len(text[:start].encode("utf-8", "surrogatepass"))
+    new_end = begin + len(inserted.encode("utf-8", "surrogatepass"))
+    old_end = begin + len(removed.encode("utf-8", "surrogatepass"))
+    copy = tree.copy()
+    copy.edit(
+        start_byte=begin,
+        old_end_byte=new_end,
+        new_end_byte=old_end,
+        start_point=_point(source, begin),
+        old_end_point=_point(source, new_end),
+        new_end_point=_point(old, old_end),
+    )
+    return parser.parse(old, copy)
+
+
 def _point(source: bytes, offset: int) -> tuple[int, int]:
     """The (row, byte column) of a byte offset."""
     row = source.count(b"\n", 0, offset)

@@ -18,6 +18,7 @@ from bench._edits import (
     region,
     score,
     shifted,
+    slid,
     substitution,
     token_substitution,
 )
@@ -106,6 +107,37 @@ def _checks() -> list[tuple[str, bool]]:
                 [Edit(start=4, end=4, new_text="c\n")],
                 [Edit(start=3, end=3, new_text="\nc")],
             ).reproduced
+            == 1,
+        ),
+        (
+            "a line removed from a run of equal lines may be the one above the hunk's",
+            score(
+                "x\n#:\nA\n#:\ny\n",
+                "x\n#:\ny\n",
+                [Edit(start=2, end=7, new_text="")],
+                [Edit(start=5, end=10, new_text="")],
+            )
+            == Score(remaining=1, reproduced=1, reached=True, false_edits=0, edits=1, valid=True),
+        ),
+        (
+            "an insertion slides along the text it repeats, a replacement does not",
+            slid("aab", Edit(start=1, end=1, new_text="a"))
+            == [
+                Edit(start=1, end=1, new_text="a"),
+                Edit(start=0, end=0, new_text="a"),
+                Edit(start=2, end=2, new_text="a"),
+            ]
+            and slid("aab", Edit(start=1, end=2, new_text="c"))
+            == [Edit(start=1, end=2, new_text="c")],
+        ),
+        (
+            "a deletion elsewhere that gives other text stays a false edit",
+            score(
+                "x\n#:\nA\n#:\ny\n",
+                "x\n#:\ny\n",
+                [Edit(start=2, end=7, new_text="")],
+                [Edit(start=0, end=2, new_text="")],
+            ).false_edits
             == 1,
         ),
         (

@@ -375,6 +375,89 @@ KINDS = [
         "it('a', () => {\n  expect(h).toBe('application/json')\n})\n"
         "it('b', () => {\n  expect(h).toEqual(['application/json'])\n})\n",
     ),
+    (
+        "insertion, rust: a keyword that makes the type after it another kind of node",
+        "rust",
+        "rs",
+        "fn a() -> Result<(), Box<error::Error>> {\n    Ok(())\n}\n"
+        "fn b() -> Result<(), Box<error::Error>> {\n    Ok(())\n}\n"
+        "// fn c() -> Result<(), Box<error::Error>>\n",
+        ("fn a() -> Result<(), Box<error::Error>>", "fn a() -> Result<(), Box<dyn error::Error>>"),
+        "fn a() -> Result<(), Box<dyn error::Error>> {\n    Ok(())\n}\n"
+        "fn b() -> Result<(), Box<dyn error::Error>> {\n    Ok(())\n}\n"
+        "// fn c() -> Result<(), Box<error::Error>>\n",
+    ),
+    (
+        "insertion, python: a package before the same module, at any depth",
+        "python",
+        "py",
+        "from subcommands import tutorial001\n\n\ndef test_main():\n"
+        "    from subcommands.tutorial001 import main\n\n    main()\n"
+        "    assert out == 'from subcommands import x'\n",
+        ("from subcommands import", "from docs_src.subcommands import"),
+        "from docs_src.subcommands import tutorial001\n\n\ndef test_main():\n"
+        "    from docs_src.subcommands.tutorial001 import main\n\n    main()\n"
+        "    assert out == 'from subcommands import x'\n",
+    ),
+    (
+        "insertion, python: a line added above the same comment",
+        "python",
+        "py",
+        "def f(\n    a: int = 0,\n    hook: Callable = None,\n    # Custom type\n"
+        "    parser: int = 0,\n):\n    pass\n\n\ndef g(\n    b: int = 0,\n"
+        "    hook: Callable = None,\n    # Custom type\n    click_type: int = 0,\n):\n"
+        "    pass\n",
+        (
+            "hook: Callable = None,\n    # Custom type\n    parser",
+            "hook: Callable = None,\n    factory: Callable = None,\n    # Custom type\n    parser",
+        ),
+        "def f(\n    a: int = 0,\n    hook: Callable = None,\n    factory: Callable = None,\n"
+        "    # Custom type\n    parser: int = 0,\n):\n    pass\n\n\ndef g(\n    b: int = 0,\n"
+        "    hook: Callable = None,\n    factory: Callable = None,\n    # Custom type\n"
+        "    click_type: int = 0,\n):\n    pass\n",
+    ),
+    (
+        "deletion, java: a call removed before a message that differs at each place",
+        "java",
+        "java",
+        "class T {\n  void a() {\n"
+        '    errors.add(new ParseError(reader.pos(), "Unexpected %s", c));\n'
+        '    errors.add(new ParseError(reader.pos(), "Invalid reference"));\n'
+        '    log("new ParseError(reader.pos(), x");\n  }\n}\n',
+        ('ParseError(reader.pos(), "Unexpected', 'ParseError(reader, "Unexpected'),
+        "class T {\n  void a() {\n"
+        '    errors.add(new ParseError(reader, "Unexpected %s", c));\n'
+        '    errors.add(new ParseError(reader, "Invalid reference"));\n'
+        '    log("new ParseError(reader.pos(), x");\n  }\n}\n',
+    ),
+    (
+        "deletion, rust: a borrow removed before arrays of other strings",
+        "rust",
+        "rs",
+        "fn t() {\n"
+        '    Command::new("bash").args(&["--norc", "-c", source]).assert();\n'
+        '    Command::new("zsh").args(&["-c", source]).assert();\n'
+        '    let s = ".args(&[\\"-c\\"])";\n}\n',
+        ('args(&["--norc"', 'args(["--norc"'),
+        "fn t() {\n"
+        '    Command::new("bash").args(["--norc", "-c", source]).assert();\n'
+        '    Command::new("zsh").args(["-c", source]).assert();\n'
+        '    let s = ".args(&[\\"-c\\"])";\n}\n',
+    ),
+    (
+        "deletion, python: a line of strings removed from the same dict in each test",
+        "python",
+        "py",
+        "def test_a():\n    run(env={\n        **os.environ,\n"
+        '        "_TESTING": "True",\n        "_TEST_DISABLE": "True",\n    })\n\n\n'
+        "def test_b():\n    run(env={\n        **os.environ,\n"
+        '        "_TESTING": "True",\n        "_TEST_DISABLE": "True",\n    })\n',
+        ('        "_TESTING": "True",\n        "_TEST_DIS', '        "_TEST_DIS'),
+        "def test_a():\n    run(env={\n        **os.environ,\n"
+        '        "_TEST_DISABLE": "True",\n    })\n\n\n'
+        "def test_b():\n    run(env={\n        **os.environ,\n"
+        '        "_TEST_DISABLE": "True",\n    })\n',
+    ),
 ]
 
 
@@ -397,6 +480,39 @@ async def test_a_declaring_word_changed_in_one_declaration_proposes_nothing(
     """`let` -> `const` is that declaration's (the other `let`s may be reassigned), as a
     method made private is that method's."""
     document = Document(session, text, f"file:///e2e/kinds/declaring.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
+    assert edits == [], edits
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "text", "edit"),
+    [
+        (
+            "javascript",
+            "js",
+            "self.pkgConf = function (key) {\n  return key\n}\n"
+            "keys.forEach(function (key) {\n  use(key)\n})\n",
+            ("function (key) {\n  return", "function (key, path) {\n  return"),
+        ),
+        (
+            "python",
+            "py",
+            "def f(c, parse):\n    if not c:\n        pass\n    elif c == 'N':\n"
+            "        return 1\n    elif c == 'I':\n        return 2\n",
+            ("elif c == 'N'", "elif parse and c == 'N'"),
+        ),
+    ],
+    ids=["one function expression's parameter", "one case of a chain of string cases"],
+)
+async def test_an_insertion_at_a_look_alike_place_of_another_role_proposes_nothing(
+    session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
+) -> None:
+    """A parameter added to a method assigned as `function (key)` is not added to a callback
+    written the same way; a condition added to the `'N'` case of a chain is not added to the
+    `'I'` case: the values after it make each line its own case."""
+    document = Document(session, text, f"file:///e2e/kinds/look-alike.{suffix}", language)
     old, new = edit
     document.replace(old, new)
     edits = await document.next_edits(cursor=document.text.index(new) + len(new))
