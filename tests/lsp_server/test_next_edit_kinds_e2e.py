@@ -458,6 +458,40 @@ KINDS = [
         "def test_b():\n    run(env={\n        **os.environ,\n"
         '        "_TEST_DISABLE": "True",\n    })\n',
     ),
+    (
+        "replacement, javascript: a string that names a kind, in every function",
+        "javascript",
+        "js",
+        "function a(type) {\n  if (type !== 'sexpr') {\n    push(type)\n  }\n}\n"
+        "function b(type) {\n  return type === 'sexpr'\n}\n// 'sexpr' nodes\n",
+        ("type !== 'sexpr'", "type !== 'SubExpression'"),
+        "function a(type) {\n  if (type !== 'SubExpression') {\n    push(type)\n  }\n}\n"
+        "function b(type) {\n  return type === 'SubExpression'\n}\n// 'sexpr' nodes\n",
+    ),
+    (
+        "replacement, go: a string that names a kind, in every function",
+        "go",
+        "go",
+        'package p\n\nfunc a(t string) bool {\n\treturn t == "sexpr"\n}\n\n'
+        'func b(t string) bool {\n\tif t != "sexpr" {\n\t\treturn false\n\t}\n'
+        '\treturn true\n}\n\n// "sexpr" is a subexpression\n',
+        ('t == "sexpr"', 't == "SubExpression"'),
+        'package p\n\nfunc a(t string) bool {\n\treturn t == "SubExpression"\n}\n\n'
+        'func b(t string) bool {\n\tif t != "SubExpression" {\n\t\treturn false\n\t}\n'
+        '\treturn true\n}\n\n// "sexpr" is a subexpression\n',
+    ),
+    (
+        "replacement, java: a class renamed where it is imported, and at its uses",
+        "java",
+        "java",
+        "import com.google.protobuf.GeneratedMessage;\n\nclass T {\n"
+        "  void a() {\n    register(GeneratedMessage.class);\n  }\n"
+        '  // GeneratedMessage\n  String s = "GeneratedMessage";\n}\n',
+        ("protobuf.GeneratedMessage;", "protobuf.GeneratedMessageV3;"),
+        "import com.google.protobuf.GeneratedMessageV3;\n\nclass T {\n"
+        "  void a() {\n    register(GeneratedMessageV3.class);\n  }\n"
+        '  // GeneratedMessage\n  String s = "GeneratedMessage";\n}\n',
+    ),
 ]
 
 
@@ -503,8 +537,19 @@ async def test_a_declaring_word_changed_in_one_declaration_proposes_nothing(
             "        return 1\n    elif c == 'I':\n        return 2\n",
             ("elif c == 'N'", "elif parse and c == 'N'"),
         ),
+        (
+            "typescript",
+            "ts",
+            "const a = () => {\n  save(state)\n  setItem()\n}\n"
+            "const b = async () => {\n  await setItem()\n}\n",
+            ("  setItem()\n}\nconst b", "  void setItem()\n}\nconst b"),
+        ),
     ],
-    ids=["one function expression's parameter", "one case of a chain of string cases"],
+    ids=[
+        "one function expression's parameter",
+        "one case of a chain of string cases",
+        "void before a call that another keyword holds",
+    ],
 )
 async def test_an_insertion_at_a_look_alike_place_of_another_role_proposes_nothing(
     session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
