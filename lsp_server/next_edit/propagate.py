@@ -412,9 +412,12 @@ def _matches(
     if _retargeted(text, sub, reach):
         return []
     # 4. Matches.
-    # A class imported by its full name (Java's `import a.b.Name;`) is the bare `Name` below.
-    after_dot = text[sub.start - 1 : sub.start] == "." and not _IMPORTED_CLASS.match(
-        text, text.rfind("\n", 0, sub.start) + 1
+    # A class imported by its full name (Java's `import a.b.Name;`) is the bare `Name` below;
+    # a Go method declared is `x.Name` below.
+    receiver = _NAME.fullmatch(sub.old) is not None and _receiver_method(text, sub.start)
+    after_dot = receiver or (
+        text[sub.start - 1 : sub.start] == "."
+        and not _IMPORTED_CLASS.match(text, text.rfind("\n", 0, sub.start) + 1)
     )
     # A method renamed at its definition or at a call through `self.`: the other side too.
     method = _NAME.fullmatch(sub.old) is not None and (
@@ -438,6 +441,7 @@ def _matches(
             and (
                 (before == ".") == after_dot
                 or (method and (_own_attribute(text, at) or _method_definition(text, at)))
+                or (receiver and _receiver_method(text, at))
             )
             and not (starts_word and _WORD.match(before))
             and not (ends_word and _WORD.match(text[end : end + 1]))
@@ -911,6 +915,17 @@ def _line_content(text: str, at: int, end: int) -> bool:
 
 
 _DEFINITION = re.compile(r"(?<![\w.])def\s+\Z")
+
+
+#: A Go method's declaration up to its name: `func (mx *Mux) `.
+_RECEIVER_METHOD = re.compile(r"(?m:^)func\s*\([^()\n]*\)\s*\Z")
+
+
+def _receiver_method(text: str, at: int) -> bool:
+    """Whether the name at `at` is declared as a Go method (`func (mx *Mux) Chain(`): its
+    uses are `x.Chain`, never a bare `Chain`, which is another function."""
+    line_start = text.rfind("\n", 0, at) + 1
+    return _RECEIVER_METHOD.search(text, line_start, at) is not None
 
 
 def _own_attribute(text: str, at: int) -> bool:
@@ -1565,7 +1580,7 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
         if (
             k != at + n
             and (k == 0 or text[k - 1] == "\n")
-            and text.endswith(above, 0, k)
+            and _valued_alike(text[text.rfind("\n", 0, max(k - 1, 0)) + 1 : k], above)
             and not text.endswith(lines, 0, k)
             and inert.touches(k, k + len(anchor)) == anchor_inert
             and _in_code(inert, k - len(above), k)
@@ -1577,6 +1592,15 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
     # every place proposed, one more false edit and one hit fewer of 40 insertions).
     found.sort(key=lambda k: abs(k - at))
     return tuple(ProposedEdit(start=k, end=k, text=lines) for k in found[:1])
+
+
+_STRING_VALUE = re.compile(r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'""")
+
+
+def _valued_alike(line: str, other: str) -> bool:
+    """Whether two lines read the same but for the values of their strings (`app.Name =
+    "categories"` and `app.Name = "visible-categories"`: each test's setting of one field)."""
+    return line == other or _STRING_VALUE.sub('""', line) == _STRING_VALUE.sub('""', other)
 
 
 #: Tokens the old side of a change across lines must hold, and of them names or strings: a

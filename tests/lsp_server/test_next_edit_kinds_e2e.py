@@ -492,6 +492,18 @@ KINDS = [
         "  void a() {\n    register(GeneratedMessageV3.class);\n  }\n"
         '  // GeneratedMessage\n  String s = "GeneratedMessage";\n}\n',
     ),
+    (
+        "replacement, go: a method renamed where it is declared, at its calls, not at a function",
+        "go",
+        "go",
+        "package p\n\nfunc (mx *Mux) Chain(fns ...Middleware) Router {\n\treturn mx\n}\n\n"
+        "func (mx *Mux) Group(fn func(r Router)) Router {\n\tim := mx.Chain()\n\treturn im\n}\n\n"
+        "func (mx *Mux) handler() {\n\th := Chain(mx.middlewares...)\n\tuse(h)\n}\n",
+        ("func (mx *Mux) Chain(", "func (mx *Mux) With("),
+        "package p\n\nfunc (mx *Mux) With(fns ...Middleware) Router {\n\treturn mx\n}\n\n"
+        "func (mx *Mux) Group(fn func(r Router)) Router {\n\tim := mx.With()\n\treturn im\n}\n\n"
+        "func (mx *Mux) handler() {\n\th := Chain(mx.middlewares...)\n\tuse(h)\n}\n",
+    ),
 ]
 
 
@@ -599,6 +611,23 @@ async def test_a_half_typed_word_waits_until_the_cursor_leaves_it(session: Sessi
 # proposal has been taken in turn). Each is proposed at the nearest place; taking it proposes
 # the next. Strings and comments holding the old code are left as they are.
 TAKEN_IN_TURN = [
+    (
+        "lines added, go: after a setting whose string differs in each test",
+        "go",
+        "go",
+        'func TestA(t *testing.T) {\n\tapp := NewApp()\n\tapp.Name = "categories"\n'
+        "\tapp.Commands = []Command{}\n}\n\n"
+        'func TestB(t *testing.T) {\n\tapp := NewApp()\n\tapp.Name = "visible"\n'
+        "\tapp.Commands = []Command{}\n}\n",
+        (
+            '"categories"\n\tapp.Commands',
+            '"categories"\n\tapp.HideHelp = true\n\tapp.Commands',
+        ),
+        'func TestA(t *testing.T) {\n\tapp := NewApp()\n\tapp.Name = "categories"\n'
+        "\tapp.HideHelp = true\n\tapp.Commands = []Command{}\n}\n\n"
+        'func TestB(t *testing.T) {\n\tapp := NewApp()\n\tapp.Name = "visible"\n'
+        "\tapp.HideHelp = true\n\tapp.Commands = []Command{}\n}\n",
+    ),
     (
         "across lines, go: a statement wrapped in a guard at any depth",
         "go",
