@@ -66,7 +66,10 @@ guess there, indentation and the lexer's rules (`_INERT`) do. Steps, each with i
    statement end (`_statement_ends`, JavaScript and TypeScript); Java's type arguments
    removed from a constructor call go at its type's other constructor calls (`_diamond`); a
    trailing comma added after a multi-line list's last item, or removed before a closer on
-   its line, goes at the others (`_trailing_commas`).
+   its line, goes at the others (`_trailing_commas`); tokens removed that name something on
+   their own (`(object)`, `, baseUri`, `.Context()`) are removed where they stand in the same
+   kind of node, in a call's arguments the same function's, whatever their neighbours are
+   named (`_piece_removed`).
 7. Several names replaced in one change (a selection retyped, a multi-cursor edit) are split
    by a token diff into renames (`_split`), each propagated as in steps 3 to 5, only when the
    diff is nothing but two or more names each replaced everywhere by one new name.
@@ -375,6 +378,7 @@ def propagate(
                 or _diamond(text, group, inert, language_id)
                 or _modifier_dropped(text, group, tree, language_id)
                 or _trailing_commas(text, group, inert, tree)
+                or _piece_removed(text, group, inert, tree)
             )
     else:
         found_edits = _split(text, group, inert, tree, reverted)
@@ -1109,6 +1113,80 @@ def _anchored(
     return tuple(
         ProposedEdit(start=q, end=q_after, text=added) for q, q_after in found[:MAX_PROPOSALS]
     )
+
+
+def _piece_removed(
+    text: str, group: EditGroup, inert: _Inert, tree: Tree | None
+) -> tuple[ProposedEdit, ...]:
+    """Tokens removed that name something (`(object)` after a class's name, `, baseUri`
+    from a constructor's arguments, `.Context()` after an argument), removed where the same
+    tokens stand in the same kind of node, whatever their neighbours are named: the piece
+    itself is what is distinctive. By the tree only."""
+    piece = group.removed
+    if tree is None or group.inserted or _breaks(piece) or any(q in piece for q in _QUOTES):
+        return ()
+    tokens = _TOKEN.findall(piece)
+    if (
+        len(tokens) < 2
+        or not any(_NAME.fullmatch(t) and t not in _CONSTANTS for t in tokens)
+        or any(t in _KEYWORDS | _DECLARING_WORDS for t in tokens)
+    ):
+        return ()  # a keyword binds or declares (`except E as e`): that place's own
+    if re.fullmatch(r"\s*\.?\w+\.?\s*", piece):
+        # A qualifier (`flag.Value` -> `Value`) or a member (`main.call(` -> `main(`) is one
+        # of that name's: another name's `flag.Getter` or `current.call(` is not it.
+        return ()
+    at = group.start
+    if inert.around(at, at) is not None:
+        return ()
+    old_text = text[:at] + piece + text[at:]
+    if (_WORD.match(piece[0]) and _WORD.match(old_text[at - 1 : at])) or (
+        _WORD.match(piece[-1]) and _WORD.match(old_text[at + len(piece) : at + len(piece) + 1])
+    ):
+        return ()
+    before = tree_before(tree, text, at, "", piece)
+    old_offsets, offsets = _Offsets(old_text), _Offsets(text)
+
+    def shape(root: Node, lo: int, hi: int) -> tuple[str, ...]:
+        node = root.named_descendant_for_byte_range(lo, max(lo, hi - 1))
+        return _kinds(node)[:2]  # the node holding the piece, and what holds that
+
+    wanted = shape(
+        before.root_node,
+        old_offsets.byte(at, old_text),
+        old_offsets.byte(at + len(piece), old_text),
+    )
+    # In a call's arguments, the same function's calls: `.Context()` removed from one
+    # `chi.URLParam(r.Context(), ...)` is not due in `context.WithValue(r.Context(), ...)`.
+    callee = _callee(text, at, inert)
+    found: list[int] = []
+    k = text.find(piece)
+    while k >= 0 and len(found) < MAX_PROPOSALS:
+        end = k + len(piece)
+        if (
+            _callee(text, k, inert) == callee
+            and not (_WORD.match(piece[0]) and _WORD.match(text[k - 1 : k]))
+            and not (_WORD.match(piece[-1]) and _WORD.match(text[end : end + 1]))
+            and not inert.touches(k, end)
+            and shape(tree.root_node, offsets.byte(k, text), offsets.byte(end, text)) == wanted
+        ):
+            found.append(k)
+        k = text.find(piece, k + 1)
+    found.sort(key=lambda k: abs(k - at))
+    return tuple(ProposedEdit(start=k, end=k + len(piece), text="") for k in found)
+
+
+_DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+
+
+def _callee(text: str, at: int, inert: _Inert) -> str | None:
+    """The called name whose bracket is open at `at` on its line (`chi.URLParam`), if any."""
+    line_start = text.rfind("\n", 0, at) + 1
+    start = _callee_start(text, line_start, at, inert)
+    if start is None:
+        return None
+    name = _DOTTED.match(text, start)
+    return name[0] if name else None
 
 
 def _in_code(inert: _Inert, lo: int, hi: int) -> bool:

@@ -504,6 +504,46 @@ KINDS = [
         "func (mx *Mux) Group(fn func(r Router)) Router {\n\tim := mx.With()\n\treturn im\n}\n\n"
         "func (mx *Mux) handler() {\n\th := Chain(mx.middlewares...)\n\tuse(h)\n}\n",
     ),
+    (
+        "deletion, python: a base removed from each class, whatever the class is named",
+        "python",
+        "py",
+        "def test_handlers():\n    class Foo(object):\n        pass\n\n"
+        "    class Bar(object):\n        pass\n\n    register(Foo, Bar, object)\n"
+        '    doc = "class Baz(object)"\n',
+        ("class Foo(object):", "class Foo:"),
+        "def test_handlers():\n    class Foo:\n        pass\n\n"
+        "    class Bar:\n        pass\n\n    register(Foo, Bar, object)\n"
+        '    doc = "class Baz(object)"\n',
+    ),
+    (
+        "deletion, go: a call removed from an argument of the same function only",
+        "go",
+        "go",
+        "package p\n\nfunc h(w http.ResponseWriter, r *http.Request) {\n"
+        '\tid := chi.URLParam(r.Context(), "articleID")\n'
+        '\tctx := context.WithValue(r.Context(), "article", id)\n'
+        '\tlog(chi.URLParam(r.Context(), "userID"))\n\tnext(ctx)\n}\n',
+        ('chi.URLParam(r.Context(), "articleID")', 'chi.URLParam(r, "articleID")'),
+        "package p\n\nfunc h(w http.ResponseWriter, r *http.Request) {\n"
+        '\tid := chi.URLParam(r, "articleID")\n'
+        '\tctx := context.WithValue(r.Context(), "article", id)\n'
+        '\tlog(chi.URLParam(r, "userID"))\n\tnext(ctx)\n}\n',
+    ),
+    (
+        "deletion, java: an argument removed from the same constructor's calls",
+        "java",
+        "java",
+        "class B {\n  void a(Token t) {\n"
+        "    Comment c = new Comment(t.getData(), baseUri);\n  }\n"
+        "  void b(Token t) {\n    node = new Comment(other.getData(), baseUri);\n"
+        "    link = new Link(t.getData(), baseUri);\n  }\n}\n",
+        ("new Comment(t.getData(), baseUri)", "new Comment(t.getData())"),
+        "class B {\n  void a(Token t) {\n"
+        "    Comment c = new Comment(t.getData());\n  }\n"
+        "  void b(Token t) {\n    node = new Comment(other.getData());\n"
+        "    link = new Link(t.getData(), baseUri);\n  }\n}\n",
+    ),
 ]
 
 
