@@ -544,6 +544,46 @@ KINDS = [
         "  void b(Token t) {\n    node = new Comment(other.getData());\n"
         "    link = new Link(t.getData(), baseUri);\n  }\n}\n",
     ),
+    (
+        "insertion, rust: an argument added last to the same function's calls",
+        "rust",
+        "rs",
+        "fn run(cli: Cli) {\n    if cli.sort {\n"
+        "        printer.print_results(languages.into_iter())?;\n    } else {\n"
+        "        printer.print_results(languages.iter())?;\n    }\n"
+        "    printer.print_total(languages.iter())?;\n"
+        "    printer.print_results(a.iter(), b)?;\n}\n",
+        (
+            "print_results(languages.into_iter())",
+            "print_results(languages.into_iter(), cli.compact)",
+        ),
+        "fn run(cli: Cli) {\n    if cli.sort {\n"
+        "        printer.print_results(languages.into_iter(), cli.compact)?;\n    } else {\n"
+        "        printer.print_results(languages.iter(), cli.compact)?;\n    }\n"
+        "    printer.print_total(languages.iter())?;\n"
+        "    printer.print_results(a.iter(), b)?;\n}\n",
+    ),
+    (
+        "insertion, javascript: an argument added last to the same function's calls",
+        "javascript",
+        "js",
+        "function load(key, cwd, obj) {\n  key = applyExtends(key, cwd)\n"
+        "  obj = applyExtends(obj[key], rootPath || cwd)\n  other(obj[key], cwd)\n}\n",
+        ("applyExtends(key, cwd)", "applyExtends(key, cwd, deep)"),
+        "function load(key, cwd, obj) {\n  key = applyExtends(key, cwd, deep)\n"
+        "  obj = applyExtends(obj[key], rootPath || cwd, deep)\n  other(obj[key], cwd)\n}\n",
+    ),
+    (
+        "insertion, python: an argument added first to the same function's calls",
+        "python",
+        "py",
+        "def f(a, b):\n    node = ProgramNode([a], {})\n    other = ProgramNode(b, c)\n"
+        "    more = ProgramNode(b, c, d)\n    ProgramNodes([a], {})\n",
+        ("node = ProgramNode([a], {})", "node = ProgramNode(None, [a], {})"),
+        "def f(a, b):\n    node = ProgramNode(None, [a], {})\n"
+        "    other = ProgramNode(None, b, c)\n"
+        "    more = ProgramNode(b, c, d)\n    ProgramNodes([a], {})\n",
+    ),
 ]
 
 
@@ -596,11 +636,19 @@ async def test_a_declaring_word_changed_in_one_declaration_proposes_nothing(
             "const b = async () => {\n  await setItem()\n}\n",
             ("  setItem()\n}\nconst b", "  void setItem()\n}\nconst b"),
         ),
+        (
+            "python",
+            "py",
+            'def test_a():\n    d = storage_class(foo="bar")\n\n\n'
+            'def test_b():\n    d = storage_class(foo="baz")\n',
+            ('storage_class(foo="bar")', 'storage_class(foo="bar", baz=None)'),
+        ),
     ],
     ids=[
         "one function expression's parameter",
         "one case of a chain of string cases",
         "void before a call that another keyword holds",
+        "an argument by keyword added to one call",
     ],
 )
 async def test_an_insertion_at_a_look_alike_place_of_another_role_proposes_nothing(
