@@ -71,6 +71,8 @@ guess there, indentation and the lexer's rules (`_INERT`) do. Steps, each with i
    kind of node, in a call's arguments the same function's, whatever their neighbours are
    named (`_piece_removed`); an argument added first or last to a call is added at the same
    end of that function's other calls with as many arguments (`_argument_added`).
+   Rust's format arguments written into their string (`"{}", x` -> `"{x}"`) are written so
+   at the document's other format calls (`_format_args_inlined`).
 7. Several names replaced in one change (a selection retyped, a multi-cursor edit) are split
    by a token diff into renames (`_split`), each propagated as in steps 3 to 5, only when the
    diff is nothing but two or more names each replaced everywhere by one new name.
@@ -384,7 +386,9 @@ def propagate(
                 or _piece_removed(text, group, inert, tree)
             )
     else:
-        found_edits = _split(text, group, inert, tree, reverted)
+        found_edits = _format_args_inlined(text, group, inert, language_id) or _split(
+            text, group, inert, tree, reverted
+        )
     if found_edits or not group.removed or not group.inserted:
         return found_edits
     if _breaks(group.removed) != _breaks(group.inserted):
@@ -1190,6 +1194,56 @@ def _callee(text: str, at: int, inert: _Inert) -> str | None:
         return None
     name = _DOTTED.match(text, start)
     return name[0] if name else None
+
+
+#: A Rust format string and the plain names it formats, to its call's end: `"{}: {}", a, b)`.
+_FORMAT_ARGS = re.compile(r'"((?:[^"\\\n]|\\.)*)"((?:\s*,\s*[A-Za-z_]\w*)+)\s*(?=\))')
+
+
+#: Stands for a format string's escaped `{{` while its `{}`s are found.
+_ESCAPED_BRACE = "\ue000"
+
+
+def _inlined(match: re.Match[str]) -> str | None:
+    """The format string of `match` with its names written in its `{}`s (`"{a}: {b}"`);
+    None where the placeholders and the names do not pair up."""
+    names = [name.strip() for name in match[2].split(",")[1:]]
+    parts = match[1].replace("{{", _ESCAPED_BRACE).split("{}")
+    if len(parts) != len(names) + 1 or "{" in match[1].replace("{{", "").replace("{}", ""):
+        return None
+    body = parts[0] + "".join(f"{{{n}}}" + part for n, part in zip(names, parts[1:], strict=True))
+    return '"' + body.replace(_ESCAPED_BRACE, "{{") + '"'
+
+
+def _format_args_inlined(
+    text: str, group: EditGroup, inert: _Inert, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """Rust's format arguments written into the string (`println!("{}", x)` ->
+    `println!("{x}")`, the fix Clippy's `uninlined_format_args` asks for at every such call):
+    made at the document's other format strings whose `{}`s take plain names."""
+    if language_id != "rust":
+        return ()
+    line_lo = text.rfind("\n", 0, group.start) + 1
+    line_hi = text.find("\n", group.end)
+    line_hi = len(text) if line_hi < 0 else line_hi
+    new_line = text[line_lo:line_hi]
+    old_line = text[line_lo : group.start] + group.removed + text[group.end : line_hi]
+    if not any(
+        (inlined := _inlined(m)) is not None
+        and old_line[: m.start()] + inlined + old_line[m.end() :] == new_line
+        for m in _FORMAT_ARGS.finditer(old_line)
+    ):
+        return ()
+    found: list[ProposedEdit] = []
+    for match in _FORMAT_ARGS.finditer(text):
+        inlined = _inlined(match)
+        if inlined is None or line_lo <= match.start() <= line_hi:
+            continue
+        if not inert.is_string(match.start(), match.start(1) + len(match[1]) + 1):
+            continue
+        found.append(ProposedEdit(start=match.start(), end=match.end(), text=inlined))
+    found.sort(key=lambda e: abs(e.start - group.start))
+    return tuple(found[:MAX_PROPOSALS])
 
 
 def _in_code(inert: _Inert, lo: int, hi: int) -> bool:

@@ -584,6 +584,18 @@ KINDS = [
         "    other = ProgramNode(None, b, c)\n"
         "    more = ProgramNode(b, c, d)\n    ProgramNodes([a], {})\n",
     ),
+    (
+        "replacement, rust: format arguments written into the string, at every format call",
+        "rust",
+        "rs",
+        'fn f(selection: &str, a: u8, b: u8, c: u8) {\n    print!("{}", selection);\n'
+        '    let s = format!("{} of {}", a, b);\n    let t = format!("{:?}", c);\n'
+        '    // print!("{}", x);\n}\n',
+        ('print!("{}", selection)', 'print!("{selection}")'),
+        'fn f(selection: &str, a: u8, b: u8, c: u8) {\n    print!("{selection}");\n'
+        '    let s = format!("{a} of {b}");\n    let t = format!("{:?}", c);\n'
+        '    // print!("{}", x);\n}\n',
+    ),
 ]
 
 
