@@ -670,9 +670,9 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
         old = text[i:a] + group.removed + text[b:j]
         return _Substitution(i, j, old, text[i:j], in_string=True, in_inert=True)
     i, j = a, b
-    while i > 0 and _WORD.match(text[i - 1]):
+    while i > 0 and (_WORD.match(text[i - 1]) or (in_inert and _hyphen(text, i - 1))):
         i -= 1
-    while j < len(text) and _WORD.match(text[j]):
+    while j < len(text) and (_WORD.match(text[j]) or (in_inert and _hyphen(text, j))):
         j += 1
     old, new = text[i:a] + group.removed + text[b:j], text[i:j]
     old_tokens, new_tokens = _TOKEN.findall(old), _TOKEN.findall(new)
@@ -731,6 +731,17 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     if not _names_something(old, in_inert):
         return None if in_inert else _operator(text, i, j, old, inert)
     return _Substitution(i, j, old, new, in_string=False, in_inert=in_inert)
+
+
+def _hyphen(text: str, k: int) -> bool:
+    """Whether `text[k]` is a hyphen between two words: in prose, `files-without-matches` (an
+    option's name) is one word, not `matches`."""
+    return (
+        text[k] == "-"
+        and k > 0
+        and _WORD.match(text[k - 1]) is not None
+        and _WORD.match(text[k + 1 : k + 2]) is not None
+    )
 
 
 def _operator(text: str, i: int, j: int, old: str, inert: _Inert) -> _Substitution | None:

@@ -596,6 +596,28 @@ KINDS = [
         '    let s = format!("{a} of {b}");\n    let t = format!("{:?}", c);\n'
         '    // print!("{}", x);\n}\n',
     ),
+    (
+        "replacement in prose, rust: a hyphenated option's name is one word",
+        "rust",
+        "rs",
+        "/// --count, --files-with-matches and --files-without-matches show no matches.\n"
+        "fn skip() {}\n\n/// With --files-without-matches we stop at the first match.\n"
+        "fn quit() {}\n",
+        ("and --files-without-matches", "and --files-without-match"),
+        "/// --count, --files-with-matches and --files-without-match show no matches.\n"
+        "fn skip() {}\n\n/// With --files-without-match we stop at the first match.\n"
+        "fn quit() {}\n",
+    ),
+    (
+        "replacement in prose, python: a hyphenated option's name is one word",
+        "python",
+        "py",
+        'def skip():\n    """With --files-without-matches, no matches are shown."""\n\n\n'
+        'def quit():\n    """--files-with-matches or --files-without-matches: stop."""\n',
+        ("With --files-without-matches", "With --files-without-match"),
+        'def skip():\n    """With --files-without-match, no matches are shown."""\n\n\n'
+        'def quit():\n    """--files-with-matches or --files-without-match: stop."""\n',
+    ),
 ]
 
 
