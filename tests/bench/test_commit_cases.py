@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench._commit_cases import (
+    FIFTH,
     FOURTH,
     MAX_HUNKS,
     MIN_HUNKS,
@@ -295,7 +296,9 @@ def test_every_kind_is_in_the_tuning_part() -> None:
     assert set(kinds) == set(CaseKind), kinds
 
 
-@pytest.mark.parametrize("folder", [SECOND, THIRD, FOURTH], ids=["second", "third", "fourth"])
+@pytest.mark.parametrize(
+    "folder", [SECOND, THIRD, FOURTH, FIFTH], ids=["second", "third", "fourth", "fifth"]
+)
 @pytest.mark.parametrize("language", list(Language), ids=str)
 def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
     language: Language, folder: Path
@@ -308,7 +311,7 @@ def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
     first = {c.repository for c in load(Split.TUNING, [language])}
     first |= {
         c.repository
-        for f in (SECOND, THIRD, FOURTH)
+        for f in (SECOND, THIRD, FOURTH, FIFTH)
         if f != folder
         for c in load(Split.HELDOUT, [language], f)
     }
