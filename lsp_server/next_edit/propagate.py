@@ -1056,9 +1056,7 @@ def _anchored(
     at = group.start
     after = group.end if added else group.start
     old_text = text[:at] + group.removed + text[group.end :]
-    if (_WORD.match(piece[0]) and _WORD.match(old_text[at - 1 : at])) or (
-        _WORD.match(piece[-1]) and _WORD.match(old_text[at + len(group.removed) :][:1])
-    ):
+    if _joins_word(old_text, at, at + len(group.removed), piece):
         return ()  # a word changed (`e` -> `exc`), a rename's business, not tokens added
     left = _left_anchor(text, at, inert)
     # A deletion's removed text is its distinctive part; an insertion's place is found by
@@ -1133,6 +1131,15 @@ def _anchored(
     )
 
 
+def _joins_word(old_text: str, lo: int, hi: int, piece: str) -> bool:
+    """Whether `piece`, added or removed where `old_text[lo:hi]` stands, runs into a word on
+    either side: part of a word changed, not tokens."""
+    return bool(
+        (_WORD.match(piece[0]) and _WORD.match(old_text[lo - 1 : lo]))
+        or (_WORD.match(piece[-1]) and _WORD.match(old_text[hi : hi + 1]))
+    )
+
+
 def _piece_removed(
     text: str, group: EditGroup, inert: _Inert, tree: Tree | None
 ) -> tuple[ProposedEdit, ...]:
@@ -1158,9 +1165,7 @@ def _piece_removed(
     if inert.around(at, at) is not None:
         return ()
     old_text = text[:at] + piece + text[at:]
-    if (_WORD.match(piece[0]) and _WORD.match(old_text[at - 1 : at])) or (
-        _WORD.match(piece[-1]) and _WORD.match(old_text[at + len(piece) : at + len(piece) + 1])
-    ):
+    if _joins_word(old_text, at, at + len(piece), piece):
         return ()
     before = tree_before(tree, text, at, "", piece)
     old_offsets, offsets = _Offsets(old_text), _Offsets(text)
@@ -1179,7 +1184,7 @@ def _piece_removed(
     callee = _callee(text, at, inert)
     found: list[int] = []
     k = text.find(piece)
-    while k >= 0 and len(found) < MAX_PROPOSALS:
+    while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
         end = k + len(piece)
         if (
             _callee(text, k, inert) == callee
@@ -1191,7 +1196,7 @@ def _piece_removed(
             found.append(k)
         k = text.find(piece, k + 1)
     found.sort(key=lambda k: abs(k - at))
-    return tuple(ProposedEdit(start=k, end=k + len(piece), text="") for k in found)
+    return tuple(ProposedEdit(start=k, end=k + len(piece), text="") for k in found[:MAX_PROPOSALS])
 
 
 _DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")

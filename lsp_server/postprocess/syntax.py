@@ -545,16 +545,7 @@ def document_tree(text: str, language_id: str) -> Tree | None:
         prefix, suffix = common_affixes(old_text, text)
         start = len(text[:prefix].encode("utf-8", "surrogatepass"))
         tail = len(text[len(text) - suffix :].encode("utf-8", "surrogatepass"))
-        old_end, new_end = len(old) - tail, len(source) - tail
-        old_tree.edit(
-            start_byte=start,
-            old_end_byte=old_end,
-            new_end_byte=new_end,
-            start_point=_point(source, start),
-            old_end_point=_point(old, old_end),
-            new_end_point=_point(source, new_end),
-        )
-        tree = parser.parse(source, old_tree)
+        tree = _reparsed(parser, old_tree, old, source, start, len(old) - tail, len(source) - tail)
     _DOCUMENT_TREES[name] = (text, source, tree)
     return tree
 
@@ -563,24 +554,29 @@ def tree_before(tree: Tree, text: str, start: int, inserted: str, removed: str) 
     """The tree of `text` as it read before `inserted` (at `start`, code points) replaced
     `removed`, re-parsed from a copy of `tree` (the document's, which stays as it is): the
     code around an edit as it stood, to compare with places the edit has not reached."""
-    language = tree.language
-    parser = Parser(language)
     source = text.encode("utf-8", "surrogatepass")
     old_text = text[:start] + removed + text[start + len(inserted) :]
     old = old_text.encode("utf-8", "surrogatepass")
     begin = len(text[:start].encode("utf-8", "surrogatepass"))
-    new_end = begin + len(inserted.encode("utf-8", "surrogatepass"))
-    old_end = begin + len(removed.encode("utf-8", "surrogatepass"))
-    copy = tree.copy()
-    copy.edit(
-        start_byte=begin,
-        old_end_byte=new_end,
-        new_end_byte=old_end,
-        start_point=_point(source, begin),
-        old_end_point=_point(source, new_end),
-        new_end_point=_point(old, old_end),
+    in_text = begin + len(inserted.encode("utf-8", "surrogatepass"))
+    in_old = begin + len(removed.encode("utf-8", "surrogatepass"))
+    return _reparsed(Parser(tree.language), tree.copy(), source, old, begin, in_text, in_old)
+
+
+def _reparsed(
+    parser: Parser, tree: Tree, before: bytes, after: bytes, start: int, old_end: int, new_end: int
+) -> Tree:
+    """`after` parsed from `tree`, the tree of `before` (edited in place): `before[start:
+    old_end]` became `after[start:new_end]`; tree-sitter reuses the unchanged subtrees."""
+    tree.edit(
+        start_byte=start,
+        old_end_byte=old_end,
+        new_end_byte=new_end,
+        start_point=_point(after, start),
+        old_end_point=_point(before, old_end),
+        new_end_point=_point(after, new_end),
     )
-    return parser.parse(old, copy)
+    return parser.parse(after, tree)
 
 
 def _point(source: bytes, offset: int) -> tuple[int, int]:
