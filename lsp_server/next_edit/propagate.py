@@ -101,6 +101,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from functools import cached_property
 from itertools import accumulate
 
 from tree_sitter import Node, Tree
@@ -125,6 +126,8 @@ _WORD = re.compile(r"\w")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _NAME = re.compile(r"[^\W\d]\w*")
 _QUOTES = "\"'`"
+#: A string literal in double or single quotes on one line, escapes and all (by text, not tree).
+_QUOTED = r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'"""
 #: A string literal that is one name of two letters or more, its prefix aside.
 _SYMBOL = re.compile(r"""(?:[A-Za-z]{0,2})(["'`])[^\W\d]\w+\1""")
 
@@ -316,6 +319,31 @@ class _Offsets:
         return char if not self.bytes_at else len(text[:char].encode("utf-8", "surrogatepass"))
 
 
+class _Before:
+    """The document as it read before the edit group, its offsets and its tree, each made once
+    when first asked for: the places the edit has not reached still read so, and the rules
+    that compare them with the edited place share one re-parse."""
+
+    def __init__(self, text: str, group: EditGroup, tree: Tree | None) -> None:
+        self._now, self._group, self._now_tree = text, group, tree
+
+    @cached_property
+    def text(self) -> str:
+        group = self._group
+        return self._now[: group.start] + group.removed + self._now[group.end :]
+
+    @cached_property
+    def offsets(self) -> _Offsets:
+        return _Offsets(self.text)
+
+    @cached_property
+    def tree(self) -> Tree | None:
+        if self._now_tree is None:
+            return None
+        group = self._group
+        return tree_before(self._now_tree, self._now, group.start, group.inserted, group.removed)
+
+
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 #: A string literal's prefix letters (`br"`, `f'`, `u8"`, `r#"`), which the tree counts as the
 #: string's: a change of `br` to `rb` is a change of code.
@@ -338,11 +366,10 @@ class _Substitution:
     # kind of node as the edited place, held by the same kind (`A(` of a constructor, not of
     # `new A(`).
     shaped: bool = False
-    # Tokens added or dropped, a pattern grown to be exact (a call, a line): the edit itself
-    # (where, what it removed, what it inserted), so that where there is a tree, a match must
-    # be the node the pattern was at the edited place before the edit (a callback's
-    # `function (key)`, not a method's).
-    edit: tuple[int, str, str] | None = None
+    # Tokens added or dropped, a pattern grown to be exact (a call, a line): where there is a
+    # tree, a match must be the node the pattern was at the edited place before the edit (a
+    # callback's `function (key)`, not a method's).
+    exact: bool = False
 
 
 def propagate(
@@ -362,16 +389,17 @@ def propagate(
         return ()
     tree = document_tree(text, language_id) if language_id else None
     inert = _Inert.of(text, tree, language_id)
+    before = _Before(text, group, tree)
     # 2. Whole tokens, an exact pattern.
     sub = _substitution(text, group, inert)
     if sub is not None and (sub.old, sub.new) not in reverted:
-        found = _matches(text, sub, inert, tree)
+        found = _matches(text, sub, inert, tree, before)
         if found:
             return _proposed(sub, found, sub.start)
     # Steps 6 and 7: what the substitution leaves silent.
     if not group.removed or not group.inserted:
         found_edits = _made_private(text, group, inert, language_id) or _anchored(
-            text, group, inert, tree, reverted
+            text, group, inert, tree, before, reverted
         )
         if not found_edits and not group.inserted and group.substitution not in reverted:
             found_edits = _arguments_dropped(text, group, tree)
@@ -383,7 +411,7 @@ def propagate(
                 or _diamond(text, group, inert, language_id)
                 or _modifier_dropped(text, group, tree, language_id)
                 or _trailing_commas(text, group, inert, tree)
-                or _piece_removed(text, group, inert, tree)
+                or _piece_removed(text, group, inert, tree, before)
             )
     else:
         found_edits = _format_args_inlined(text, group, inert, language_id) or _split(
@@ -399,7 +427,7 @@ def propagate(
 
 
 def _matches(
-    text: str, sub: _Substitution, inert: _Inert, tree: Tree | None
+    text: str, sub: _Substitution, inert: _Inert, tree: Tree | None, unedited: _Before | None = None
 ) -> list[tuple[int, int]]:
     """Steps 3 and 4: where `sub.old` stands again, in its scope."""
     # 3. Scope.
@@ -440,7 +468,7 @@ def _matches(
     # A place that already reads as the new side (`await fetch(` when `await` was added).
     added_before = sub.new[: -len(sub.old)] if sub.new.endswith(sub.old) else ""
     added_after = sub.new[len(sub.old) :] if sub.new.startswith(sub.old) else ""
-    shape = _node_shape(text, sub, tree)
+    shape = _node_shape(sub, unedited)
     offsets = _Offsets(text) if shape is not None else None
     found: list[tuple[int, int]] = []
     at = text.find(sub.old, lo, hi)
@@ -531,16 +559,14 @@ def _retargeted(text: str, sub: _Substitution, reach: _Reach) -> bool:
     )
 
 
-def _node_shape(
-    text: str, sub: _Substitution, tree: Tree | None
-) -> tuple[int, tuple[str, ...]] | None:
+def _node_shape(sub: _Substitution, before: _Before | None) -> tuple[int, tuple[str, ...]] | None:
     """For a pattern grown to be exact, where in the old side its node starts (for a keyword
     added before a call, where a token both sides share starts: its first, else the start of
     the shared end) and the kinds of the node starting there at the edited place before the
     edit, with its parent's (and for a call, the parent's parent); None where nothing is
     compared."""
-    if tree is None or sub.edit is None or sub.in_inert:
-        return None
+    if sub.in_inert or not (sub.shaped or sub.exact) or before is None or before.tree is None:
+        return None  # the tree before the edit is parsed only for a pattern that needs it
     in_old, depth = 0, 2
     if sub.shaped:
         # A keyword before a call: the call, with what holds it (`void setItem()` is not due
@@ -549,11 +575,8 @@ def _node_shape(
         if not prefix and not suffix:
             return None
         in_old, depth = (0 if prefix else len(sub.old) - suffix), 3
-    at, removed, inserted = sub.edit
-    old_text = text[:at] + removed + text[at + len(inserted) :]
-    before = tree_before(tree, text, at, inserted, removed)
-    byte = _Offsets(old_text).byte(sub.start + in_old, old_text)
-    return in_old, _kinds(_starting(before.root_node, byte))[:depth]
+    byte = before.offsets.byte(sub.start + in_old, before.text)
+    return in_old, _kinds(_starting(before.tree.root_node, byte))[:depth]
 
 
 def _still_used(
@@ -697,25 +720,14 @@ def _substitution(text: str, group: EditGroup, inert: _Inert) -> _Substitution |
     ):
         j += 1  # a keyword before a call (`await fetch(`): the pattern is the call
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
-        return _Substitution(
-            i, j, old, new, False, in_inert, shaped=True, edit=(a, group.removed, group.inserted)
-        )
+        return _Substitution(i, j, old, new, False, in_inert, shaped=True)
     elif adds or drops or (old in _CONSTANTS and not in_inert):
         i, j, whole_line = _exact_pattern(text, i, j, inert)
         old, new = text[i:a] + group.removed + text[b:j], text[i:j]
         if i == a and j == b:
             return None
         if _names_something(old, in_inert):
-            return _Substitution(
-                i,
-                j,
-                old,
-                new,
-                False,
-                in_inert,
-                whole_line=whole_line,
-                edit=(a, group.removed, group.inserted),
-            )
+            return _Substitution(i, j, old, new, False, in_inert, whole_line=whole_line, exact=True)
         return None
     else:
         # A whole token that widening brought in on either side is shared, no part of the
@@ -762,7 +774,8 @@ def _operator(text: str, i: int, j: int, old: str, inert: _Inert) -> _Substituti
 
 
 #: The (dotted) name of a called function, right before its opening bracket.
-_CALLED = re.compile(r"(?<![\w.])(?:[^\W\d]\w*\.)*[^\W\d]\w*\Z")
+_DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+_CALLED = re.compile(rf"(?<![\w.]){_DOTTED.pattern}\Z")
 
 #: A constant right after an operator, on its line.
 _CONSTANT_AFTER = re.compile(rf"[ \t]*(?:{'|'.join(sorted(_CONSTANTS))})(?!\w)")
@@ -821,9 +834,7 @@ def _exact_pattern(text: str, i: int, j: int, inert: _Inert) -> tuple[int, int, 
     before the opener; else to the line's content (step 2). The third value: whether it is
     the line's content."""
     line_lo = max(text.rfind("\n", 0, i), text.rfind("\r", 0, i)) + 1
-    line_hi = min(
-        (k for k in (text.find("\n", j), text.find("\r", j)) if k >= 0), default=len(text)
-    )
+    line_hi = _line_end(text, j)
     depth, opener = 0, -1
     for k in range(i - 1, line_lo - 1, -1):
         char = text[k]
@@ -930,9 +941,7 @@ def _scope(text: str, sub: _Substitution, tree: Tree | None) -> _Reach:
 def _line_content(text: str, at: int, end: int) -> bool:
     """Whether `text[at:end]` is all of its line but the indentation and trailing blanks."""
     line_start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at)) + 1
-    line_end = min(
-        (k for k in (text.find("\n", end), text.find("\r", end)) if k >= 0), default=len(text)
-    )
+    line_end = _line_end(text, end)
     return not text[line_start:at].strip() and not text[end:line_end].strip()
 
 
@@ -1037,6 +1046,7 @@ def _anchored(
     group: EditGroup,
     inert: _Inert,
     tree: Tree | None,
+    before: _Before,
     reverted: frozenset[tuple[str, str]],
 ) -> tuple[ProposedEdit, ...]:
     """Step 6: tokens only added (`await `, `;`, a modifier, an argument) or only removed (a
@@ -1055,8 +1065,7 @@ def _anchored(
         return _lines_added(text, group, inert) if added else _lines_removed(text, group, inert)
     at = group.start
     after = group.end if added else group.start
-    old_text = text[:at] + group.removed + text[group.end :]
-    if _joins_word(old_text, at, at + len(group.removed), piece):
+    if _joins_word(before.text, at, at + len(group.removed), piece):
         return ()  # a word changed (`e` -> `exc`), a rename's business, not tokens added
     left = _left_anchor(text, at, inert)
     # A deletion's removed text is its distinctive part; an insertion's place is found by
@@ -1075,18 +1084,13 @@ def _anchored(
     string_after = _string_starts(inert, after + len(right[0]))
     offsets = _Offsets(text) if tree is not None else None
     sides = (bool(left[0].strip()), bool(right[0].strip()))
-    shape = None
-    if tree is not None:
-        # The edited place as it read before the edit, as the other places still read: an
-        # inserted `dyn ` made `error::Error` a trait object's, which it is not elsewhere yet.
-        shape = _shape(
-            tree_before(tree, text, at, added, group.removed),
-            _Offsets(old_text),
-            old_text,
-            at,
-            at + len(group.removed),
-            sides,
-        )
+    # The edited place as it read before the edit, as the other places still read: an
+    # inserted `dyn ` made `error::Error` a trait object's, which it is not elsewhere yet.
+    shape = (
+        _shape(before.tree, before.offsets, before.text, at, at + len(group.removed), sides)
+        if tree is not None
+        else None
+    )
     found: list[tuple[int, int]] = []
     k = text.find(pattern)
     while k >= 0 and len(found) < 4 * MAX_PROPOSALS:
@@ -1141,7 +1145,7 @@ def _joins_word(old_text: str, lo: int, hi: int, piece: str) -> bool:
 
 
 def _piece_removed(
-    text: str, group: EditGroup, inert: _Inert, tree: Tree | None
+    text: str, group: EditGroup, inert: _Inert, tree: Tree | None, before: _Before
 ) -> tuple[ProposedEdit, ...]:
     """Tokens removed that name something (`(object)` after a class's name, `, baseUri`
     from a constructor's arguments, `.Context()` after an argument), removed where the same
@@ -1164,20 +1168,18 @@ def _piece_removed(
     at = group.start
     if inert.around(at, at) is not None:
         return ()
-    old_text = text[:at] + piece + text[at:]
-    if _joins_word(old_text, at, at + len(piece), piece):
+    if _joins_word(before.text, at, at + len(piece), piece) or before.tree is None:
         return ()
-    before = tree_before(tree, text, at, "", piece)
-    old_offsets, offsets = _Offsets(old_text), _Offsets(text)
+    offsets = _Offsets(text)
 
     def shape(root: Node, lo: int, hi: int) -> tuple[str, ...]:
         node = root.named_descendant_for_byte_range(lo, max(lo, hi - 1))
         return _kinds(node)[:2]  # the node holding the piece, and what holds that
 
     wanted = shape(
-        before.root_node,
-        old_offsets.byte(at, old_text),
-        old_offsets.byte(at + len(piece), old_text),
+        before.tree.root_node,
+        before.offsets.byte(at, before.text),
+        before.offsets.byte(at + len(piece), before.text),
     )
     # In a call's arguments, the same function's calls: `.Context()` removed from one
     # `chi.URLParam(r.Context(), ...)` is not due in `context.WithValue(r.Context(), ...)`.
@@ -1188,8 +1190,7 @@ def _piece_removed(
         end = k + len(piece)
         if (
             _callee(text, k, inert) == callee
-            and not (_WORD.match(piece[0]) and _WORD.match(text[k - 1 : k]))
-            and not (_WORD.match(piece[-1]) and _WORD.match(text[end : end + 1]))
+            and not _joins_word(text, k, end, piece)
             and not inert.touches(k, end)
             and shape(tree.root_node, offsets.byte(k, text), offsets.byte(end, text)) == wanted
         ):
@@ -1197,9 +1198,6 @@ def _piece_removed(
         k = text.find(piece, k + 1)
     found.sort(key=lambda k: abs(k - at))
     return tuple(ProposedEdit(start=k, end=k + len(piece), text="") for k in found[:MAX_PROPOSALS])
-
-
-_DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
 
 
 def _callee(text: str, at: int, inert: _Inert) -> str | None:
@@ -1342,9 +1340,7 @@ def _right_anchor(text: str, at: int, inert: _Inert | None = None) -> tuple[str,
     string's opening quote at most (given `inert`): what a string says is that place's value,
     not the place (`.pos()` removed before `, "Unexpected ..."` is due before the other
     messages)."""
-    line_end = min(
-        (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
-    )
+    line_end = _line_end(text, at)
     tail = text[at:line_end]
     in_code = inert is not None and inert.around(at, at) is None
     for n, match in enumerate(_TOKEN.finditer(tail), 1):
@@ -1357,9 +1353,7 @@ def _right_anchor(text: str, at: int, inert: _Inert | None = None) -> tuple[str,
 
 def _strings_after(text: str, inert: _Inert, at: int) -> list[str]:
     """The string literals from `at` to its line's end."""
-    line_end = min(
-        (k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text)
-    )
+    line_end = _line_end(text, at)
     i = bisect.bisect_left(inert.starts, at)
     found: list[str] = []
     while i < len(inert.starts) and inert.starts[i] < line_end:
@@ -1375,6 +1369,12 @@ def _string_starts(inert: _Inert, at: int) -> bool:
     return span is not None and span[0] == at and inert.is_string(*span)
 
 
+def _line_end(text: str, at: int) -> int:
+    """Where the line holding `at` ends: its first line break at or after `at`, else the
+    text's end."""
+    return min((k for k in (text.find("\n", at), text.find("\r", at)) if k >= 0), default=len(text))
+
+
 def _line_start_at(text: str, k: int) -> bool:
     """Whether only blanks stand before `k` on its line."""
     line_start = max(text.rfind("\n", 0, k), text.rfind("\r", 0, k)) + 1
@@ -1383,9 +1383,7 @@ def _line_start_at(text: str, k: int) -> bool:
 
 def _line_end_at(text: str, k: int) -> bool:
     """Whether only blanks stand after `k` on its line."""
-    line_end = min(
-        (m for m in (text.find("\n", k), text.find("\r", k)) if m >= 0), default=len(text)
-    )
+    line_end = _line_end(text, k)
     return not text[k:line_end].strip(" \t")
 
 
@@ -1511,7 +1509,7 @@ def _split(
 
 #: A lexeme of an analogous edit's pattern: a string literal on one line is one, else a word or
 #: a punctuation mark.
-_LEXEME = re.compile(r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'|\w+|[^\w\s]""")
+_LEXEME = re.compile(rf"{_QUOTED}|\w+|[^\w\s]")
 
 
 def _analogous(
@@ -1745,7 +1743,7 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
     return tuple(ProposedEdit(start=k, end=k, text=lines) for k in found[:1])
 
 
-_STRING_VALUE = re.compile(r""""(?:\\.|[^"\\\r\n])*"|'(?:\\.|[^'\\\r\n])*'""")
+_STRING_VALUE = re.compile(_QUOTED)
 
 
 def _valued_alike(line: str, other: str) -> bool:
@@ -1840,9 +1838,7 @@ def _restructured(
         return ()
     # The whole lines the edit touches: the same lines stand again at other depths.
     line_lo = max(text.rfind("\n", 0, a), text.rfind("\r", 0, a)) + 1
-    line_hi = min(
-        (k for k in (text.find("\n", b), text.find("\r", b)) if k >= 0), default=len(text)
-    )
+    line_hi = _line_end(text, b)
     old = text[line_lo:a] + group.removed + text[b:line_hi]
     new = text[line_lo:line_hi]
     if _code_lines(old) == _code_lines(new):
