@@ -30,11 +30,12 @@ from bench._edits import TOKEN, Edit, hunks, minimal
 DATA = Path(__file__).resolve().parents[1] / "third_party" / "data" / "next-edit-commits"
 #: Sets drawn later from six other repositories each, every case held out, each replayed once
 #: after a round of tuning (their READMEs say when and why).
-SECOND, THIRD, FOURTH, FIFTH = (
+SECOND, THIRD, FOURTH, FIFTH, SIXTH = (
     DATA / "second",
     DATA / "third",
     DATA / "fourth",
     DATA / "fifth",
+    DATA / "sixth",
 )
 
 #: A hunk touching more lines is a rewrite, not the small edit a next edit follows (the PyPI

@@ -11,8 +11,8 @@ source file, 2 to 6 hunks of at most 3 lines each, the file cut to a window arou
 case belongs to one part for good, from a hash of its commit's id: `tuning` (the default), what
 anyone may replay while working on next edits, and `heldout`, replayed once at the end to check
 the tuning part's figures. `--data third_party/data/next-edit-commits/second` (and `third`,
-`fourth`, `fifth`) are later sets, six other repositories each drawn the same way with every
-case held out, for when the held-out part before them has been replayed (their READMEs).
+`fourth`, `fifth`, `sixth`) are later sets, six other repositories each drawn the same way with
+every case held out, for when the held-out part before them has been replayed (their READMEs).
 
 Kinds (bench/_commit_cases.py): hunks that all make the first one's token change, by its shape
 (a replacement within one line, one spanning lines, a pure insertion, a pure deletion);
@@ -240,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> record.Outcome:
         type=Path,
         default=DATA,
         help="the cases' folder (third_party/data/next-edit-commits; its second/, third/, "
-        "fourth/ and fifth/ hold later sets of six other repositories each, all held out)",
+        "fourth/, fifth/ and sixth/ hold later sets of six other repositories each, all held "
+        "out)",
     )
     parser.add_argument(
         "--json",

@@ -16,6 +16,7 @@ from bench._commit_cases import (
     MAX_HUNKS,
     MIN_HUNKS,
     SECOND,
+    SIXTH,
     THIRD,
     CaseKind,
     CommitCase,
@@ -297,7 +298,9 @@ def test_every_kind_is_in_the_tuning_part() -> None:
 
 
 @pytest.mark.parametrize(
-    "folder", [SECOND, THIRD, FOURTH, FIFTH], ids=["second", "third", "fourth", "fifth"]
+    "folder",
+    [SECOND, THIRD, FOURTH, FIFTH, SIXTH],
+    ids=["second", "third", "fourth", "fifth", "sixth"],
 )
 @pytest.mark.parametrize("language", list(Language), ids=str)
 def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
@@ -311,7 +314,7 @@ def test_the_later_sets_are_all_held_out_and_what_the_builder_promises(
     first = {c.repository for c in load(Split.TUNING, [language])}
     first |= {
         c.repository
-        for f in (SECOND, THIRD, FOURTH, FIFTH)
+        for f in (SECOND, THIRD, FOURTH, FIFTH, SIXTH)
         if f != folder
         for c in load(Split.HELDOUT, [language], f)
     }
