@@ -99,7 +99,7 @@ import bisect
 import keyword
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 from functools import cached_property
 from itertools import accumulate
@@ -387,6 +387,18 @@ def propagate(
         return ()
     if text[group.start : group.end] != group.inserted:
         return ()
+    found = _propagated(text, group, reverted, language_id)
+    if not found and (core := _reflowed(group)) is not None:
+        # A formatter's line breaks around the change (an argument added and its call
+        # wrapped): the change itself, where the other places still fit on their lines.
+        found = _propagated(text, core, reverted, language_id)
+    return found
+
+
+def _propagated(
+    text: str, group: EditGroup, reverted: frozenset[tuple[str, str]], language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """Steps 2 to 9 for one group."""
     tree = document_tree(text, language_id) if language_id else None
     inert = _Inert.of(text, tree, language_id)
     before = _Before(text, group, tree)
@@ -397,6 +409,21 @@ def propagate(
         if found:
             return _proposed(sub, found, sub.start)
     # Steps 6 and 7: what the substitution leaves silent.
+    if group.substitution in reverted:
+        found_edits: tuple[ProposedEdit, ...] = ()
+    else:
+        found_edits = (
+            _comment_edited(text, group, inert)
+            or _string_end_edited(text, group, inert, tree)
+            or _node_protocol(text, group, inert, language_id)
+        )
+    if found_edits:
+        return found_edits
+    if language_id == "rust" and _RUST_VISIBILITY.fullmatch(group.removed or group.inserted):
+        # Which items a crate exports is decided item by item (measured on commits,
+        # bench/next_edit_commits.py: of 4 cases in 3 crates that added or dropped `pub` or
+        # `(crate)`, 1 hit and 3 false edits; Java's `public` dropped went 5 hits to 2).
+        return ()
     if not group.removed or not group.inserted:
         found_edits = _made_private(text, group, inert, language_id) or _anchored(
             text, group, inert, tree, before, reverted
@@ -426,6 +453,45 @@ def propagate(
     return _analogous(text, group, inert, reverted)
 
 
+#: The text between tokens: `re.split` by it gives the blanks between them.
+_GAPS = re.compile(r"\w+|[^\w\s]")
+
+
+def _reflowed(group: EditGroup) -> EditGroup | None:
+    """The one change of tokens in `group` when the rest of it only moved line breaks and
+    indentation (`f(a, b)` -> `f(\n    a, b, strict=True\n)`: `, strict=True` added); None
+    when it changed tokens in more than one place, or blanks within a line outside that
+    change (inside a string they are its text)."""
+    old = list(_TOKEN.finditer(group.removed))
+    new = list(_TOKEN.finditer(group.inserted))
+    if not (_breaks(group.removed) or _breaks(group.inserted)):
+        return None
+    matcher = SequenceMatcher(None, [m[0] for m in old], [m[0] for m in new], autojunk=False)
+    changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    if len(changes) != 1:
+        return None
+    _, i1, i2, j1, j2 = changes[0]
+    # The change with the blanks between it and its neighbouring tokens.
+    old_lo = old[i1 - 1].end() if i1 else 0
+    old_hi = old[i2].start() if i2 < len(old) else len(group.removed)
+    new_lo = new[j1 - 1].end() if j1 else 0
+    new_hi = new[j2].start() if j2 < len(new) else len(group.inserted)
+    # Everywhere else, only blanks that hold a line break on one side may differ.
+    applied = group.removed[:old_lo] + group.inserted[new_lo:new_hi] + group.removed[old_hi:]
+    for was, now in zip(_GAPS.split(applied), _GAPS.split(group.inserted), strict=False):
+        if was != now and "\n" not in was + now:
+            return None
+    removed, inserted = group.removed[old_lo:old_hi], group.inserted[new_lo:new_hi]
+    prefix, suffix = common_affixes(removed, inserted)
+    removed = removed[prefix : len(removed) - suffix]
+    inserted = inserted[prefix : len(inserted) - suffix]
+    if _breaks(removed) or _breaks(inserted) or not (removed.strip() or inserted.strip()):
+        return None
+    if (removed, inserted) == (group.removed, group.inserted):
+        return None
+    return replace(group, start=group.start + new_lo + prefix, removed=removed, inserted=inserted)
+
+
 def _matches(
     text: str, sub: _Substitution, inert: _Inert, tree: Tree | None, unedited: _Before | None = None
 ) -> list[tuple[int, int]]:
@@ -433,7 +499,8 @@ def _matches(
     # 3. Scope.
     reach = _scope(text, sub, tree)
     lo, hi, block = reach.lo, reach.hi, reach.block
-    if sub.in_inert and not sub.in_string and _code_like(sub.old):
+    whole_content = _whole_content(text, sub, inert)
+    if sub.in_inert and not sub.in_string and not whole_content and _code_like(sub.old):
         # Code written in a string (a template's `{{.Usage}}`, a selector, a query) keeps to
         # that string: other strings are other templates (measured on commits,
         # bench/next_edit_commits.py: a template's `UsageText` changed in one of six).
@@ -496,7 +563,9 @@ def _matches(
             ok = _kinds(_starting(tree.root_node, byte))[: len(shape[1])] == shape[1]
         if ok and sub.in_string:
             ok = inert.is_string(at, end)
-        elif ok and not sub.in_inert and sub.whole_line:
+        elif ok and whole_content:
+            ok = inert.is_string(at - 1, end + 1)
+        elif ok and not sub.in_inert and (sub.whole_line or _holds_strings(sub)):
             # A whole line's code may hold whole strings (`BasePath extends string = '/'`).
             ok = _in_code(inert, at, end)
         elif ok and not sub.in_inert:
@@ -511,6 +580,29 @@ def _matches(
     if is_name and not sub.in_inert and tree is not None and (lo, hi) != block:
         return _not_local_elsewhere(text, sub.old, found, tree, block, reach.line_starts, sub.start)
     return found
+
+
+def _whole_content(text: str, sub: _Substitution, inert: _Inert) -> bool:
+    """Whether `sub` replaced all that a one-quoted string literal holds (a message rewritten,
+    `"Could not find ... java.lang.Double."`): the same message elsewhere is the same thing,
+    whatever code-like words it holds, and only a whole literal is one."""
+    return (
+        sub.in_inert
+        and not sub.in_string
+        and text[sub.start - 1 : sub.start] in _QUOTES
+        and inert.is_string(sub.start - 1, sub.end + 1)
+    )
+
+
+def _holds_strings(sub: _Substitution) -> bool:
+    """Whether a substitution of code (not grown around added tokens) holds string literals:
+    two asserts' arguments swapped with their messages are found again with the same
+    messages, which must then stand whole in the match as they stood at the edit."""
+    return (
+        not sub.exact
+        and any(q in sub.old for q in _QUOTES)
+        and _STRING_VALUE.fullmatch(sub.old) is None  # a literal alone is a value, not code
+    )
 
 
 #: A line importing one class by its dotted name (Java, Kotlin, Scala).
@@ -1135,6 +1227,292 @@ def _anchored(
     )
 
 
+#: Words a comment dropped from the end of a line of code must hold to be dropped elsewhere:
+#: a bare `# type: ignore` is dropped where the checker no longer needs it, one line at a time
+#: (measured on commits, bench/next_edit_commits.py: 3 false edits in 3 cases with 2 words).
+_DROPPED_COMMENT_WORDS = 3
+#: A comment on one line, whole, as the lexer reads one: a linter's `noqa: E721`, `eslint-...`.
+_ONE_LINE_COMMENT = re.compile(rf"(?:{_HASH_COMMENT}|//[^\r\n]*|/\*[^\r\n]*?\*/)")
+
+
+def _comment_edited(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """A comment on one line changed (`# noqa` -> `# noqa: F821`), or removed from the end of
+    a line of code (`  # noqa: E721`): the same at the other comments that read as it read,
+    whole (a linter's directive is written and dropped alike wherever it stands); a comment
+    removed only where it ends a line of code, as it did, one that starts with the same token
+    (`def`, `assert`): `@property  # type: ignore[override]` is another line's business than
+    `def f(self) -> T:  # type: ignore[override]` (measured on release diffs,
+    bench/next_edit.py: 2 false edits in flask's app.py)."""
+    at, end = group.start, group.end
+    if _breaks(group.removed) or _breaks(group.inserted) or (group.removed and group.inserted):
+        # Words replaced in a comment are its prose (a type comment's `Tuple[str, int]` made
+        # `int` in one method of two alike), the substitution's business.
+        return ()
+    if not group.inserted:
+        # A whole comment removed, with the blanks before it, at the end of a line of code.
+        piece = group.removed
+        comment = piece.lstrip(" \t")
+        if (
+            _ONE_LINE_COMMENT.fullmatch(comment) is None
+            or sum(bool(_WORD.match(t)) for t in _TOKEN.findall(comment)) < _DROPPED_COMMENT_WORDS
+            or not _line_end_at(text, at)
+            or not text[text.rfind("\n", 0, at) + 1 : at].strip()
+            or inert.around(at, at) is not None
+        ):
+            return ()
+        lead = len(piece) - len(comment)
+        first_token = _TOKEN.search(text, text.rfind("\n", 0, at) + 1)
+        found: list[ProposedEdit] = []
+        k = text.find(comment)
+        while k >= 0:
+            line_start = text.rfind("\n", 0, k) + 1
+            token = _TOKEN.search(text, line_start, k)
+            if (
+                _line_end_at(text, k + len(comment))
+                and token is not None
+                and first_token is not None
+                and token[0] == first_token[0]
+                and _is_comment(inert, k, k + len(comment))
+            ):
+                blanks = len(text[line_start:k]) - len(text[line_start:k].rstrip(" \t"))
+                found.append(
+                    ProposedEdit(start=k - min(blanks, max(lead, 1)), end=k + len(comment), text="")
+                )
+            k = text.find(comment, k + 1)
+        found.sort(key=lambda e: abs(e.start - at))
+        return tuple(found[:MAX_PROPOSALS])
+    span = inert.around(at, end)
+    if span is None or inert.is_string(*span) or _breaks(text[span[0] : span[1]]):
+        return ()
+    lo, hi = span
+    was = text[lo:at] + group.removed + text[end:hi]
+    if _ONE_LINE_COMMENT.fullmatch(was) is None:
+        return ()
+    offset = at - lo
+    found = []
+    k = text.find(was)
+    while k >= 0:
+        if not (k <= at < k + len(was)) and _is_comment(inert, k, k + len(was)):
+            found.append(
+                ProposedEdit(
+                    start=k + offset, end=k + offset + len(group.removed), text=group.inserted
+                )
+            )
+        k = text.find(was, k + 1)
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+#: What a string's end may gain or lose at every call alike: a line break's or tab's escape,
+#: one mark (a full stop), a file's suffix (`"passing-sync"` -> `"passing-sync.fixture.js"`).
+#: Anything else is data: a test's expected text, a template's tags, a code writer's `$Z`, a
+#: package's name (measured on commits, bench/next_edit_commits.py: 4 false edits in 4
+#: cases with any punctuation-led piece allowed).
+_STRING_END = re.compile(r"(?:\\[nrt])+|[.:;,!?/]|(?:\.\w+)*\.[A-Za-z0-9]{1,4}")
+
+
+def _string_end_edited(
+    text: str, group: EditGroup, inert: _Inert, tree: Tree | None
+) -> tuple[ProposedEdit, ...]:
+    """Punctuation added at or dropped from the end of a string passed to a call: the same at
+    the strings passed in the same place (the same argument of the same function, or the same
+    keyword) to its other calls, by the tree."""
+    piece = group.inserted or group.removed
+    if tree is None or (group.removed and group.inserted) or not _STRING_END.fullmatch(piece):
+        return ()
+    at, end = group.start, group.end
+    span = inert.around(at, end)
+    if span is None or not inert.is_string(*span):
+        return ()
+    lo, hi = span
+    quote = text[hi - 1]
+    if quote not in _QUOTES or text[lo] != quote or text[hi - 2 : hi] == quote * 2 or end != hi - 1:
+        return ()
+    offsets = _Offsets(text)
+    slot = _argument_slot(tree, offsets.byte(lo, text), offsets.byte(hi, text))
+    if slot is None:
+        return ()
+    found: list[ProposedEdit] = []
+    for call in _nodes(tree.root_node):
+        if call.type not in _CALLS or call.start_byte == slot[0].start_byte:
+            continue
+        arguments = call.child_by_field_name("arguments")
+        if arguments is None or _callee_text(call, arguments) != slot[1]:
+            continue
+        for argument in arguments.named_children:
+            value = _slot_value(argument, slot[2])
+            if value is None:
+                continue
+            s, e = offsets.char(value.start_byte), offsets.char(value.end_byte)
+            if not inert.is_string(s, e) or text[s] != quote or text[e - 1] != quote:
+                continue
+            content_end = e - 1
+            if group.inserted and not text.endswith(piece, s + 1, content_end):
+                found.append(ProposedEdit(start=content_end, end=content_end, text=piece))
+            elif group.removed and text.endswith(piece, s + 1, content_end):
+                k = content_end - len(piece)
+                found.append(ProposedEdit(start=k, end=content_end, text=""))
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+def _argument_slot(tree: Tree, lo: int, hi: int) -> tuple[Node, bytes, int | bytes] | None:
+    """The call that the string at bytes `lo`..`hi` is passed to, its callee's text, and the
+    place: the argument's index, or the keyword's name."""
+    node: Node | None = tree.root_node.descendant_for_byte_range(lo, hi)
+    while node is not None and not (node.start_byte <= lo and node.end_byte >= hi):
+        node = node.parent
+    while (
+        node is not None and node.parent is not None and node.parent.byte_range == node.byte_range
+    ):
+        node = node.parent
+    holder = node.parent if node is not None else None
+    place: int | bytes
+    if holder is not None and holder.type == "keyword_argument":
+        name = holder.child_by_field_name("name")
+        if name is None or name.text is None:
+            return None
+        place, holder = name.text, holder.parent
+    elif holder is not None and node is not None:
+        kept = [a for a in holder.named_children if a.type != "comment"]
+        place = next((n for n, a in enumerate(kept) if a.byte_range == node.byte_range), -1)
+    else:
+        return None
+    call = holder.parent if holder is not None else None
+    if (
+        holder is None
+        or call is None
+        or call.type not in _CALLS
+        or call.child_by_field_name("arguments") != holder
+    ):
+        return None
+    return call, _callee_text(call, holder), place
+
+
+def _callee_text(call: Node, arguments: Node) -> bytes:
+    """What a call calls, as written before its arguments: `fmt.Fprintf`, `pytest.raises`."""
+    return (call.text or b"")[: arguments.start_byte - call.start_byte].strip()
+
+
+def _slot_value(argument: Node, place: int | bytes) -> Node | None:
+    """The value passed in `place` by `argument` (an index is matched by the caller)."""
+    if isinstance(place, bytes):
+        if argument.type != "keyword_argument":
+            return None
+        name = argument.child_by_field_name("name")
+        return argument.child_by_field_name("value") if name and name.text == place else None
+    kept = [
+        a
+        for a in (argument.parent.named_children if argument.parent else [])
+        if a.type != "comment"
+    ]
+    return argument if place < len(kept) and kept[place].byte_range == argument.byte_range else None
+
+
+#: Rust's visibility, or its restriction, added or dropped as a piece.
+_RUST_VISIBILITY = re.compile(r"\s*(?:pub\s*)?(?:\((?:crate|super|self|in [\w:]+)\))?\s*")
+
+#: Node's built-in modules, which `node:` may name (Node's `module.builtinModules`): a
+#: package's name (`supertest`) may not take it.
+_NODE_BUILTINS = frozenset(
+    {
+        "assert",
+        "assert/strict",
+        "async_hooks",
+        "buffer",
+        "child_process",
+        "cluster",
+        "console",
+        "constants",
+        "crypto",
+        "dgram",
+        "diagnostics_channel",
+        "dns",
+        "dns/promises",
+        "domain",
+        "events",
+        "fs",
+        "fs/promises",
+        "http",
+        "http2",
+        "https",
+        "inspector",
+        "inspector/promises",
+        "module",
+        "net",
+        "os",
+        "path",
+        "path/posix",
+        "path/win32",
+        "perf_hooks",
+        "process",
+        "punycode",
+        "querystring",
+        "readline",
+        "readline/promises",
+        "repl",
+        "stream",
+        "stream/consumers",
+        "stream/promises",
+        "stream/web",
+        "string_decoder",
+        "sys",
+        "timers",
+        "timers/promises",
+        "tls",
+        "trace_events",
+        "tty",
+        "url",
+        "util",
+        "util/types",
+        "v8",
+        "vm",
+        "wasi",
+        "worker_threads",
+        "zlib",
+    }
+)
+#: A module named by `require`, `import` or `from`, in quotes (group `module`).
+_MODULE_NAMED = re.compile(
+    r"""(?:\brequire\(\s*|\bfrom\s+|\bimport\s+)(["'])(?P<module>[\w/:.-]+)\1"""
+)
+
+
+def _node_protocol(
+    text: str, group: EditGroup, inert: _Inert, language_id: str
+) -> tuple[ProposedEdit, ...]:
+    """`node:` written before one built-in module's name (`require('path')` ->
+    `require('node:path')`): before the other built-in modules' names the file requires or
+    imports, and no package's."""
+    if language_id not in _SCRIPTS or group.removed or group.inserted != "node:":
+        return ()
+    line_start = text.rfind("\n", 0, group.start) + 1
+    edited = [
+        m
+        for m in _MODULE_NAMED.finditer(text, line_start, _line_end(text, group.start))
+        if m.start("module") == group.start and m["module"][len("node:") :] in _NODE_BUILTINS
+    ]
+    if not edited:
+        return ()
+    found: list[ProposedEdit] = []
+    for match in _MODULE_NAMED.finditer(text):
+        at = match.start("module")
+        if (
+            match["module"] in _NODE_BUILTINS
+            and at != group.start
+            and inert.is_string(match.start(1), match.end())
+        ):
+            found.append(ProposedEdit(start=at, end=at, text="node:"))
+    found.sort(key=lambda e: abs(e.start - group.start))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+def _is_comment(inert: _Inert, lo: int, hi: int) -> bool:
+    """Whether `lo`..`hi` is exactly a comment."""
+    span = inert.around(lo + 1, lo + 1)
+    return span == (lo, hi) and not inert.is_string(lo, hi)
+
+
 def _joins_word(old_text: str, lo: int, hi: int, piece: str) -> bool:
     """Whether `piece`, added or removed where `old_text[lo:hi]` stands, runs into a word on
     either side: part of a word changed, not tokens."""
@@ -1142,6 +1520,12 @@ def _joins_word(old_text: str, lo: int, hi: int, piece: str) -> bool:
         (_WORD.match(piece[0]) and _WORD.match(old_text[lo - 1 : lo]))
         or (_WORD.match(piece[-1]) and _WORD.match(old_text[hi : hi + 1]))
     )
+
+
+#: A Rust lifetime (`'s`, `'static`): no quote of a string.
+_LIFETIME = re.compile(r"'[A-Za-z_]\w*(?![\w'])")
+#: A function's return type written out, names or not (Rust's `-> ()`, which Clippy drops).
+_RETURN_TYPE = re.compile(r"\s*->\s*\S[^{]*")
 
 
 def _piece_removed(
@@ -1152,12 +1536,20 @@ def _piece_removed(
     tokens stand in the same kind of node, whatever their neighbours are named: the piece
     itself is what is distinctive. By the tree only."""
     piece = group.removed
-    if tree is None or group.inserted or _breaks(piece) or any(q in piece for q in _QUOTES):
+    if (
+        tree is None
+        or group.inserted
+        or _breaks(piece)
+        or any(q in _LIFETIME.sub("", piece) for q in _QUOTES)
+    ):
         return ()
     tokens = _TOKEN.findall(piece)
     if (
         len(tokens) < 2
-        or not any(_NAME.fullmatch(t) and t not in _CONSTANTS for t in tokens)
+        or not (
+            any(_NAME.fullmatch(t) and t not in _CONSTANTS for t in tokens)
+            or _RETURN_TYPE.fullmatch(piece)
+        )
         or any(t in _KEYWORDS | _DECLARING_WORDS for t in tokens)
     ):
         return ()  # a keyword binds or declares (`except E as e`): that place's own
@@ -1945,7 +2337,11 @@ def _lines_removed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
     wanted = [line.strip() for line in before[line_lo:line_hi].split("\n")]
     if "" in wanted or not _distinctive(wanted):
         return ()
-    if any(_BINDING_LINE.search(line) for line in wanted if not _COMMENT_LINE.match(line)):
+    if any(
+        _BINDING_LINE.search(_STRING_VALUE.sub('""', line))  # `.arg("--x=y")` binds nothing
+        for line in wanted
+        if not _COMMENT_LINE.match(line)
+    ):
         # A line that binds a name (an import, an assignment) is removed where it went unused;
         # its twins elsewhere bind it for their own uses (measured on release diffs,
         # bench/next_edit.py: a function's `import numpy as np` proposed in two others).
@@ -2341,6 +2737,7 @@ def _modifier_dropped(
     if node is None or node.parent is None:
         return ()
     wanted = removed.encode()
+    whole_line = _breaks(group.removed) > 0
     found: list[ProposedEdit] = []
     for sibling in node.parent.named_children:
         if sibling.type != node.type or sibling == node:
@@ -2356,6 +2753,10 @@ def _modifier_dropped(
             start, end = offsets.char(part.start_byte), offsets.char(part.end_byte)
             while end < len(text) and text[end] in " \t":
                 end += 1
+            line_start = text.rfind("\n", 0, start) + 1
+            if whole_line and not text[line_start:start].strip() and text[end : end + 1] == "\n":
+                # An annotation on a line of its own goes with its line, as it went.
+                start, end = line_start, end + 1
             found.append(ProposedEdit(start=start, end=end, text=""))
     found.sort(key=lambda e: abs(e.start - group.start))
     return tuple(found[:MAX_PROPOSALS])
