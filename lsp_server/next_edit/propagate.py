@@ -1281,6 +1281,15 @@ def _comment_edited(text: str, group: EditGroup, inert: _Inert) -> tuple[Propose
             k = text.find(comment, k + 1)
         found.sort(key=lambda e: abs(e.start - at))
         return tuple(found[:MAX_PROPOSALS])
+    comment = group.inserted.lstrip(" \t")
+    if (
+        not group.removed
+        and comment != group.inserted
+        and _ONE_LINE_COMMENT.fullmatch(comment)
+        and _line_end_at(text, end)
+        and _is_comment(inert, end - len(comment), end)
+    ):
+        return _comment_appended(text, at, group.inserted, inert)
     span = inert.around(at, end)
     if span is None or inert.is_string(*span) or _breaks(text[span[0] : span[1]]):
         return ()
@@ -1507,6 +1516,41 @@ def _node_protocol(
     return tuple(found[:MAX_PROPOSALS])
 
 
+def _comment_appended(text: str, at: int, added: str, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """A comment added at the end of a line of code (a linter's `  # noqa: B018` after a
+    bare `meta.version`): at the end of the lines that read alike, at the same depth, the
+    same tokens but for the names (`meta.summary`), with no comment yet."""
+    line_start = text.rfind("\n", 0, at) + 1
+    code = text[line_start:at]
+    if not code.strip() or inert.touches(line_start, at):
+        return ()
+    shape = _line_shape(code)
+    found: list[ProposedEdit] = []
+    k = 0
+    for line in split_lines(text):
+        content = line.rstrip("\r\n")
+        end = k + len(content)
+        if (
+            k != line_start
+            and _line_shape(content) == shape
+            and not inert.touches(k, end)
+            and not text.startswith(added, end)
+        ):
+            found.append(ProposedEdit(start=end, end=end, text=added))
+        k += len(line)
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+def _line_shape(code: str) -> tuple[str, ...]:
+    """A line of code's indentation and tokens, each name (not a keyword) as one mark."""
+    stripped = code.rstrip()
+    indentation = stripped[: len(stripped) - len(stripped.lstrip())]
+    return (indentation,) + tuple(
+        "\0" if _NAME.fullmatch(t) and t not in _KEYWORDS else t for t in _TOKEN.findall(code)
+    )
+
+
 def _is_comment(inert: _Inert, lo: int, hi: int) -> bool:
     """Whether `lo`..`hi` is exactly a comment."""
     span = inert.around(lo + 1, lo + 1)
@@ -1543,7 +1587,8 @@ def _piece_removed(
         or any(q in _LIFETIME.sub("", piece) for q in _QUOTES)
     ):
         return ()
-    tokens = _TOKEN.findall(piece)
+    # A lifetime (`'static`, `: 's`) names a scope, whatever word it is.
+    tokens = _TOKEN.findall(_LIFETIME.sub(" lifetime ", piece))
     if (
         len(tokens) < 2
         or not (
@@ -1680,7 +1725,7 @@ def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:
             found = (head[match.start() :], True)
             break
     callee = _callee_start(text, line_start, at, inert)
-    if callee is not None and at - callee > len(found[0]):
+    if callee is not None and at - callee > len(found[0]) and _argument_boundary(text, at):
         return text[callee:at], True
     opener = _group_start(text, line_start, at, inert)
     if opener is not None and at - opener > len(found[0]):
@@ -1688,6 +1733,15 @@ def _left_anchor(text: str, at: int, inert: _Inert) -> tuple[str, bool]:
         # `(self, md)` is due after the others' `(self, md)`, not after `(self, a, md)`.
         return text[opener:at], True
     return found
+
+
+def _argument_boundary(text: str, at: int) -> bool:
+    """Whether `at` is between a bracket's arguments: after its opener or a comma, or before a
+    comma or its closer (blanks aside). Within an argument (`&mut Write` -> `&mut dyn
+    Write`), what is changed is the argument's own, whichever function it is passed to."""
+    head = text[:at].rstrip(" \t")
+    tail = text[at:].lstrip(" \t")
+    return head.endswith(("(", ",", "[", "{")) or tail.startswith((",", ")", "]", "}"))
 
 
 def _group_start(text: str, line_start: int, at: int, inert: _Inert) -> int | None:
@@ -2104,8 +2158,10 @@ def _lines_added(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEd
         for line in (anchor, above)
     )
     above_alone = above_names >= _LINE_ANCHOR_NAMES and not inert.touches(at - len(above), at)
+    # Or a name on each side (`return []Level{` over `DebugLevel,`): together they say where.
+    both = min(after_names, above_names) >= 1 and after_names + above_names >= _LINE_ANCHOR_NAMES
     if (
-        (after_names < _LINE_ANCHOR_NAMES and not above_alone)
+        (after_names < _LINE_ANCHOR_NAMES and not above_alone and not both)
         or not anchor.endswith("\n")
         or not _in_code(inert, at, at + n)
     ):
