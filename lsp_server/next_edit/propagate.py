@@ -444,13 +444,70 @@ def _propagated(
         found_edits = _format_args_inlined(text, group, inert, language_id) or _split(
             text, group, inert, tree, reverted
         )
-    if found_edits or not group.removed or not group.inserted:
-        return found_edits
-    if _breaks(group.removed) != _breaks(group.inserted):
-        # Step 9: the same code restructured across lines elsewhere.
-        return _restructured(text, group, inert, reverted)
-    # Step 8: the same change where one name differs.
-    return _analogous(text, group, inert, reverted)
+    if not found_edits and group.removed and group.inserted:
+        if _breaks(group.removed) != _breaks(group.inserted):
+            # Step 9: the same code restructured across lines elsewhere.
+            found_edits = _restructured(text, group, inert, reverted)
+        else:
+            # Step 8: the same change where one name differs.
+            found_edits = _analogous(text, group, inert, reverted)
+    if not found_edits and group.substitution not in reverted:
+        # Step 10: a line's edit that no rule reads, made again on its copies.
+        found_edits = _line_replayed(text, group, inert)
+    return found_edits
+
+
+_NUMBER = re.compile(r"[-+]?\d[\w.]*")
+_KEYWORD_ARGUMENT = re.compile(r"\s*,?\s*[^\W\d]\w*\s*=(?!=)")
+#: What a line must hold for its copies to take its edit: its names and strings, its tokens.
+_REPLAYED_THINGS, _REPLAYED_TOKENS = 2, 4
+
+
+def _line_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
+    """An edit within one line of code that no rule reads (an operator changed, a variable
+    pointed elsewhere, `;` made `()`), made again on the other lines that read exactly as
+    that line read, at any depth: copies of a line share its fix (`response.end(
+    request.headers.cookie || '')` made `?? ''` in each test that has it)."""
+    if _breaks(group.removed) or _breaks(group.inserted) or _KEYWORD_ARGUMENT.match(group.inserted):
+        # An argument by keyword added to one call is that call's option (a test's
+        # `storage_class(foo="bar", baz=None)`), as `_argument_added` has it.
+        return ()
+    if (_NAME.fullmatch(group.removed) and group.removed not in _KEYWORDS) or _NUMBER.fullmatch(
+        group.removed.strip()
+    ):
+        # A name the rename rules left alone (`t` made `_` where one function no longer uses
+        # it) is that function's; a number changed is that place's value (a test's timeout).
+        return ()
+    at, end = group.start, group.end
+    line_start = text.rfind("\n", 0, at) + 1
+    line_end = _line_end(text, end)
+    now = text[line_start:line_end]
+    was = text[line_start:at] + group.removed + text[end:line_end]
+    lead = len(was) - len(was.lstrip())
+    content = was.strip()
+    if (
+        _things(content) < _REPLAYED_THINGS
+        or len(_TOKEN.findall(content)) < _REPLAYED_TOKENS
+        or not _in_code(inert, line_start + lead, line_start + len(now.rstrip()))
+    ):
+        return ()
+    offset = at - line_start - lead  # where the edit starts within the line's content
+    found: list[ProposedEdit] = []
+    k = 0
+    for line in split_lines(text):
+        stripped = line.strip()
+        if stripped == content and k != line_start:
+            first = k + len(line) - len(line.lstrip())
+            if _in_code(inert, first, first + len(stripped)) and not inert.touches(
+                first, first + 1
+            ):
+                start = first + offset
+                found.append(
+                    ProposedEdit(start=start, end=start + len(group.removed), text=group.inserted)
+                )
+        k += len(line)
+    found.sort(key=lambda e: abs(e.start - at))
+    return tuple(found[:MAX_PROPOSALS])
 
 
 #: The text between tokens: `re.split` by it gives the blanks between them.
@@ -1546,9 +1603,8 @@ def _line_shape(code: str) -> tuple[str, ...]:
     """A line of code's indentation and tokens, each name (not a keyword) as one mark."""
     stripped = code.rstrip()
     indentation = stripped[: len(stripped) - len(stripped.lstrip())]
-    return (indentation,) + tuple(
-        "\0" if _NAME.fullmatch(t) and t not in _KEYWORDS else t for t in _TOKEN.findall(code)
-    )
+    marks = ("\0" if _NAME.fullmatch(t) and t not in _KEYWORDS else t for t in _TOKEN.findall(code))
+    return (indentation, *marks)
 
 
 def _is_comment(inert: _Inert, lo: int, hi: int) -> bool:

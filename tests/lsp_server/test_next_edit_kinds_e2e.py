@@ -1,8 +1,9 @@
 """Next edits of every kind through the real server, as a client sends the edit (one change,
 as VS Code sends a paste or a multi-cursor edit) and applies the answer: an insertion, a
-deletion, several names replaced at once and the same rewrite where one name differs, each in
-three languages; and what is never proposed: inside strings and comments, after an undo, while
-a word is half typed."""
+deletion, several names replaced at once and the same rewrite where one name differs, a comment
+directive, a string's end, a line's copies, each in three languages (or in the languages that
+have it); and what is never proposed: inside strings and comments, after an undo, while a word
+is half typed, and what each place decides for itself."""
 
 from __future__ import annotations
 
@@ -618,6 +619,309 @@ KINDS = [
         'def skip():\n    """With --files-without-match, no matches are shown."""\n\n\n'
         'def quit():\n    """--files-with-matches or --files-without-match: stop."""\n',
     ),
+    (
+        "comment appended, python: a linter's directive after the lines that read alike",
+        "python",
+        "py",
+        "def t(meta):\n    with raises(E):\n        meta.version\n    with raises(E):\n"
+        "        meta.summary\n    meta.name = 1\n    s = 'meta.x'\n",
+        ("meta.version\n", "meta.version  # noqa: B018\n"),
+        "def t(meta):\n    with raises(E):\n        meta.version  # noqa: B018\n"
+        "    with raises(E):\n        meta.summary  # noqa: B018\n    meta.name = 1\n"
+        "    s = 'meta.x'\n",
+    ),
+    (
+        "comment appended, javascript: a linter's directive after the lines that read alike",
+        "javascript",
+        "js",
+        "function f(a, b) {\n  console.log(a);\n  console.log(b);\n  console.error(a, b);\n}\n",
+        ("console.log(a);", "console.log(a); // eslint-disable-line no-console"),
+        "function f(a, b) {\n  console.log(a); // eslint-disable-line no-console\n"
+        "  console.log(b); // eslint-disable-line no-console\n  console.error(a, b);\n}\n",
+    ),
+    (
+        "comment appended, go: a linter's directive after the lines that read alike",
+        "go",
+        "go",
+        "func f(a, b *os.File) {\n\tdefer a.Close()\n\tdefer b.Close()\n\ta.Close()\n}\n",
+        ("defer a.Close()", "defer a.Close() //nolint:errcheck"),
+        "func f(a, b *os.File) {\n\tdefer a.Close() //nolint:errcheck\n"
+        "\tdefer b.Close() //nolint:errcheck\n\ta.Close()\n}\n",
+    ),
+    (
+        "comment edited, python: the same directive where it reads the same",
+        "python",
+        "py",
+        "reveal_type(A.__init__)  # noqa\nx = 1  # type: int\nreveal_type(B.__init__)  # noqa\n",
+        ("(A.__init__)  # noqa", "(A.__init__)  # noqa: F821"),
+        "reveal_type(A.__init__)  # noqa: F821\nx = 1  # type: int\n"
+        "reveal_type(B.__init__)  # noqa: F821\n",
+    ),
+    (
+        "comment edited, typescript: the same directive where it reads the same",
+        "typescript",
+        "ts",
+        "function f(x: number) {\n  /* istanbul ignore next */\n  if (x) {\n    return 1;\n  }\n"
+        "  /* istanbul ignore else */\n  if (x > 1) {\n    return 2;\n  }\n"
+        "  /* istanbul ignore next */\n  return 3;\n}\n",
+        ("/* istanbul ignore next */\n  if", "/* istanbul ignore next -- @preserve */\n  if"),
+        "function f(x: number) {\n  /* istanbul ignore next -- @preserve */\n  if (x) {\n"
+        "    return 1;\n  }\n  /* istanbul ignore else */\n  if (x > 1) {\n    return 2;\n  }\n"
+        "  /* istanbul ignore next -- @preserve */\n  return 3;\n}\n",
+    ),
+    (
+        "comment dropped, javascript: from the lines that start alike",
+        "javascript",
+        "js",
+        "it('a', () => {\n  process = false; // eslint-disable-line no-global-assign\n"
+        "  run();\n  process = real; // eslint-disable-line no-global-assign\n"
+        "  other = 1; // eslint-disable-line no-global-assign\n});\n",
+        ("false; // eslint-disable-line no-global-assign", "false;"),
+        "it('a', () => {\n  process = false;\n  run();\n  process = real;\n"
+        "  other = 1; // eslint-disable-line no-global-assign\n});\n",
+    ),
+    (
+        "string's end, go: an escape added to the same argument of the same function",
+        "go",
+        "go",
+        'func f(err error) {\n\tfmt.Fprintf(os.Stderr, "Failed to fire hook", err)\n'
+        '\tfmt.Fprintf(os.Stderr, "Failed to obtain reader, %v", err)\n'
+        '\tlog.Printf("Failed to write", err)\n}\n',
+        ('"Failed to fire hook"', '"Failed to fire hook\\n"'),
+        'func f(err error) {\n\tfmt.Fprintf(os.Stderr, "Failed to fire hook\\n", err)\n'
+        '\tfmt.Fprintf(os.Stderr, "Failed to obtain reader, %v\\n", err)\n'
+        '\tlog.Printf("Failed to write", err)\n}\n',
+    ),
+    (
+        "string's end, python: a full stop dropped from the same keyword of the same function",
+        "python",
+        "py",
+        'def test_a():\n    with pytest.raises(E, match="can only be True."):\n        f()\n'
+        '    with pytest.raises(E, match="Don\'t mix these."):\n        g()\n'
+        '    check(E, match="Left as it is.")\n',
+        ('be True."', 'be True"'),
+        'def test_a():\n    with pytest.raises(E, match="can only be True"):\n        f()\n'
+        '    with pytest.raises(E, match="Don\'t mix these"):\n        g()\n'
+        '    check(E, match="Left as it is.")\n',
+    ),
+    (
+        "string's end, javascript: a file's suffix added to the same argument",
+        "javascript",
+        "js",
+        "it('a', function (done) {\n  runMochaJSON('passing-sync', ['--no-async'], done);\n"
+        "  runMochaJSON('passing-async', ['--timeout', '100'], done);\n"
+        "  other('passing-async', done);\n});\n",
+        ("'passing-sync'", "'passing-sync.fixture.js'"),
+        "it('a', function (done) {\n"
+        "  runMochaJSON('passing-sync.fixture.js', ['--no-async'], done);\n"
+        "  runMochaJSON('passing-async.fixture.js', ['--timeout', '100'], done);\n"
+        "  other('passing-async', done);\n});\n",
+    ),
+    (
+        "message rewritten, java: the same whole message elsewhere",
+        "java",
+        "java",
+        'class T {\n  void a() {\n    assertContains(m, "Could not find a constructor in '
+        'java.lang.Double.");\n  }\n  void b() {\n    assertContains(m, "Could not find a '
+        'constructor in java.lang.Double.");\n    assertContains(m, "Could not find a '
+        'constructor in java.lang.Double. Or else.");\n  }\n}\n',
+        ("Could not find a constructor in java.lang.Double.", "No implementation was bound."),
+        'class T {\n  void a() {\n    assertContains(m, "No implementation was bound.");\n'
+        '  }\n  void b() {\n    assertContains(m, "No implementation was bound.");\n'
+        '    assertContains(m, "Could not find a constructor in java.lang.Double. Or else.");'
+        "\n  }\n}\n",
+    ),
+    (
+        "code holding strings, go: arguments swapped where the same arguments stand",
+        "go",
+        "go",
+        'func TestA(t *testing.T) {\n\tassert.Equal(eFunc.err, `can not add field "func"`)\n'
+        "}\n\nfunc TestB(t *testing.T) {\n\tassert.Equal(eFunc.err, `can not add field "
+        '"func"`)\n\tassert.Equal(other.err, `can not add field "func"`)\n}\n',
+        (
+            'eFunc.err, `can not add field "func"`',
+            '`can not add field "func"`, eFunc.err',
+        ),
+        'func TestA(t *testing.T) {\n\tassert.Equal(`can not add field "func"`, eFunc.err)\n'
+        '}\n\nfunc TestB(t *testing.T) {\n\tassert.Equal(`can not add field "func"`, '
+        'eFunc.err)\n\tassert.Equal(other.err, `can not add field "func"`)\n}\n',
+    ),
+    (
+        "code holding strings, python: arguments swapped where the same arguments stand",
+        "python",
+        "py",
+        'def test_a(e):\n    assert_equal(e.err, "can not add field")\n\n\n'
+        'def test_b(e, o):\n    assert_equal(e.err, "can not add field")\n'
+        '    assert_equal(o.err, "can not add field")\n',
+        ('e.err, "can not add field"', '"can not add field", e.err'),
+        'def test_a(e):\n    assert_equal("can not add field", e.err)\n\n\n'
+        'def test_b(e, o):\n    assert_equal("can not add field", e.err)\n'
+        '    assert_equal(o.err, "can not add field")\n',
+    ),
+    (
+        "under a formatter's line breaks, java: an import's class renamed at its uses",
+        "java",
+        "java",
+        "import com.google.inject.util.Jsr330;\nimport java.util.List;\n\nclass T {\n"
+        "  void a() {\n    Provider<String> p = Jsr330.guicify(q);\n"
+        "    assertSame(p, Jsr330.guicify(p));\n  }\n}\n",
+        ("util.Jsr330;\n", "util.Providers;\n\n"),
+        "import com.google.inject.util.Providers;\n\nimport java.util.List;\n\nclass T {\n"
+        "  void a() {\n    Provider<String> p = Providers.guicify(q);\n"
+        "    assertSame(p, Providers.guicify(p));\n  }\n}\n",
+    ),
+    (
+        "under a formatter's line breaks, python: a function renamed at its other calls",
+        "python",
+        "py",
+        "def f(a, b):\n    x = old_name(a, b)\n    y = old_name(b, a)\n    return 'old_name'\n",
+        ("x = old_name(a, b)", "x = new_name(\n        a, b\n    )"),
+        "def f(a, b):\n    x = new_name(\n        a, b\n    )\n    y = new_name(b, a)\n"
+        "    return 'old_name'\n",
+    ),
+    (
+        "under a formatter's line breaks, typescript: a function renamed at its other calls",
+        "typescript",
+        "ts",
+        "const x = oldName(alpha, beta);\nconst y = oldName(beta, alpha);\n// oldName(alpha)\n",
+        ("const x = oldName(alpha, beta);", "const x = newName(\n  alpha,\n  beta\n);"),
+        "const x = newName(\n  alpha,\n  beta\n);\nconst y = newName(beta, alpha);\n"
+        "// oldName(alpha)\n",
+    ),
+    (
+        "node's built-in modules, javascript: node: before each, no package's",
+        "javascript",
+        "js",
+        "const path = require('path');\nconst request = require('supertest');\n"
+        "const {EventEmitter} = require('events');\nconst s = 'fs';\n",
+        ("require('path')", "require('node:path')"),
+        "const path = require('node:path');\nconst request = require('supertest');\n"
+        "const {EventEmitter} = require('node:events');\nconst s = 'fs';\n",
+    ),
+    (
+        "node's built-in modules, typescript: node: before each, no package's",
+        "typescript",
+        "ts",
+        "import fs from 'fs';\nimport test from 'ava';\nimport {promisify} from 'util';\n",
+        ("from 'fs'", "from 'node:fs'"),
+        "import fs from 'node:fs';\nimport test from 'ava';\n"
+        "import {promisify} from 'node:util';\n",
+    ),
+    (
+        "annotation's line dropped, java: the whole line from the class's other methods",
+        "java",
+        "java",
+        "class M {\n  /** a */\n  @CheckReturnValue\n  public static Module a() {\n"
+        "    return null;\n  }\n\n  @CheckReturnValue\n  public static Module b() {\n"
+        "    return null;\n  }\n}\n",
+        ("  @CheckReturnValue\n  public static Module a", "  public static Module a"),
+        "class M {\n  /** a */\n  public static Module a() {\n    return null;\n  }\n\n"
+        "  public static Module b() {\n    return null;\n  }\n}\n",
+    ),
+    (
+        "deletion, rust: a unit return type from the other functions",
+        "rust",
+        "rs",
+        "impl T {\n    pub fn set_kind(&mut self, kind: Kind) -> () {\n        self.kind = kind;\n"
+        "    }\n\n    pub fn set_title(&mut self, title: String) -> () {\n"
+        "        self.title = title;\n    }\n}\n",
+        ("kind: Kind) -> () {", "kind: Kind) {"),
+        "impl T {\n    pub fn set_kind(&mut self, kind: Kind) {\n        self.kind = kind;\n"
+        "    }\n\n    pub fn set_title(&mut self, title: String) {\n"
+        "        self.title = title;\n    }\n}\n",
+    ),
+    (
+        "deletion, rust: a lifetime parameter from the other functions",
+        "rust",
+        "rs",
+        "impl P {\n    fn line_number<'s>(&self, n: usize) -> Option<String> {\n        None\n"
+        "    }\n\n    fn git_marker<'s>(&self, n: usize) -> Option<String> {\n        None\n"
+        "    }\n}\n",
+        ("line_number<'s>(", "line_number("),
+        "impl P {\n    fn line_number(&self, n: usize) -> Option<String> {\n        None\n"
+        "    }\n\n    fn git_marker(&self, n: usize) -> Option<String> {\n        None\n"
+        "    }\n}\n",
+    ),
+    (
+        "insertion within an argument, rust: dyn before the same type in another function",
+        "rust",
+        "rs",
+        "impl A for X {\n    fn print_snip(&mut self, _handle: &mut Write) -> Result<()> {\n"
+        "        Ok(())\n    }\n}\n\nimpl A for Y {\n"
+        "    fn print_snip(&mut self, handle: &mut Write) -> Result<()> {\n        Ok(())\n"
+        "    }\n}\n",
+        ("_handle: &mut Write", "_handle: &mut dyn Write"),
+        "impl A for X {\n    fn print_snip(&mut self, _handle: &mut dyn Write) -> Result<()> {\n"
+        "        Ok(())\n    }\n}\n\nimpl A for Y {\n"
+        "    fn print_snip(&mut self, handle: &mut dyn Write) -> Result<()> {\n        Ok(())\n"
+        "    }\n}\n",
+    ),
+    (
+        "insertion within an argument, go: a pointer to the same type in another function",
+        "go",
+        "go",
+        "func a(w io.Writer, c Config) error {\n\treturn nil\n}\n\n"
+        "func b(c Config) error {\n\treturn nil\n}\n",
+        ("w io.Writer, c Config", "w io.Writer, c *Config"),
+        "func a(w io.Writer, c *Config) error {\n\treturn nil\n}\n\n"
+        "func b(c *Config) error {\n\treturn nil\n}\n",
+    ),
+    (
+        "line's copies, javascript: an operator changed where the same line stands",
+        "javascript",
+        "js",
+        "it('a', () => {\n  app(function (req, res) {\n    res.end(req.headers.cookie || '');\n"
+        "  });\n});\nit('b', () => {\n  app(function (req, res) {\n"
+        "    res.end(req.headers.cookie || '');\n    res.end(req.headers.other || '');\n"
+        "  });\n});\n",
+        ("cookie || ''", "cookie ?? ''"),
+        "it('a', () => {\n  app(function (req, res) {\n    res.end(req.headers.cookie ?? '');\n"
+        "  });\n});\nit('b', () => {\n  app(function (req, res) {\n"
+        "    res.end(req.headers.cookie ?? '');\n    res.end(req.headers.other || '');\n"
+        "  });\n});\n",
+    ),
+    (
+        "line's copies, go: a condition's operators changed where the same line stands",
+        "go",
+        "go",
+        "func a(cmd *Command) {\n\tfor _, c := range cmd.Commands() {\n"
+        "\t\tif !c.IsAvailableCommand() || c == cmd.helpCommand {\n\t\t\tcontinue\n"
+        "\t\t}\n\t}\n}\n\n"
+        "func b(cmd *Command) {\n\tfor _, c := range cmd.Commands() {\n"
+        "\t\tif !c.IsAvailableCommand() || c == cmd.helpCommand {\n\t\t\tcontinue\n\t\t}\n\t}\n}\n",
+        ("() || c == cmd", "() && c != cmd"),
+        "func a(cmd *Command) {\n\tfor _, c := range cmd.Commands() {\n"
+        "\t\tif !c.IsAvailableCommand() && c != cmd.helpCommand {\n\t\t\tcontinue\n"
+        "\t\t}\n\t}\n}\n\n"
+        "func b(cmd *Command) {\n\tfor _, c := range cmd.Commands() {\n"
+        "\t\tif !c.IsAvailableCommand() && c != cmd.helpCommand {\n\t\t\tcontinue\n\t\t}\n\t}\n}\n",
+    ),
+    (
+        "line's copies, python: an operator changed where the same line stands",
+        "python",
+        "py",
+        "def a(items, force):\n    if items.count(x) == 0 or force:\n        return 1\n\n\n"
+        "def b(items, force):\n    if items.count(x) == 0 or force:\n        return 2\n"
+        "    if items.count(y) == 0 or force:\n        return 3\n",
+        ("== 0 or force:\n        return 1", "== 0 and force:\n        return 1"),
+        "def a(items, force):\n    if items.count(x) == 0 and force:\n        return 1\n\n\n"
+        "def b(items, force):\n    if items.count(x) == 0 and force:\n        return 2\n"
+        "    if items.count(y) == 0 or force:\n        return 3\n",
+    ),
+    (
+        "lines removed, rust: a call whose string holds an equals sign",
+        "rust",
+        "rs",
+        'fn a() {\n    bat()\n        .arg("--color=always")\n        .arg("--color-scheme=dark")\n'
+        '        .run();\n    bat()\n        .arg("--color=never")\n'
+        '        .arg("--color-scheme=dark")\n        .run();\n}\n',
+        (
+            '        .arg("--color-scheme=dark")\n        .run();\n    bat()',
+            "        .run();\n    bat()",
+        ),
+        'fn a() {\n    bat()\n        .arg("--color=always")\n        .run();\n    bat()\n'
+        '        .arg("--color=never")\n        .run();\n}\n',
+    ),
 ]
 
 
@@ -692,6 +996,61 @@ async def test_an_insertion_at_a_look_alike_place_of_another_role_proposes_nothi
     written the same way; a condition added to the `'N'` case of a chain is not added to the
     `'I'` case: the values after it make each line its own case."""
     document = Document(session, text, f"file:///e2e/kinds/look-alike.{suffix}", language)
+    old, new = edit
+    document.replace(old, new)
+    edits = await document.next_edits(cursor=document.text.index(new) + len(new))
+    assert edits == [], edits
+
+
+@pytest.mark.parametrize(
+    ("language", "suffix", "text", "edit"),
+    [
+        (
+            "rust",
+            "rs",
+            "pub mod assets;\npub mod controller;\nmod decorations;\npub mod output;\n"
+            "pub mod printer;\n",
+            ("pub mod output", "mod output"),
+        ),
+        (
+            "javascript",
+            "js",
+            "describe('a', function () {\n  this.timeout(1000);\n});\n"
+            "describe('b', function () {\n  this.timeout(1000);\n});\n",
+            ("this.timeout(1000)", "this.timeout(2000)"),
+        ),
+        (
+            "python",
+            "py",
+            "stack = StackSummary.from_list(frames)  # type: ignore\n"
+            "stack = StackSummary.from_list(other)  # type: ignore\n",
+            ("(frames)  # type: ignore", "(frames)"),
+        ),
+        (
+            "python",
+            "py",
+            "class V:\n    def post(self):\n        # type: () -> Optional[Tuple[str, int]]\n"
+            "        return self.p\n\n    def pre(self):\n"
+            "        # type: () -> Optional[Tuple[str, int]]\n        return self.q\n",
+            (
+                "Optional[Tuple[str, int]]\n        return self.p",
+                "Optional[int]\n        return self.p",
+            ),
+        ),
+    ],
+    ids=[
+        "rust's visibility dropped from one module",
+        "a number changed in one of two copied lines",
+        "a bare type: ignore dropped from one line",
+        "a type comment's words replaced in one of two methods",
+    ],
+)
+async def test_a_change_that_each_place_decides_for_itself_proposes_nothing(
+    session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
+) -> None:
+    """Which items a crate exports, a test's timeout, where the type checker still needs its
+    `# type: ignore`, one method's declared type: each place's own, never its copies'."""
+    document = Document(session, text, f"file:///e2e/kinds/own-{language}.{suffix}", language)
     old, new = edit
     document.replace(old, new)
     edits = await document.next_edits(cursor=document.text.index(new) + len(new))
@@ -787,6 +1146,29 @@ TAKEN_IN_TURN = [
         "def f():\n    register(\n        cls, handler, strict=True\n    )\n    if x:\n"
         "        register(\n            cls, handler, strict=True\n        )\n"
         "    # register(cls, handler)\n",
+    ),
+    (
+        "lines added, go: under a name on each side",
+        "go",
+        "go",
+        "func (h *A) Levels() []Level {\n\treturn []Level{\n\t\tDebugLevel,\n\t\tInfoLevel,\n"
+        "\t}\n}\n\nfunc (h *B) Levels() []Level {\n\treturn []Level{\n\t\tDebugLevel,\n"
+        "\t\tInfoLevel,\n\t}\n}\n",
+        ("[]Level{\n\t\tDebugLevel", "[]Level{\n\t\tTraceLevel,\n\t\tDebugLevel"),
+        "func (h *A) Levels() []Level {\n\treturn []Level{\n\t\tTraceLevel,\n\t\tDebugLevel,\n"
+        "\t\tInfoLevel,\n\t}\n}\n\nfunc (h *B) Levels() []Level {\n\treturn []Level{\n"
+        "\t\tTraceLevel,\n\t\tDebugLevel,\n\t\tInfoLevel,\n\t}\n}\n",
+    ),
+    (
+        "lines added, python: under a name on each side",
+        "python",
+        "py",
+        "def a():\n    levels = (\n        DEBUG,\n        INFO,\n    )\n    return levels\n\n\n"
+        "def b():\n    levels = (\n        DEBUG,\n        INFO,\n    )\n    return levels\n",
+        ("levels = (\n        DEBUG", "levels = (\n        TRACE,\n        DEBUG"),
+        "def a():\n    levels = (\n        TRACE,\n        DEBUG,\n        INFO,\n    )\n"
+        "    return levels\n\n\ndef b():\n    levels = (\n        TRACE,\n        DEBUG,\n"
+        "        INFO,\n    )\n    return levels\n",
     ),
 ]
 
