@@ -1305,39 +1305,8 @@ def _comment_edited(text: str, group: EditGroup, inert: _Inert) -> tuple[Propose
         # Words replaced in a comment are its prose (a type comment's `Tuple[str, int]` made
         # `int` in one method of two alike), the substitution's business.
         return ()
-    if not group.inserted:
-        # A whole comment removed, with the blanks before it, at the end of a line of code.
-        piece = group.removed
-        comment = piece.lstrip(" \t")
-        if (
-            _ONE_LINE_COMMENT.fullmatch(comment) is None
-            or sum(bool(_WORD.match(t)) for t in _TOKEN.findall(comment)) < _DROPPED_COMMENT_WORDS
-            or not _line_end_at(text, at)
-            or not text[text.rfind("\n", 0, at) + 1 : at].strip()
-            or inert.around(at, at) is not None
-        ):
-            return ()
-        lead = len(piece) - len(comment)
-        first_token = _TOKEN.search(text, text.rfind("\n", 0, at) + 1)
-        found: list[ProposedEdit] = []
-        k = text.find(comment)
-        while k >= 0:
-            line_start = text.rfind("\n", 0, k) + 1
-            token = _TOKEN.search(text, line_start, k)
-            if (
-                _line_end_at(text, k + len(comment))
-                and token is not None
-                and first_token is not None
-                and token[0] == first_token[0]
-                and _is_comment(inert, k, k + len(comment))
-            ):
-                blanks = len(text[line_start:k]) - len(text[line_start:k].rstrip(" \t"))
-                found.append(
-                    ProposedEdit(start=k - min(blanks, max(lead, 1)), end=k + len(comment), text="")
-                )
-            k = text.find(comment, k + 1)
-        found.sort(key=lambda e: abs(e.start - at))
-        return tuple(found[:MAX_PROPOSALS])
+    if not group.inserted and (dropped := _comment_dropped(text, group, inert)) is not None:
+        return dropped
     comment = group.inserted.lstrip(" \t")
     if (
         not group.removed
@@ -1570,6 +1539,45 @@ def _node_protocol(
         ):
             found.append(ProposedEdit(start=at, end=at, text="node:"))
     found.sort(key=lambda e: abs(e.start - group.start))
+    return tuple(found[:MAX_PROPOSALS])
+
+
+def _comment_dropped(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...] | None:
+    """A whole comment removed with the blanks before it from the end of a line of code: the
+    same comment dropped from the lines that start as that line did; None when the removed
+    text is no whole comment (a comment's words dropped are `_comment_edited`'s)."""
+    at = group.start
+    piece = group.removed
+    comment = piece.lstrip(" \t")
+    if (
+        _ONE_LINE_COMMENT.fullmatch(comment) is None
+        or not _line_end_at(text, at)
+        or not text[text.rfind("\n", 0, at) + 1 : at].strip()
+        or inert.around(at, at) is not None
+    ):
+        return None
+    if sum(bool(_WORD.match(t)) for t in _TOKEN.findall(comment)) < _DROPPED_COMMENT_WORDS:
+        return ()
+    lead = len(piece) - len(comment)
+    first_token = _TOKEN.search(text, text.rfind("\n", 0, at) + 1)
+    found: list[ProposedEdit] = []
+    k = text.find(comment)
+    while k >= 0:
+        line_start = text.rfind("\n", 0, k) + 1
+        token = _TOKEN.search(text, line_start, k)
+        if (
+            _line_end_at(text, k + len(comment))
+            and token is not None
+            and first_token is not None
+            and token[0] == first_token[0]
+            and _is_comment(inert, k, k + len(comment))
+        ):
+            blanks = len(text[line_start:k]) - len(text[line_start:k].rstrip(" \t"))
+            found.append(
+                ProposedEdit(start=k - min(blanks, max(lead, 1)), end=k + len(comment), text="")
+            )
+        k = text.find(comment, k + 1)
+    found.sort(key=lambda e: abs(e.start - at))
     return tuple(found[:MAX_PROPOSALS])
 
 
