@@ -922,6 +922,44 @@ KINDS = [
         'fn a() {\n    bat()\n        .arg("--color=always")\n        .run();\n    bat()\n'
         '        .arg("--color=never")\n        .run();\n}\n',
     ),
+    (
+        "surroundings alike, javascript: text dropped where it stands among the same text",
+        "javascript",
+        "js",
+        "describe('a', () => {\n  it('runs', () => {\n"
+        "    r.logs[0].split('\\n').should.deep.equal(['./command dream', 'Options:'])\n  })\n"
+        "  it('runs too', () => {\n"
+        "    r.logs[0].split('\\n').should.deep.equal(['./command cyclic', 'Options:'])\n  })\n"
+        "})\n",
+        ("['./command dream'", "['command dream'"),
+        "describe('a', () => {\n  it('runs', () => {\n"
+        "    r.logs[0].split('\\n').should.deep.equal(['command dream', 'Options:'])\n  })\n"
+        "  it('runs too', () => {\n"
+        "    r.logs[0].split('\\n').should.deep.equal(['command cyclic', 'Options:'])\n  })\n"
+        "})\n",
+    ),
+    (
+        "surroundings alike, python: text dropped where it stands among the same text",
+        "python",
+        "py",
+        "def test_a(result):\n    assert (\n"
+        "        \"Error: Invalid value for 'USER_ID': 'x'\" in result.output\n"
+        "        or \"Error: Invalid value for 'USER_ID': x\" in result.output\n    )\n",
+        ("\"Error: Invalid value for 'USER_ID': 'x'\"", "\"Invalid value for 'USER_ID': 'x'\""),
+        "def test_a(result):\n    assert (\n"
+        "        \"Invalid value for 'USER_ID': 'x'\" in result.output\n"
+        "        or \"Invalid value for 'USER_ID': x\" in result.output\n    )\n",
+    ),
+    (
+        "surroundings alike, go: text dropped where it stands among the same text",
+        "go",
+        "go",
+        'func TestA(t *testing.T) {\n\tcheck(t, []string{"./command dream", "Options:"})\n}\n\n'
+        'func TestB(t *testing.T) {\n\tcheck(t, []string{"./command cyclic", "Options:"})\n}\n',
+        ('{"./command dream"', '{"command dream"'),
+        'func TestA(t *testing.T) {\n\tcheck(t, []string{"command dream", "Options:"})\n}\n\n'
+        'func TestB(t *testing.T) {\n\tcheck(t, []string{"command cyclic", "Options:"})\n}\n',
+    ),
 ]
 
 
@@ -1029,27 +1067,24 @@ async def test_an_insertion_at_a_look_alike_place_of_another_role_proposes_nothi
         (
             "python",
             "py",
-            "class V:\n    def post(self):\n        # type: () -> Optional[Tuple[str, int]]\n"
-            "        return self.p\n\n    def pre(self):\n"
-            "        # type: () -> Optional[Tuple[str, int]]\n        return self.q\n",
-            (
-                "Optional[Tuple[str, int]]\n        return self.p",
-                "Optional[int]\n        return self.p",
-            ),
+            "def a(pair):\n    d, t = pair\n    return d\n\n\n"
+            "def b(pair):\n    d, t = pair\n    return d, t\n",
+            ("d, t = pair\n    return d\n", "d, _ = pair\n    return d\n"),
         ),
     ],
     ids=[
         "rust's visibility dropped from one module",
         "a number changed in one of two copied lines",
         "a bare type: ignore dropped from one line",
-        "a type comment's words replaced in one of two methods",
+        "a name made _ in the one function that no longer uses it",
     ],
 )
 async def test_a_change_that_each_place_decides_for_itself_proposes_nothing(
     session: Session, language: str, suffix: str, text: str, edit: tuple[str, str]
 ) -> None:
     """Which items a crate exports, a test's timeout, where the type checker still needs its
-    `# type: ignore`, one method's declared type: each place's own, never its copies'."""
+    `# type: ignore`, which function no longer uses a name: each place's own, never its
+    copies'."""
     document = Document(session, text, f"file:///e2e/kinds/own-{language}.{suffix}", language)
     old, new = edit
     document.replace(old, new)
