@@ -542,13 +542,19 @@ def _names_one_word(text: str, group: EditGroup) -> bool:
     """Whether the edit, widened to the whole words it touches, replaced one name (not a
     keyword) with another (`e` -> `exc`, reported as `xc` added): a rename's business, which
     the rename rules have judged."""
+    old = _widened(text, group)[2]
+    return _NAME.fullmatch(old) is not None and old not in _KEYWORDS
+
+
+def _widened(text: str, group: EditGroup) -> tuple[int, int, str]:
+    """The edit widened to the whole words it touches: where that span starts and ends in
+    the current text, and what it read before the edit."""
     a, b = group.start, group.end
     while a > 0 and _WORD.match(text[a - 1]):
         a -= 1
     while b < len(text) and _WORD.match(text[b]):
         b += 1
-    old = text[a : group.start] + group.removed + text[group.end : b]
-    return _NAME.fullmatch(old) is not None and old not in _KEYWORDS
+    return a, b, text[a : group.start] + group.removed + text[group.end : b]
 
 
 def _line_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[ProposedEdit, ...]:
@@ -2101,12 +2107,7 @@ def _split(
     edit in one change), split by a token diff of the old and new text into its one-for-one
     replacements of a name or a literal; each is propagated as a rename, the proposals
     combined without overlap and never inside the edited span."""
-    a, b = group.start, group.end
-    while a > 0 and _WORD.match(text[a - 1]):
-        a -= 1
-    while b < len(text) and _WORD.match(text[b]):
-        b += 1
-    old_text = text[a : group.start] + group.removed + text[group.end : b]
+    a, b, old_text = _widened(text, group)
     old = [m[0] for m in _TOKEN.finditer(old_text)]
     new = list(_TOKEN.finditer(text, a, b))
     pairs = _renames(old, new, reverted)
@@ -2145,12 +2146,7 @@ def _analogous(
     rewrites of look-alike lines (measured on release diffs, bench/next_edit.py: a test's
     `pytest.raises(E, f("..."))` made an `assert`, proposed at its neighbours with other
     strings, which the release left alone)."""
-    a, b = group.start, group.end
-    while a > 0 and _WORD.match(text[a - 1]):
-        a -= 1
-    while b < len(text) and _WORD.match(text[b]):
-        b += 1
-    old = text[a : group.start] + group.removed + text[group.end : b]
+    a, b, old = _widened(text, group)
     new = text[a:b]
     if _breaks(old) or _breaks(new) or (old, new) in reverted:
         return ()
