@@ -118,7 +118,7 @@ from itertools import accumulate
 
 from tree_sitter import Node, Tree
 
-from engine.text import common_affixes, split_lines
+from engine.text import common_affixes, common_prefix_length, common_suffix_length, split_lines
 from lsp_server.blocks import enclosing_scope, scope_at
 from lsp_server.next_edit.history import EditGroup
 from lsp_server.postprocess.lexer import slash_comments
@@ -410,7 +410,7 @@ def propagate(
 def _propagated(
     text: str, group: EditGroup, reverted: frozenset[tuple[str, str]], language_id: str
 ) -> tuple[ProposedEdit, ...]:
-    """Steps 2 to 9 for one group."""
+    """Steps 2 to 11 for one group."""
     tree = document_tree(text, language_id) if language_id else None
     inert = _Inert.of(text, tree, language_id)
     before = _Before(text, group, tree)
@@ -421,9 +421,9 @@ def _propagated(
         if found:
             return _proposed(sub, found, sub.start)
     # Steps 6 and 7: what the substitution leaves silent.
-    if group.substitution in reverted:
-        found_edits: tuple[ProposedEdit, ...] = ()
-    else:
+    taken_back = group.substitution in reverted
+    found_edits: tuple[ProposedEdit, ...] = ()
+    if not taken_back:
         found_edits = (
             _comment_edited(text, group, inert)
             or _string_end_edited(text, group, inert, tree)
@@ -440,11 +440,11 @@ def _propagated(
         found_edits = _made_private(text, group, inert, language_id) or _anchored(
             text, group, inert, tree, before, reverted
         )
-        if not found_edits and not group.inserted and group.substitution not in reverted:
+        if not found_edits and not group.inserted and not taken_back:
             found_edits = _arguments_dropped(text, group, tree)
-        if not found_edits and not group.removed and group.substitution not in reverted:
+        if not found_edits and not group.removed and not taken_back:
             found_edits = _argument_added(text, group, tree)
-        if not found_edits and group.substitution not in reverted:
+        if not found_edits and not taken_back:
             found_edits = (
                 _statement_ends(text, group, tree, language_id)
                 or _diamond(text, group, inert, language_id)
@@ -463,10 +463,10 @@ def _propagated(
         else:
             # Step 8: the same change where one name differs.
             found_edits = _analogous(text, group, inert, reverted)
-    if not found_edits and group.substitution not in reverted:
+    if not found_edits and not taken_back:
         # Step 10: a line's edit that no rule reads, made again on its copies.
         found_edits = _line_replayed(text, group, inert)
-    if not found_edits and group.substitution not in reverted:
+    if not found_edits and not taken_back:
         # Step 11: text replaced or removed, made again where its surroundings read alike.
         found_edits = _context_replayed(text, group, inert)
     return found_edits
@@ -485,13 +485,13 @@ def _context_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[Propo
     place where the same text stands in the surroundings most like the edited place's as it
     read (the characters shared just before and after, the replaced text counted), when
     they share at least `_CONTEXT_SHARED`: `'var'` made `'const'` in the one other loop
-    header alike, `&` dropped before the same argument. Never a number (a value), never a
-    name made `_` (unused where it was, used elsewhere), never an insertion (its anchors are
+    header alike, `&` dropped before the same argument. Never what is the place's own
+    (`_own_value`), never an insertion (its anchors are
     `_anchored`'s: on commits this proposed `.post` and `.failing` in the wrong tests)."""
     removed, inserted = group.removed, group.inserted
     if not removed or _breaks(removed) or _breaks(inserted):
         return ()
-    if _NUMBER.fullmatch(removed.strip()) or _names_one_word(text, group):
+    if _own_value(text, group):
         return ()
     at, end = group.start, group.end
     was = text[:at] + removed + text[end:]
@@ -503,8 +503,8 @@ def _context_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[Propo
     while p >= 0:
         q = p + len(removed)
         if not (p <= end and q >= at) and (inert.around(p, q) is not None) == in_inert:
-            left_shared = _shared_suffix(left, text[max(0, p - _CONTEXT_WINDOW) : p])
-            right_shared = _shared_prefix(right, text[q : q + _CONTEXT_WINDOW])
+            left_shared = common_suffix_length(left, text[max(0, p - _CONTEXT_WINDOW) : p])
+            right_shared = common_prefix_length(right, text[q : q + _CONTEXT_WINDOW])
             shared = left_shared + right_shared + len(removed)
             if min(left_shared, right_shared) >= 2 and shared >= _CONTEXT_SHARED:
                 candidate = (shared, -abs(p - at), p)
@@ -516,32 +516,19 @@ def _context_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[Propo
     return (ProposedEdit(start=start, end=start + len(removed), text=inserted),)
 
 
-def _shared_suffix(a: str, b: str) -> int:
-    """How many characters `a` and `b` end with alike."""
-    n = 0
-    while n < len(a) and n < len(b) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return n
-
-
-def _shared_prefix(a: str, b: str) -> int:
-    """How many characters `a` and `b` start with alike."""
-    n = 0
-    while n < len(a) and n < len(b) and a[n] == b[n]:
-        n += 1
-    return n
-
-
 _NUMBER = re.compile(r"[-+]?\d[\w.]*")
 _KEYWORD_ARGUMENT = re.compile(r"\s*,?\s*[^\W\d]\w*\s*=(?!=)")
 #: What a line must hold for its copies to take its edit: its names and strings, its tokens.
 _REPLAYED_THINGS, _REPLAYED_TOKENS = 2, 4
 
 
-def _names_one_word(text: str, group: EditGroup) -> bool:
-    """Whether the edit, widened to the whole words it touches, replaced one name (not a
-    keyword) with another (`e` -> `exc`, reported as `xc` added): a rename's business, which
-    the rename rules have judged."""
+def _own_value(text: str, group: EditGroup) -> bool:
+    """Whether the edit changed what belongs to its place alone, which no copy of the place
+    takes: a number (a test's timeout), or one name, the edit widened to the whole words it
+    touches (`e` -> `exc`, reported as `xc` added; `t` made `_` where one function no longer
+    uses it), which the rename rules have judged."""
+    if _NUMBER.fullmatch(group.removed.strip()):
+        return True
     old = _widened(text, group)[2]
     return _NAME.fullmatch(old) is not None and old not in _KEYWORDS
 
@@ -566,9 +553,7 @@ def _line_replayed(text: str, group: EditGroup, inert: _Inert) -> tuple[Proposed
         # An argument by keyword added to one call is that call's option (a test's
         # `storage_class(foo="bar", baz=None)`), as `_argument_added` has it.
         return ()
-    if _names_one_word(text, group) or _NUMBER.fullmatch(group.removed.strip()):
-        # A name the rename rules left alone (`t` made `_` where one function no longer uses
-        # it) is that function's; a number changed is that place's value (a test's timeout).
+    if _own_value(text, group):
         return ()
     at, end = group.start, group.end
     line_start = text.rfind("\n", 0, at) + 1
@@ -1484,10 +1469,7 @@ def _string_end_edited(
         arguments = call.child_by_field_name("arguments")
         if arguments is None or _callee_text(call, arguments) != slot[1]:
             continue
-        for argument in arguments.named_children:
-            value = _slot_value(argument, slot[2])
-            if value is None:
-                continue
+        for value in _slot_values(arguments, slot[2]):
             s, e = offsets.char(value.start_byte), offsets.char(value.end_byte)
             if not inert.is_string(s, e) or text[s] != quote or text[e - 1] != quote:
                 continue
@@ -1520,7 +1502,10 @@ def _argument_slot(tree: Tree, lo: int, hi: int) -> tuple[Node, bytes, int | byt
         place, holder = name.text, holder.parent
     elif holder is not None and node is not None:
         kept = [a for a in holder.named_children if a.type != "comment"]
-        place = next((n for n, a in enumerate(kept) if a.byte_range == node.byte_range), -1)
+        found = [n for n, a in enumerate(kept) if a.byte_range == node.byte_range]
+        if not found:
+            return None
+        place = found[0]
     else:
         return None
     call = holder.parent if holder is not None else None
@@ -1539,19 +1524,20 @@ def _callee_text(call: Node, arguments: Node) -> bytes:
     return (call.text or b"")[: arguments.start_byte - call.start_byte].strip()
 
 
-def _slot_value(argument: Node, place: int | bytes) -> Node | None:
-    """The value passed in `place` by `argument` (an index is matched by the caller)."""
-    if isinstance(place, bytes):
-        if argument.type != "keyword_argument":
-            return None
-        name = argument.child_by_field_name("name")
-        return argument.child_by_field_name("value") if name and name.text == place else None
-    kept = [
-        a
-        for a in (argument.parent.named_children if argument.parent else [])
-        if a.type != "comment"
+def _slot_values(arguments: Node, place: int | bytes) -> list[Node]:
+    """What a call's `arguments` pass in `place`: the argument at that index (comments
+    aside), or the value given that keyword's name."""
+    kept = [a for a in arguments.named_children if a.type != "comment"]
+    if isinstance(place, int):
+        return kept[place : place + 1]
+    return [
+        value
+        for a in kept
+        if a.type == "keyword_argument"
+        and (name := a.child_by_field_name("name")) is not None
+        and name.text == place
+        and (value := a.child_by_field_name("value")) is not None
     ]
-    return argument if place < len(kept) and kept[place].byte_range == argument.byte_range else None
 
 
 #: Rust's visibility, or its restriction, added or dropped as a piece.
